@@ -1,0 +1,51 @@
+// A fixed-capacity ring of work completions. The verbs CQ wraps one; several
+// connections may share it (single-threaded, like everything in the core).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "core/types.h"
+
+namespace braid {
+
+class CompletionQueue {
+ public:
+  explicit CompletionQueue(uint32_t capacity) : ring_(capacity) {}
+
+  // False when full: the entry is dropped and counted as an overrun, which
+  // libibverbs reports as a fatal CQ error; callers move the QP to error.
+  bool push(const WorkCompletion& wc) {
+    if (count_ == ring_.size()) {
+      ++overruns_;
+      return false;
+    }
+    ring_[(head_ + count_) % ring_.size()] = wc;
+    ++count_;
+    return true;
+  }
+
+  // Copies up to n completions out, oldest first.
+  uint32_t poll(WorkCompletion* out, uint32_t n) {
+    uint32_t k = 0;
+    while (k < n && count_ > 0) {
+      out[k++] = ring_[head_];
+      head_ = (head_ + 1) % ring_.size();
+      --count_;
+    }
+    return k;
+  }
+
+  uint32_t size() const { return count_; }
+  uint32_t capacity() const { return static_cast<uint32_t>(ring_.size()); }
+  uint64_t overruns() const { return overruns_; }
+
+ private:
+  std::vector<WorkCompletion> ring_;
+  uint32_t head_ = 0;
+  uint32_t count_ = 0;
+  uint64_t overruns_ = 0;
+};
+
+}  // namespace braid

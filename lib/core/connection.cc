@@ -1,0 +1,277 @@
+// Connection: construction, posting work requests, completions in RC order,
+// the error state and the retransmission timer.
+#include "core/connection.h"
+
+#include <algorithm>
+#include <bit>
+
+namespace braid {
+
+namespace {
+
+uint32_t pow2_at_least(uint32_t v, uint32_t min) {
+  v = std::max(v, min);
+  return std::bit_ceil(v);
+}
+
+bool consumes_receive(Opcode op) {
+  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+}
+
+}  // namespace
+
+Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
+                       CompletionQueue* send_cq, CompletionQueue* recv_cq, TimingWheel* wheel)
+    : cfg_(cfg),
+      mrs_(mrs),
+      send_cq_(send_cq),
+      recv_cq_(recv_cq),
+      wheel_(wheel),
+      frame_(cfg.local_mac, cfg.remote_mac, cfg.local_ip, cfg.remote_ip, cfg.udp_port),
+      paths_(cfg.entropy),
+      cc_(cfg.cc),
+      rx_(pow2_at_least(cfg.window_packets, 128), cfg.rx_psn) {
+  cfg_.window_packets = pow2_at_least(cfg.window_packets, 128);
+  cfg_.sq_depth = pow2_at_least(cfg.sq_depth, 1);
+  cfg_.rq_depth = pow2_at_least(cfg.rq_depth, 1);
+  cfg_.max_rd_atomic = std::max<uint32_t>(cfg.max_rd_atomic, 1);
+  cfg_.mtu = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
+  cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
+  decode_opts_.udp_port = cfg.udp_port;
+  decode_opts_.crc_trailer = cfg.crc_trailer;
+  decode_opts_.trim_dscp = cfg.trim_dscp;
+
+  tx_.resize(cfg_.window_packets);
+  tx_mask_ = cfg_.window_packets - 1;
+  // Twice the window: entries of packets acknowledged while queued linger
+  // until popped, next to at most one live entry per PSN in the window.
+  retx_queue_.resize(2 * cfg_.window_packets);
+  retx_mask_ = 2 * cfg_.window_packets - 1;
+  snd_una_ = snd_nxt_ = cfg.tx_psn;
+  highest_sacked_ = cfg.tx_psn - 1;
+  sq_.resize(cfg_.sq_depth);
+  sq_mask_ = cfg_.sq_depth - 1;
+  const uint32_t rd = pow2_at_least(cfg_.max_rd_atomic, 1);
+  rr_.resize(rd);
+  rr_mask_ = rd - 1;
+  reads_.resize(rd);
+  rq_.resize(cfg_.rq_depth);
+  rq_mask_ = cfg_.rq_depth - 1;
+  path_next_seq_.assign(paths_.count(), 0);
+  path_acked_seq_.assign(paths_.count(), 0);
+  rto_ = cfg.rto_initial_ns;
+
+  rto_timer_.fn = &Connection::rto_thunk;
+  rto_timer_.owner = this;
+  ack_timer_.fn = &Connection::ack_thunk;
+  ack_timer_.owner = this;
+  hold_timer_.fn = &Connection::hold_thunk;
+  hold_timer_.owner = this;
+}
+
+Connection::~Connection() {
+  wheel_->cancel(&rto_timer_);
+  wheel_->cancel(&ack_timer_);
+  wheel_->cancel(&hold_timer_);
+}
+
+size_t Connection::memory_footprint() const {
+  return sizeof(*this) + tx_.capacity() * sizeof(TxRecord) +
+         retx_queue_.capacity() * sizeof(uint32_t) + sq_.capacity() * sizeof(SendWqe) +
+         rq_.capacity() * sizeof(RecvWqe) + rr_.capacity() * sizeof(ReadResponse) +
+         reads_.capacity() * sizeof(PendingRead) +
+         (path_next_seq_.capacity() + path_acked_seq_.capacity()) * sizeof(uint32_t) +
+         paths_.count() * (sizeof(EntropyStats) + sizeof(uint16_t)) + rx_.window() / 8;
+}
+
+PostError Connection::post_send(const SendRequest& wr) {
+  if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
+  if (sq_tail_ - sq_head_ >= cfg_.sq_depth) return PostError::kQueueFull;
+  if (wr.local.num > kMaxSge) return PostError::kInvalid;
+  const uint64_t length = wr.local.total_length();
+  if (length > 0xffffffffu) return PostError::kInvalid;  // SES request_length is 32 bits
+  SendWqe& w = sq_[sq_tail_ & sq_mask_];
+  w = SendWqe{};
+  w.wr = wr;
+  w.length = length;
+  w.msn = sq_tail_;
+  if (consumes_receive(wr.opcode)) w.rsn = next_rsn_++;
+  ++sq_tail_;
+  return PostError::kOk;
+}
+
+PostError Connection::post_recv(uint64_t wr_id, const SgList& sgl) {
+  if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
+  if (rq_tail_ - rq_head_ >= cfg_.rq_depth) return PostError::kQueueFull;
+  if (sgl.num > kMaxSge) return PostError::kInvalid;
+  RecvWqe& w = rq_[rq_tail_ & rq_mask_];
+  w = RecvWqe{};
+  w.wr_id = wr_id;
+  w.sgl = sgl;
+  w.length = sgl.total_length();
+  ++rq_tail_;
+  return PostError::kOk;
+}
+
+void Connection::push_send_completion(SendWqe& w, WcStatus status) {
+  if (!w.wr.signaled && status == WcStatus::kSuccess) return;
+  WorkCompletion wc;
+  wc.wr_id = w.wr.wr_id;
+  wc.status = status;
+  wc.qp_num = cfg_.qp_num;
+  switch (w.wr.opcode) {
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+      wc.opcode = WcOpcode::kRdmaWrite;
+      break;
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+      wc.opcode = WcOpcode::kSend;
+      break;
+    case Opcode::kRead:
+      wc.opcode = WcOpcode::kRdmaRead;
+      wc.byte_len = static_cast<uint32_t>(w.length);
+      break;
+  }
+  if (!send_cq_->push(wc)) set_error(WcStatus::kGeneralErr);
+}
+
+void Connection::complete_sends() {
+  while (sq_head_ != sq_tx_) {
+    SendWqe& w = sq_[sq_head_ & sq_mask_];
+    if (w.wr.opcode == Opcode::kRead) {
+      if (w.read_failed) {
+        set_error(w.read_status);
+        return;
+      }
+      if (!w.segmented || !w.read_done) break;
+      --reads_outstanding_;
+    } else if (!w.segmented || !psn_lt(w.last_psn, snd_una_)) {
+      break;
+    }
+    push_send_completion(w, WcStatus::kSuccess);
+    ++sq_head_;
+    if (state_ != ConnectionState::kActive) return;
+  }
+}
+
+void Connection::complete_recvs() {
+  while (rq_head_ != rq_tail_) {
+    RecvWqe& w = rq_[rq_head_ & rq_mask_];
+    if (!w.eom_seen || psn_lt(rx_.cack(), w.eom_psn)) break;
+    WorkCompletion wc;
+    wc.wr_id = w.wr_id;
+    wc.status = w.status;
+    wc.opcode = w.rdma_imm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
+    wc.byte_len = w.byte_len;
+    wc.has_imm = w.has_imm;
+    wc.imm_data = w.imm;
+    wc.qp_num = cfg_.qp_num;
+    ++rq_head_;
+    if (!recv_cq_->push(wc)) {
+      set_error(WcStatus::kGeneralErr);
+      return;
+    }
+  }
+}
+
+Connection::SendWqe* Connection::wqe_for_psn(uint32_t psn) {
+  for (uint32_t m = sq_head_; m != sq_tail_; ++m) {
+    SendWqe& w = sq_[m & sq_mask_];
+    if (!w.started) return nullptr;
+    const uint32_t last = w.segmented ? w.last_psn : snd_nxt_ - 1;
+    if (psn_le(w.first_psn, psn) && psn_le(psn, last)) return &w;
+  }
+  return nullptr;
+}
+
+void Connection::set_error(WcStatus first_status) {
+  if (state_ == ConnectionState::kError) return;
+  state_ = ConnectionState::kError;
+  wheel_->cancel(&rto_timer_);
+  wheel_->cancel(&ack_timer_);
+  wheel_->cancel(&hold_timer_);
+  // In order: work requests already fully acknowledged complete normally, the
+  // first one that is not gets the error, the rest are flushed.
+  bool error_given = false;
+  for (; sq_head_ != sq_tail_; ++sq_head_) {
+    SendWqe& w = sq_[sq_head_ & sq_mask_];
+    WcStatus s = WcStatus::kWrFlushErr;
+    if (w.wr.opcode == Opcode::kRead && w.read_failed && !error_given) {
+      s = w.read_status;
+      error_given = true;
+    } else if (w.wr.opcode != Opcode::kRead && w.segmented && psn_lt(w.last_psn, snd_una_) &&
+               !error_given) {
+      s = WcStatus::kSuccess;
+    } else if (!error_given) {
+      s = first_status;
+      error_given = true;
+    }
+    if (s == WcStatus::kSuccess) {
+      push_send_completion(w, s);
+    } else {
+      WorkCompletion wc;
+      wc.wr_id = w.wr.wr_id;
+      wc.status = s;
+      wc.qp_num = cfg_.qp_num;
+      wc.opcode = w.wr.opcode == Opcode::kRead   ? WcOpcode::kRdmaRead
+                  : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
+                      ? WcOpcode::kSend
+                      : WcOpcode::kRdmaWrite;
+      send_cq_->push(wc);
+    }
+  }
+  sq_tx_ = sq_tail_;
+  for (; rq_head_ != rq_tail_; ++rq_head_) {
+    RecvWqe& w = rq_[rq_head_ & rq_mask_];
+    WorkCompletion wc;
+    wc.wr_id = w.wr_id;
+    wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
+    wc.opcode = WcOpcode::kRecv;
+    wc.qp_num = cfg_.qp_num;
+    recv_cq_->push(wc);
+  }
+  inflight_bytes_ = 0;
+  retx_count_ = 0;
+  ack_due_ = false;  // queued NACKs still go out: they tell the peer why
+}
+
+void Connection::arm_rto(TimeNs now) {
+  if (snd_una_ == snd_nxt_) {
+    wheel_->cancel(&rto_timer_);
+    return;
+  }
+  wheel_->schedule(&rto_timer_, now + rto_);
+}
+
+void Connection::rto_thunk(Timer* t, TimeNs now) { static_cast<Connection*>(t->owner)->on_rto(now); }
+
+void Connection::ack_thunk(Timer* t, TimeNs) {
+  Connection* c = static_cast<Connection*>(t->owner);
+  if (c->unacked_packets_ > 0) c->ack_due_ = true;
+}
+
+void Connection::hold_thunk(Timer*, TimeNs) {
+  // Nothing to do: the hold expired, produce() will send again.
+}
+
+void Connection::on_rto(TimeNs now) {
+  if (state_ != ConnectionState::kActive || snd_una_ == snd_nxt_) return;
+  ++stats_.timeouts;
+  for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
+    TxRecord& r = rec(psn);
+    if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
+      mark_lost(r, LossKind::kTimeout, now);
+      if (state_ != ConnectionState::kActive) return;
+    } else if (r.state == TxState::kLost && !r.queued_for_retx) {
+      r.state = TxState::kInFlight;  // re-enter the queue through mark_lost
+      inflight_bytes_ += charge(r);
+      mark_lost(r, LossKind::kTimeout, now);
+      if (state_ != ConnectionState::kActive) return;
+    }
+  }
+  rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
+  wheel_->schedule(&rto_timer_, now + rto_);
+}
+
+}  // namespace braid

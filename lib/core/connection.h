@@ -1,0 +1,297 @@
+// One reliable connection (a UET PDC carrying one RC queue pair): both
+// directions of PSN reliability, message segmentation and placement, RC
+// completion order, entropy per packet and the congestion window.
+//
+// Sans-IO: the owner hands it decoded packets and the time, and asks it for
+// frames to send; timers live on the owner's TimingWheel. It allocates only
+// when constructed. Files: connection.cc (work requests, completions,
+// errors, timers), connection_tx.cc (segmentation, sending, retransmission),
+// connection_rx.cc (receive path and placement), connection_ack.cc (ACK
+// generation, ACK/NACK processing, loss detection).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/completion_queue.h"
+#include "core/congestion_control.h"
+#include "core/entropy_selector.h"
+#include "core/memory_table.h"
+#include "core/receive_window.h"
+#include "core/sg_list.h"
+#include "core/timing_wheel.h"
+#include "core/types.h"
+#include "wire/frame.h"
+
+namespace braid {
+
+struct ConnectionConfig {
+  uint16_t local_id = 0;   // our PDC id (spdcid on what we send)
+  uint16_t remote_id = 0;  // the peer's PDC id
+  uint32_t qp_num = 0;     // reported in work completions
+  wire::MacAddr local_mac{};
+  wire::MacAddr remote_mac{};
+  uint32_t local_ip = 0;
+  uint32_t remote_ip = 0;
+  uint16_t udp_port = wire::kUetUdpPort;
+  uint32_t tx_psn = 0;  // first PSN we send
+  uint32_t rx_psn = 0;  // first PSN the peer sends
+  uint32_t pd = 0;      // protection domain for remote accesses
+  uint32_t mtu = 4096;  // payload bytes per packet
+  uint32_t window_packets = 1024;  // PSNs tracked each way: power of two >= 128
+  uint32_t sq_depth = 256;         // power of two
+  uint32_t rq_depth = 256;         // power of two
+  uint32_t max_rd_atomic = 16;     // outstanding READs, each way
+  uint32_t ack_every = 8;          // coalesce up to this many packets per ACK
+  TimeNs ack_delay_ns = 10'000;    // ... or this long
+  TimeNs rto_initial_ns = 1'000'000;
+  TimeNs rto_min_ns = 200'000;
+  TimeNs rto_max_ns = 50'000'000;
+  uint8_t retry_limit = 7;         // retransmissions of one packet before RETRY_EXC_ERR
+  uint8_t rnr_retry_limit = 7;     // 7 = infinite, as in InfiniBand
+  TimeNs rnr_delay_ns = 100'000;
+  uint32_t path_reorder_threshold = 2;  // later packets acked on the same entropy => loss
+  bool crc_trailer = false;
+  uint8_t trim_dscp = 0xff;        // DSCP a trimming switch puts on cut packets
+  EntropyConfig entropy;
+  CcConfig cc;
+};
+
+// What a connection has seen; all plain counters.
+struct ConnectionStats {
+  uint64_t data_sent = 0;        // data packets, first transmissions
+  uint64_t retransmits = 0;      // data packets sent again
+  uint64_t data_received = 0;    // new data packets accepted
+  uint64_t duplicates = 0;       // data packets already received
+  uint64_t out_of_window = 0;
+  uint64_t acks_sent = 0;
+  uint64_t acks_received = 0;
+  uint64_t nacks_sent = 0;
+  uint64_t nacks_received = 0;
+  uint64_t trimmed_received = 0;
+  uint64_t lost_inferred = 0;   // declared lost from SACK / per-entropy gaps
+  uint64_t lost_nacked = 0;     // declared lost by a TRIMMED NACK
+  uint64_t lost_timeout = 0;    // declared lost by the RTO
+  uint64_t timeouts = 0;        // RTO expirations
+  uint64_t rnr_nacks = 0;
+  uint64_t access_errors = 0;   // remote accesses refused (we were the target)
+  uint64_t invalid_requests = 0;
+  uint64_t bad_acks = 0;        // ACKs for PSNs never sent, etc.
+  uint64_t stale_responses = 0; // read responses for no outstanding READ
+  uint64_t bytes_placed = 0;
+};
+
+enum class ConnectionState : uint8_t { kActive, kError };
+
+struct SendRequest {
+  uint64_t wr_id = 0;
+  Opcode opcode = Opcode::kWrite;
+  bool signaled = true;
+  SgList local;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm_data = 0;
+};
+
+enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
+
+class Connection {
+ public:
+  Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs, CompletionQueue* send_cq,
+             CompletionQueue* recv_cq, TimingWheel* wheel);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  PostError post_send(const SendRequest& wr);
+  PostError post_recv(uint64_t wr_id, const SgList& sgl);
+
+  // A decoded packet addressed to this connection.
+  void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
+  // Writes the next frame to send into buf (capacity cap). Returns its length,
+  // 0 when nothing may be sent now.
+  uint32_t produce(uint8_t* buf, uint32_t cap, TimeNs now);
+  // True when produce() would return a frame (ignoring buffer size).
+  bool wants_to_send() const;
+
+  ConnectionState state() const { return state_; }
+  const ConnectionStats& stats() const { return stats_; }
+  const EntropySelector& paths() const { return paths_; }
+  const CongestionControl& cc() const { return cc_; }
+  const ConnectionConfig& config() const { return cfg_; }
+  uint32_t inflight_bytes() const { return inflight_bytes_; }
+  uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
+  TimeNs rto_ns() const { return rto_; }
+  // Bytes of state this connection holds (for the memory-bound tests).
+  size_t memory_footprint() const;
+  // Moves to the error state: flushes every queued work request.
+  void set_error(WcStatus first_status);
+
+ private:
+  // --- transmit side ---
+  enum class TxKind : uint8_t { kRequest, kReadResponse };
+  enum class TxState : uint8_t { kFree, kInFlight, kLost, kAcked };
+  struct TxRecord {
+    TimeNs sent_at = 0;
+    uint32_t psn = 0;
+    uint32_t seq = 0;       // MSN of the work request, or read-response sequence
+    uint32_t offset = 0;    // byte offset of this packet in its message
+    uint32_t path_seq = 0;  // per-entropy send sequence
+    uint16_t len = 0;       // payload bytes
+    uint8_t entropy = 0;    // index in paths_
+    uint8_t retries = 0;    // expirations of the RTO for this packet
+    uint8_t tx_count = 0;   // transmissions (RTT samples only when 1: Karn)
+    TxKind kind = TxKind::kRequest;
+    TxState state = TxState::kFree;
+    bool queued_for_retx = false;
+  };
+  struct SendWqe {
+    SendRequest wr;
+    uint64_t length = 0;
+    uint32_t msn = 0;
+    uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    uint64_t bytes_sent = 0;    // segmentation cursor
+    uint64_t read_bytes = 0;    // READ: response bytes placed
+    bool started = false;       // first packet has a PSN
+    bool segmented = false;     // every packet has a PSN
+    bool read_done = false;     // READ: every response byte placed
+    bool read_failed = false;
+    WcStatus read_status = WcStatus::kSuccess;
+  };
+  struct ReadResponse {
+    const uint8_t* src = nullptr;
+    uint32_t length = 0;
+    uint32_t bytes_sent = 0;
+    uint16_t message_id = 0;  // the READ's
+    uint8_t return_code = 0;
+    uint32_t last_psn = 0;
+    bool segmented = false;
+  };
+  // --- receive side ---
+  struct RecvWqe {
+    uint64_t wr_id = 0;
+    SgList sgl;
+    uint64_t length = 0;
+    uint32_t eom_psn = 0;
+    uint32_t byte_len = 0;
+    uint32_t imm = 0;
+    bool has_imm = false;
+    bool eom_seen = false;
+    bool rdma_imm = false;
+    WcStatus status = WcStatus::kSuccess;
+  };
+  struct PendingRead {
+    uint32_t psn = 0;
+    uint16_t message_id = 0;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint32_t length = 0;
+  };
+  struct PendingNack {
+    uint32_t psn = 0;
+    uint8_t code = 0;
+  };
+
+  // connection.cc
+  void complete_sends();
+  void complete_recvs();
+  void push_send_completion(SendWqe& w, WcStatus status);
+  void arm_rto(TimeNs now);
+  void on_rto(TimeNs now);
+  static void rto_thunk(Timer* t, TimeNs now);
+  static void ack_thunk(Timer* t, TimeNs now);
+  static void hold_thunk(Timer* t, TimeNs now);
+  SendWqe* wqe_for_psn(uint32_t psn);
+  // connection_tx.cc
+  uint32_t build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now);
+  bool next_new_packet(TxRecord* r);
+  static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
+  static constexpr uint32_t kPacketCharge = 64;  // headers count towards the window
+  uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
+  void mark_lost(TxRecord& r, LossKind why, TimeNs now);
+  void queue_retransmit(TxRecord& r);
+  // connection_rx.cc
+  void on_data(const wire::ParsedPacket& pkt, TimeNs now);
+  bool place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code);
+  bool place_read_response(const wire::ParsedPacket& pkt, uint8_t* nack_code);
+  bool receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_code);
+  void release_read_responses();
+  void on_in_order_advance();
+  void execute_reads();
+  void queue_nack(uint32_t psn, uint8_t code);
+  // connection_ack.cc
+  uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t build_nack(uint8_t* buf, uint32_t cap);
+  void schedule_ack(bool immediate, TimeNs now);
+  void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
+  void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
+  void ack_record(TxRecord& r, uint32_t* acked_bytes);
+  void detect_losses(uint32_t upto_psn, TimeNs now);
+
+  TxRecord& rec(uint32_t psn) { return tx_[psn & tx_mask_]; }
+
+  ConnectionConfig cfg_;
+  MemoryRegionTable* mrs_;
+  CompletionQueue* send_cq_;
+  CompletionQueue* recv_cq_;
+  TimingWheel* wheel_;
+  wire::FrameTemplate frame_;
+  wire::DecodeOptions decode_opts_;
+  ConnectionState state_ = ConnectionState::kActive;
+  ConnectionStats stats_;
+
+  // Transmit state.
+  std::vector<TxRecord> tx_;
+  uint32_t tx_mask_;
+  uint32_t snd_una_;  // oldest PSN not cumulatively acknowledged
+  uint32_t snd_nxt_;  // next new PSN
+  uint32_t highest_sacked_;
+  uint32_t inflight_bytes_ = 0;
+  std::vector<uint32_t> retx_queue_;  // PSNs declared lost, in order of loss
+  uint32_t retx_mask_;
+  uint32_t retx_head_ = 0;
+  uint32_t retx_count_ = 0;
+  std::vector<SendWqe> sq_;
+  uint32_t sq_mask_;
+  uint32_t sq_head_ = 0;  // oldest not completed (MSN)
+  uint32_t sq_tx_ = 0;    // next to segment
+  uint32_t sq_tail_ = 0;  // next free
+  uint32_t next_rsn_ = 0;
+  uint32_t reads_outstanding_ = 0;
+  std::vector<ReadResponse> rr_;
+  uint32_t rr_mask_;
+  uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
+  std::vector<uint32_t> path_next_seq_;   // per entropy
+  std::vector<uint32_t> path_acked_seq_;  // per entropy: highest acked path_seq + 1
+  EntropySelector paths_;
+  CongestionControl cc_;
+  TimeNs srtt_ = 0, rttvar_ = 0, rto_;
+  uint32_t rnr_retries_ = 0;
+  TimeNs tx_hold_until_ = 0;
+  Timer rto_timer_;
+  Timer hold_timer_;
+
+  // Receive state.
+  ReceiveWindow rx_;
+  std::vector<RecvWqe> rq_;
+  uint32_t rq_mask_;
+  uint32_t rq_head_ = 0;  // oldest not completed (RSN)
+  uint32_t rq_tail_ = 0;  // next to post
+  std::vector<PendingRead> reads_;
+  uint32_t reads_head_ = 0, reads_tail_ = 0;
+  PendingNack nacks_[8];
+  uint32_t nack_count_ = 0;
+  bool ack_due_ = false;
+  uint32_t unacked_packets_ = 0;
+  uint32_t ack_trigger_psn_ = 0;
+  bool ack_trigger_ecn_ = false;
+  bool ack_trigger_retx_ = false;
+  uint32_t rcvd_bytes_ = 0;
+  uint16_t ack_entropy_cursor_ = 0;
+  Timer ack_timer_;
+};
+
+}  // namespace braid

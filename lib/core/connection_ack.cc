@@ -1,0 +1,214 @@
+// Connection, acknowledgements: when the receiver ACKs (coalesced, or at once
+// on a gap, a duplicate, ECN-CE or an ACK request), what an ACK_CC carries
+// (cumulative PSN, the triggering packet, a 64-bit SACK window), and how the
+// sender uses ACKs and NACKs: RTT samples, per-entropy statistics, and loss
+// inferred from gaps on each entropy.
+#include <algorithm>
+
+#include "core/connection.h"
+
+namespace braid {
+
+void Connection::schedule_ack(bool immediate, TimeNs now) {
+  if (immediate || unacked_packets_ >= cfg_.ack_every) {
+    ack_due_ = true;
+    return;
+  }
+  if (!ack_timer_.armed()) wheel_->schedule(&ack_timer_, now + cfg_.ack_delay_ns);
+}
+
+uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
+  (void)now;
+  constexpr uint32_t kLen = wire::kL2L4Size + wire::kAckCcSize;
+  if (cap < kLen) return 0;
+  const uint32_t cack = rx_.cack();
+  uint32_t trigger = ack_trigger_psn_;
+  if (psn_le(trigger, cack)) trigger = cack;
+  wire::AckHeader a;
+  a.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
+  a.pro.next_hdr = 0;
+  a.pro.flags = (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) |
+                (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
+  a.ack_psn_offset = static_cast<uint16_t>(trigger - cack);
+  a.cack_psn = cack;
+  a.spdcid = cfg_.local_id;
+  a.dpdcid = cfg_.remote_id;
+  a.cc_type = static_cast<uint8_t>(wire::CcType::kNscc);
+  a.mpr = static_cast<uint8_t>(std::countr_zero(rx_.window()));  // log2 of the window
+  // The 64 PSNs ending at the triggering packet, or starting just above cack.
+  const uint32_t base = trigger - cack <= 64 ? cack + 1 : trigger - 63;
+  a.sack_psn_offset = static_cast<uint16_t>(base - cack);
+  a.sack_bitmap = rx_.sack_bits(base);
+  a.nscc.rcvd_bytes = rcvd_bytes_ & 0xffffff;
+  a.nscc.ooo_count = static_cast<uint16_t>(std::min<uint32_t>(rx_.held_out_of_order(), 0xffff));
+  wire::encode_ack(buf + wire::kL2L4Size, a);
+  const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
+  ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
+  frame_.write(buf, entropy, wire::kAckCcSize, static_cast<uint8_t>(wire::kDscpAck << 2));
+  ack_due_ = false;
+  unacked_packets_ = 0;
+  ack_trigger_ecn_ = false;
+  ack_trigger_retx_ = false;
+  wheel_->cancel(&ack_timer_);
+  ++stats_.acks_sent;
+  return kLen;
+}
+
+uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
+  constexpr uint32_t kLen = wire::kL2L4Size + wire::kNackSize;
+  if (cap < kLen) return 0;
+  const PendingNack n = nacks_[0];
+  for (uint32_t i = 1; i < nack_count_; ++i) nacks_[i - 1] = nacks_[i];
+  --nack_count_;
+  wire::NackHeader h;
+  h.pro.type = static_cast<uint8_t>(wire::PdsType::kNack);
+  h.nack_code = n.code;
+  h.nack_psn = n.psn;
+  h.spdcid = cfg_.local_id;
+  h.dpdcid = cfg_.remote_id;
+  wire::encode_nack(buf + wire::kL2L4Size, h);
+  frame_.write(buf, paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_)), wire::kNackSize,
+               static_cast<uint8_t>(wire::kDscpAck << 2));
+  ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
+  return kLen;
+}
+
+void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
+  if (r.state == TxState::kInFlight) {
+    inflight_bytes_ -= charge(r);
+  } else if (r.state != TxState::kLost) {
+    return;
+  }
+  r.state = TxState::kAcked;
+  *acked_bytes += r.len;
+  paths_.on_acked(r.entropy);
+  uint32_t& hi = path_acked_seq_[r.entropy];
+  if (static_cast<int32_t>(r.path_seq + 1 - hi) > 0) hi = r.path_seq + 1;
+}
+
+void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
+  const wire::AckHeader& a = pkt.ack;
+  ++stats_.acks_received;
+  const uint32_t cack = a.cack_psn;
+  // An ACK may only cover PSNs we sent.
+  if (!psn_lt(cack, snd_nxt_) || psn_lt(cack + 1, snd_una_ - cfg_.window_packets)) {
+    ++stats_.bad_acks;
+    return;
+  }
+  const uint32_t trigger = cack + a.ack_psn_offset;
+  TxRecord* sample = nullptr;
+  if (psn_le(snd_una_, trigger) && psn_lt(trigger, snd_nxt_)) {
+    TxRecord& t = rec(trigger);
+    if (t.psn == trigger) {
+      if (t.state == TxState::kInFlight && t.tx_count == 1) sample = &t;
+      if (a.pro.flags & wire::kAckFlagEcn) paths_.on_ecn(t.entropy);
+    }
+  }
+  const uint64_t rtt = sample != nullptr ? now - sample->sent_at : 0;
+  const uint8_t sample_entropy = sample != nullptr ? sample->entropy : 0;
+
+  uint32_t acked = 0;
+  bool progress = false;
+  if (psn_lt(snd_una_, cack + 1)) {
+    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked);
+    snd_una_ = cack + 1;
+    progress = true;
+  }
+  uint32_t highest = cack;
+  if (a.has_sack && a.sack_bitmap != 0) {
+    const uint32_t base = cack + a.sack_psn_offset;
+    uint64_t bits = a.sack_bitmap;
+    while (bits != 0) {
+      const uint32_t i = static_cast<uint32_t>(std::countr_zero(bits));
+      bits &= bits - 1;
+      const uint32_t psn = base + i;
+      if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) continue;
+      ack_record(rec(psn), &acked);
+      highest = psn;
+    }
+  }
+  if (psn_lt(highest_sacked_, highest)) highest_sacked_ = highest;
+
+  if (sample != nullptr) {
+    paths_.on_rtt(sample_entropy, rtt);
+    if (srtt_ == 0) {
+      srtt_ = rtt;
+      rttvar_ = rtt / 2;
+    } else {
+      const TimeNs diff = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
+      rttvar_ = rttvar_ - rttvar_ / 4 + diff / 4;
+      srtt_ = srtt_ - srtt_ / 8 + rtt / 8;
+    }
+  }
+  cc_.on_ack(AckEvent{now, acked, rtt, (a.pro.flags & wire::kAckFlagEcn) != 0, inflight_bytes_});
+
+  if (progress) {
+    rnr_retries_ = 0;
+    if (srtt_ != 0) {
+      rto_ = std::clamp<TimeNs>(srtt_ + 4 * rttvar_, cfg_.rto_min_ns, cfg_.rto_max_ns);
+    }
+    arm_rto(now);
+    release_read_responses();
+    complete_sends();
+    if (state_ != ConnectionState::kActive) return;
+  }
+  if (psn_lt(snd_una_, highest_sacked_)) detect_losses(highest_sacked_, now);
+}
+
+void Connection::detect_losses(uint32_t upto_psn, TimeNs now) {
+  // A packet is lost when a packet sent after it on the same entropy has
+  // been acknowledged: one entropy is one path, and paths keep order.
+  const uint32_t thresh = std::max<uint32_t>(cfg_.path_reorder_threshold, 1);
+  for (uint32_t psn = snd_una_; psn_lt(psn, upto_psn); ++psn) {
+    TxRecord& r = rec(psn);
+    if (r.state != TxState::kInFlight) continue;
+    const uint32_t acked_above = path_acked_seq_[r.entropy] - 1 - r.path_seq;
+    if (static_cast<int32_t>(acked_above) >= static_cast<int32_t>(thresh)) {
+      mark_lost(r, LossKind::kInferred, now);
+      if (state_ != ConnectionState::kActive) return;
+    }
+  }
+}
+
+void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
+  const wire::NackHeader& n = pkt.nack;
+  ++stats_.nacks_received;
+  const uint32_t psn = n.nack_psn;
+  if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) return;  // stale
+  TxRecord& r = rec(psn);
+  if (r.psn != psn) return;
+  switch (static_cast<wire::NackCode>(n.nack_code)) {
+    case wire::NackCode::kTrimmed:
+    case wire::NackCode::kTrimmedLastHop:
+    case wire::NackCode::kTrimmedAck:
+      mark_lost(r, LossKind::kTrimmed, now);
+      break;
+    case wire::NackCode::kNoPktBuf:
+      // Receiver not ready: resend after the RNR delay; one episode counts once.
+      if (now >= tx_hold_until_) {
+        if (cfg_.rnr_retry_limit != 7 && ++rnr_retries_ > cfg_.rnr_retry_limit) {
+          set_error(WcStatus::kRnrRetryExcErr);
+          return;
+        }
+        tx_hold_until_ = now + cfg_.rnr_delay_ns;
+        wheel_->schedule(&hold_timer_, tx_hold_until_);
+      }
+      if (r.state == TxState::kInFlight) {
+        // Not a network loss: no congestion signal, no retry count.
+        r.state = TxState::kLost;
+        inflight_bytes_ -= charge(r);
+        queue_retransmit(r);
+      }
+      break;
+    case wire::NackCode::kBraidRemoteAccess:
+      if (r.kind == TxKind::kRequest) set_error(WcStatus::kRemAccessErr);
+      break;
+    case wire::NackCode::kBraidRemoteInvalid:
+      set_error(WcStatus::kRemInvReqErr);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace braid

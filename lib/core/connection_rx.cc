@@ -1,0 +1,288 @@
+// Connection, receive side: duplicate and window checks, the memory-key
+// check before any byte is touched, direct placement of every packet where it
+// belongs (in any order), and the in-order work done when the cumulative
+// point advances (receive completions, READ execution).
+#include <cstring>
+
+#include "core/connection.h"
+
+namespace braid {
+
+namespace {
+constexpr uint32_t kRsnFlag = 0x80000000u;
+}  // namespace
+
+void Connection::queue_nack(uint32_t psn, uint8_t code) {
+  if (nack_count_ == sizeof(nacks_) / sizeof(nacks_[0])) return;  // the sender's RTO covers it
+  nacks_[nack_count_++] = PendingNack{psn, code};
+}
+
+void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  switch (static_cast<wire::PdsType>(pkt.pro.type)) {
+    case wire::PdsType::kRudReq:
+    case wire::PdsType::kRodReq:
+    case wire::PdsType::kRudCcReq:
+    case wire::PdsType::kRodCcReq:
+      if (state_ == ConnectionState::kActive) on_data(pkt, now);
+      break;
+    case wire::PdsType::kAck:
+    case wire::PdsType::kAckCc:
+    case wire::PdsType::kAckCcx:
+      if (state_ == ConnectionState::kActive) on_ack(pkt, now);
+      break;
+    case wire::PdsType::kNack:
+    case wire::PdsType::kNackCcx:
+      if (state_ == ConnectionState::kActive) on_nack(pkt, now);
+      break;
+    default:
+      break;  // CTRL: nothing Braid needs yet
+  }
+}
+
+void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
+  const uint32_t psn = pkt.req.psn;
+  const ReceiveWindow::Verdict v = rx_.check(psn);
+  if (pkt.trimmed) {
+    ++stats_.trimmed_received;
+    if (v == ReceiveWindow::Verdict::kNew) {
+      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed));
+      ++stats_.nacks_sent;
+    }
+    return;
+  }
+  if (v == ReceiveWindow::Verdict::kOutOfWindow) {
+    ++stats_.out_of_window;
+    return;
+  }
+  if (v == ReceiveWindow::Verdict::kDuplicate) {
+    // The ACK for it was lost or is late: say again what we have.
+    ++stats_.duplicates;
+    ack_trigger_psn_ = psn;
+    ack_trigger_retx_ = true;
+    ack_due_ = true;
+    return;
+  }
+  uint8_t nack = 0;
+  bool ok = false;
+  if (pkt.has_ses_request) {
+    ok = place_request(pkt, &nack);
+  } else if (pkt.has_ses_response) {
+    ok = place_read_response(pkt, &nack);
+  } else {
+    ++stats_.invalid_requests;
+  }
+  if (!ok) {
+    if (nack != 0) {
+      queue_nack(psn, nack);
+      ++stats_.nacks_sent;
+    }
+    return;
+  }
+  const bool in_order = psn == rx_.cack() + 1;
+  const uint32_t advanced = rx_.mark(psn);
+  ++stats_.data_received;
+  rcvd_bytes_ += pkt.payload_len;
+  ++unacked_packets_;
+  ack_trigger_psn_ = psn;
+  ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
+  const bool ce = pkt.ip.ecn == wire::kEcnCe;
+  if (ce) ack_trigger_ecn_ = true;
+  if (advanced > 0) on_in_order_advance();
+  if (pkt.has_ses_response) complete_sends();
+  if (state_ != ConnectionState::kActive) return;
+  schedule_ack(!in_order || ce || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
+}
+
+bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_code) {
+  if (!(initiator & kRsnFlag)) {
+    ++stats_.invalid_requests;
+    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    return false;
+  }
+  // The wire carries 31 bits; rebuild the full number next to rq_head_.
+  const uint32_t full = rq_head_ + ((initiator - rq_head_) & ~kRsnFlag);
+  if (full - rq_head_ >= rq_tail_ - rq_head_) {
+    if (full - rq_head_ < (1u << 30)) {
+      ++stats_.rnr_nacks;
+      *nack_code = static_cast<uint8_t>(wire::NackCode::kNoPktBuf);
+    } else {
+      ++stats_.invalid_requests;
+      *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    }
+    return false;
+  }
+  *rsn = full;
+  return true;
+}
+
+bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code) {
+  const wire::SesRequest& s = pkt.ses;
+  const uint32_t len = pkt.payload_len;
+  const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
+  const auto invalid = [&] {
+    ++stats_.invalid_requests;
+    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    return false;
+  };
+  const auto access = [&] {
+    ++stats_.access_errors;
+    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteAccess);
+    return false;
+  };
+  if (uint64_t{msg_offset} + len > s.request_length) return invalid();
+  if (!s.som() && s.payload_length != len) return invalid();
+  if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+
+  switch (static_cast<wire::SesOpcode>(s.opcode)) {
+    case wire::SesOpcode::kWrite: {
+      const bool imm = s.initiator & kRsnFlag;
+      uint32_t rsn = 0;
+      if (imm && !receive_slot(s.initiator, &rsn, nack_code)) return false;
+      if (s.memory_key > 0xffffffffu) return access();
+      uint8_t* dst = nullptr;
+      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, len,
+                        kAccessRemoteWrite, cfg_.pd, &dst) != AccessError::kNone) {
+        return access();
+      }
+      if (len > 0) std::memcpy(dst, pkt.payload, len);
+      stats_.bytes_placed += len;
+      if (imm) {
+        RecvWqe& w = rq_[rsn & rq_mask_];
+        if (s.som() && (s.flags & wire::kSesFlagHd)) {
+          w.has_imm = true;
+          w.imm = static_cast<uint32_t>(s.header_data);
+        }
+        if (s.eom()) {
+          w.eom_seen = true;
+          w.eom_psn = pkt.req.psn;
+          w.byte_len = s.request_length;
+          w.rdma_imm = true;
+        }
+      }
+      return true;
+    }
+    case wire::SesOpcode::kSend: {
+      uint32_t rsn = 0;
+      if (!receive_slot(s.initiator, &rsn, nack_code)) return false;
+      RecvWqe& w = rq_[rsn & rq_mask_];
+      if (s.buffer_offset != msg_offset) return invalid();
+      if (s.request_length > w.length) {
+        // The message does not fit the posted buffer: the receive completes
+        // in error, the sender learns it from the NACK, both QPs stop.
+        w.status = WcStatus::kLocLenErr;
+        invalid();
+        set_error(WcStatus::kLocLenErr);
+        return false;
+      }
+      if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
+      stats_.bytes_placed += len;
+      if (s.som() && (s.flags & wire::kSesFlagHd)) {
+        w.has_imm = true;
+        w.imm = static_cast<uint32_t>(s.header_data);
+      }
+      if (s.eom()) {
+        w.eom_seen = true;
+        w.eom_psn = pkt.req.psn;
+        w.byte_len = s.request_length;
+        w.rdma_imm = false;
+      }
+      return true;
+    }
+    case wire::SesOpcode::kRead: {
+      if (len != 0 || !s.som() || !s.eom()) return invalid();
+      if (s.memory_key > 0xffffffffu) return access();
+      uint8_t* src = nullptr;
+      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length,
+                        kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
+        return access();
+      }
+      if (reads_tail_ - reads_head_ >= reads_.size()) return invalid();  // over max_rd_atomic
+      reads_[reads_tail_ & rr_mask_] =
+          PendingRead{pkt.req.psn, s.message_id, static_cast<uint32_t>(s.memory_key),
+                      s.buffer_offset, s.request_length};
+      ++reads_tail_;
+      return true;
+    }
+    default:
+      return invalid();
+  }
+}
+
+bool Connection::place_read_response(const wire::ParsedPacket& pkt, uint8_t* nack_code) {
+  const wire::SesResponse& s = pkt.resp;
+  const uint32_t len = pkt.payload_len;
+  // The READ with this 16-bit message id among those segmented and not done.
+  const uint32_t msn = sq_head_ + ((uint32_t{s.read_request_message_id} - sq_head_) & 0xffff);
+  if (msn - sq_head_ >= sq_tx_ - sq_head_) {
+    ++stats_.stale_responses;
+    return false;
+  }
+  SendWqe& w = sq_[msn & sq_mask_];
+  if (w.wr.opcode != Opcode::kRead || w.read_done) {
+    ++stats_.stale_responses;
+    return false;
+  }
+  const auto invalid = [&] {
+    ++stats_.invalid_requests;
+    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    return false;
+  };
+  if (s.opcode != static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData)) {
+    return invalid();
+  }
+  if (s.return_code != 0) {
+    w.read_failed = true;
+    w.read_status = WcStatus::kRemAccessErr;
+    return true;
+  }
+  if (s.payload_length != len || s.modified_length != w.length ||
+      uint64_t{s.message_offset} + len > w.length) {
+    return invalid();
+  }
+  if (len > 0) copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
+  stats_.bytes_placed += len;
+  w.read_bytes += len;
+  if (w.read_bytes == w.length) w.read_done = true;
+  return true;
+}
+
+void Connection::on_in_order_advance() {
+  complete_recvs();
+  if (state_ == ConnectionState::kActive) execute_reads();
+}
+
+void Connection::execute_reads() {
+  while (reads_head_ != reads_tail_ && rr_tail_ - rr_head_ < rr_.size()) {
+    const PendingRead& pr = reads_[reads_head_ & rr_mask_];
+    if (psn_lt(rx_.cack(), pr.psn)) break;
+    ReadResponse& job = rr_[rr_tail_ & rr_mask_];
+    job = ReadResponse{};
+    uint8_t* src = nullptr;
+    // Checked again: the region may have gone since the request arrived.
+    if (mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src) ==
+        AccessError::kNone) {
+      job.src = src;
+      job.length = pr.length;
+    } else {
+      ++stats_.access_errors;
+      job.return_code = 1;
+      job.length = 0;
+    }
+    job.message_id = pr.message_id;
+    ++rr_tail_;
+    ++reads_head_;
+  }
+}
+
+void Connection::release_read_responses() {
+  bool freed = false;
+  while (rr_head_ != rr_tx_) {
+    const ReadResponse& job = rr_[rr_head_ & rr_mask_];
+    if (!job.segmented || !psn_lt(job.last_psn, snd_una_)) break;
+    ++rr_head_;
+    freed = true;
+  }
+  if (freed) execute_reads();
+}
+
+}  // namespace braid

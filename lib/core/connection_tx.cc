@@ -1,0 +1,263 @@
+// Connection, transmit side: segmentation of work requests and read
+// responses into self-describing packets, the per-packet entropy, window and
+// congestion checks, and retransmission of exactly the packets declared lost.
+#include <algorithm>
+
+#include "core/connection.h"
+#include "wire/byte_order.h"
+#include "wire/crc32c.h"
+
+namespace braid {
+
+namespace {
+
+constexpr uint32_t kRsnFlag = 0x80000000u;  // `initiator`: consumes a receive WQE
+
+wire::SesOpcode ses_opcode(Opcode op) {
+  switch (op) {
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+      return wire::SesOpcode::kWrite;
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+      return wire::SesOpcode::kSend;
+    case Opcode::kRead:
+      return wire::SesOpcode::kRead;
+  }
+  return wire::SesOpcode::kNoOp;
+}
+
+}  // namespace
+
+bool Connection::wants_to_send() const {
+  if (nack_count_ > 0) return true;
+  if (state_ != ConnectionState::kActive) return false;
+  if (ack_due_) return true;
+  if (retx_count_ > 0) return true;
+  if (rr_tx_ == rr_tail_ && sq_tx_ == sq_tail_) return false;
+  if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
+  return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
+}
+
+uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (nack_count_ > 0) return build_nack(buf, cap);
+  if (state_ != ConnectionState::kActive) return 0;
+  if (ack_due_) return build_ack(buf, cap, now);
+  return produce_data(buf, cap, now);
+}
+
+bool Connection::next_new_packet(TxRecord* r) {
+  const uint32_t psn = snd_nxt_;
+  if (rr_tx_ != rr_tail_) {
+    ReadResponse& job = rr_[rr_tx_ & rr_mask_];
+    r->kind = TxKind::kReadResponse;
+    r->seq = rr_tx_;
+    r->offset = job.bytes_sent;
+    r->len = static_cast<uint16_t>(std::min(cfg_.mtu, job.length - job.bytes_sent));
+    job.bytes_sent += r->len;
+    if (job.bytes_sent == job.length) {
+      job.segmented = true;
+      job.last_psn = psn;
+      ++rr_tx_;
+    }
+    return true;
+  }
+  if (sq_tx_ == sq_tail_) return false;
+  SendWqe& w = sq_[sq_tx_ & sq_mask_];
+  r->kind = TxKind::kRequest;
+  r->seq = w.msn;
+  if (w.wr.opcode == Opcode::kRead) {
+    if (reads_outstanding_ >= cfg_.max_rd_atomic) return false;
+    ++reads_outstanding_;
+    r->offset = 0;
+    r->len = 0;
+    w.started = w.segmented = true;
+    w.first_psn = w.last_psn = psn;
+    ++sq_tx_;
+    return true;
+  }
+  r->offset = static_cast<uint32_t>(w.bytes_sent);
+  r->len = static_cast<uint16_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
+  if (!w.started) {
+    w.started = true;
+    w.first_psn = psn;
+  }
+  w.bytes_sent += r->len;
+  if (w.bytes_sent == w.length) {
+    w.segmented = true;
+    w.last_psn = psn;
+    ++sq_tx_;
+  }
+  return true;
+}
+
+uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (now < tx_hold_until_) return 0;
+  const uint32_t cwnd = cc_.cwnd_bytes();
+  // Retransmissions first: they hold back completion of everything after them.
+  while (retx_count_ > 0) {
+    const uint32_t psn = retx_queue_[retx_head_];
+    TxRecord& r = rec(psn);
+    if (r.psn != psn || r.state != TxState::kLost || psn_lt(psn, snd_una_)) {
+      if (r.psn == psn) r.queued_for_retx = false;
+      retx_head_ = (retx_head_ + 1) & retx_mask_;
+      --retx_count_;
+      continue;
+    }
+    if (inflight_bytes_ > 0 && inflight_bytes_ + charge(r) > cwnd) return 0;
+    const uint32_t n = build_data(buf, cap, r, true, now);
+    if (n == 0) return 0;
+    r.queued_for_retx = false;
+    retx_head_ = (retx_head_ + 1) & retx_mask_;
+    --retx_count_;
+    ++stats_.retransmits;
+    return n;
+  }
+  if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
+  if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
+  const uint32_t need = static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize +
+                                              wire::kSesStandardSize + cfg_.mtu +
+                                              (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0));
+  if (cap < need) return 0;
+  TxRecord& r = rec(snd_nxt_);
+  TxRecord fresh;
+  if (!next_new_packet(&fresh)) return 0;
+  fresh.psn = snd_nxt_;
+  r = fresh;
+  ++snd_nxt_;
+  ++stats_.data_sent;
+  return build_data(buf, cap, r, false, now);
+}
+
+uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now) {
+  const bool response = r.kind == TxKind::kReadResponse;
+  const size_t ses_size = response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
+  const size_t udp_payload =
+      wire::kRequestSize + ses_size + r.len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
+  if (wire::kL2L4Size + udp_payload > cap) return 0;
+
+  const uint8_t e = paths_.next();
+  r.entropy = e;
+  r.path_seq = path_next_seq_[e]++;
+  paths_.on_sent(e);
+
+  uint8_t* p = buf + wire::kL2L4Size;
+  wire::RequestHeader pds;
+  pds.pro.type = static_cast<uint8_t>(wire::PdsType::kRudReq);
+  pds.pro.next_hdr = static_cast<uint8_t>(response ? wire::NextHeader::kSesResponseData
+                                                   : wire::NextHeader::kSesStandard);
+  pds.pro.flags = retx ? wire::kReqFlagRetx : 0;
+  pds.psn = r.psn;
+  pds.spdcid = cfg_.local_id;
+  pds.dpdcid = cfg_.remote_id;
+  uint8_t* ses_at = p + wire::kRequestSize;
+  uint8_t* payload = ses_at + ses_size;
+
+  if (response) {
+    const ReadResponse& job = rr_[r.seq & rr_mask_];
+    if (r.offset + r.len == job.length) pds.pro.flags |= wire::kReqFlagAckReq;
+    wire::SesResponse s;
+    s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
+    s.return_code = job.return_code;
+    s.message_id = job.message_id;
+    s.read_request_message_id = job.message_id;
+    s.payload_length = r.len;
+    s.modified_length = job.length;
+    s.message_offset = r.offset;
+    wire::encode_ses_response_data(ses_at, s);
+    if (r.len > 0) std::memcpy(payload, job.src + r.offset, r.len);
+  } else {
+    const SendWqe& w = sq_[r.seq & sq_mask_];
+    const Opcode op = w.wr.opcode;
+    wire::SesRequest s;
+    s.opcode = static_cast<uint8_t>(ses_opcode(op));
+    const bool som = r.offset == 0;
+    const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
+    s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
+    if (eom) pds.pro.flags |= wire::kReqFlagAckReq;
+    s.message_id = static_cast<uint16_t>(w.msn);
+    s.request_length = static_cast<uint32_t>(w.length);
+    switch (op) {
+      case Opcode::kWrite:
+      case Opcode::kWriteImm:
+        s.buffer_offset = w.wr.remote_addr + r.offset;
+        s.memory_key = w.wr.rkey;
+        break;
+      case Opcode::kSend:
+      case Opcode::kSendImm:
+        s.buffer_offset = r.offset;
+        break;
+      case Opcode::kRead:
+        s.buffer_offset = w.wr.remote_addr;
+        s.memory_key = w.wr.rkey;
+        break;
+    }
+    if (op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm) {
+      s.initiator = kRsnFlag | (w.rsn & ~kRsnFlag);
+    }
+    if (op == Opcode::kSendImm || op == Opcode::kWriteImm) {
+      if (som) {
+        s.flags |= wire::kSesFlagHd;
+        s.header_data = w.wr.imm_data;
+      }
+    }
+    s.payload_length = r.len;
+    s.message_offset = r.offset;
+    wire::encode_ses_request(ses_at, s);
+    if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
+  }
+  wire::encode_request(p, pds);
+  if (cfg_.crc_trailer) {
+    const size_t n = udp_payload - wire::kCrcTrailerSize;
+    wire::store_be32(p + n, wire::crc32c(p, n));
+  }
+  frame_.write(buf, paths_.entropy(e), static_cast<uint32_t>(udp_payload), wire::kEcnEct0);
+
+  r.sent_at = now;
+  r.state = TxState::kInFlight;
+  ++r.tx_count;
+  inflight_bytes_ += charge(r);
+  if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rto_);
+  return static_cast<uint32_t>(wire::kL2L4Size + udp_payload);
+}
+
+void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
+  if (r.state != TxState::kInFlight) return;
+  r.state = TxState::kLost;
+  inflight_bytes_ -= charge(r);
+  paths_.on_lost(r.entropy);
+  switch (why) {
+    case LossKind::kInferred:
+      ++stats_.lost_inferred;
+      break;
+    case LossKind::kTrimmed:
+      ++stats_.lost_nacked;
+      break;
+    case LossKind::kTimeout:
+      ++stats_.lost_timeout;
+      if (++r.retries > cfg_.retry_limit) {
+        set_error(WcStatus::kRetryExcErr);
+        return;
+      }
+      break;
+  }
+  cc_.on_loss(LossEvent{now, r.len, why});
+  queue_retransmit(r);
+}
+
+void Connection::queue_retransmit(TxRecord& r) {
+  if (r.queued_for_retx) return;
+  // Drop entries of packets acknowledged meanwhile if the ring is full; a
+  // live entry dropped here is queued again by the next RTO.
+  while (retx_count_ > retx_mask_) {
+    TxRecord& old = rec(retx_queue_[retx_head_]);
+    if (old.psn == retx_queue_[retx_head_]) old.queued_for_retx = false;
+    retx_head_ = (retx_head_ + 1) & retx_mask_;
+    --retx_count_;
+  }
+  r.queued_for_retx = true;
+  retx_queue_[(retx_head_ + retx_count_) & retx_mask_] = r.psn;
+  ++retx_count_;
+}
+
+}  // namespace braid

@@ -1,0 +1,82 @@
+// An endpoint: one IPv4 address on one port, its connections, its memory
+// regions and its timers. It validates and demultiplexes received frames and
+// schedules transmission among its connections. Still sans-IO: the engine
+// (DPDK) or the simulator moves the frames and supplies the time.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/connection.h"
+#include "core/memory_table.h"
+#include "core/timing_wheel.h"
+#include "wire/frame.h"
+
+namespace braid {
+
+struct EndpointConfig {
+  wire::MacAddr mac{};
+  uint32_t ip = 0;  // host order
+  uint16_t udp_port = wire::kUetUdpPort;
+  bool crc_trailer = false;
+  uint8_t trim_dscp = 0xff;
+  TimeNs timer_tick_ns = 1000;
+};
+
+struct EndpointStats {
+  uint64_t rx_frames = 0;
+  uint64_t tx_frames = 0;
+  std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
+  uint64_t dropped() const {
+    uint64_t n = 0;
+    for (uint64_t d : drops) n += d;
+    return n;
+  }
+  uint64_t drops_for(wire::DropReason r) const { return drops[static_cast<size_t>(r)]; }
+};
+
+class Endpoint {
+ public:
+  explicit Endpoint(const EndpointConfig& cfg);
+  ~Endpoint();
+
+  // Fills in the endpoint's own addressing, port and integrity options.
+  // Returns nullptr when cfg.local_id is taken.
+  Connection* create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
+                                CompletionQueue* recv_cq);
+  void destroy_connection(uint16_t local_id);
+  Connection* connection(uint16_t local_id) const {
+    return local_id < conns_.size() ? conns_[local_id].get() : nullptr;
+  }
+
+  // One received frame; drops are counted by reason.
+  void receive(const uint8_t* frame, uint32_t len, TimeNs now);
+  // Writes up to one frame into buf. Returns its length, 0 if nothing to send.
+  uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now);
+  bool wants_to_send() const;
+  // Runs expired timers.
+  void advance(TimeNs now) { wheel_.advance(now); }
+  TimeNs next_timer() const { return wheel_.next_deadline(); }
+
+  MemoryRegionTable& memory() { return mrs_; }
+  TimingWheel& wheel() { return wheel_; }
+  const EndpointConfig& config() const { return cfg_; }
+  const EndpointStats& stats() const { return stats_; }
+
+ private:
+  void drop(wire::DropReason r) { ++stats_.drops[static_cast<size_t>(r)]; }
+
+  EndpointConfig cfg_;
+  wire::DecodeOptions decode_;
+  MemoryRegionTable mrs_;
+  TimingWheel wheel_;
+  std::vector<std::unique_ptr<Connection>> conns_;
+  std::vector<uint16_t> active_;  // ids, for round-robin transmission
+  uint32_t tx_cursor_ = 0;
+  EndpointStats stats_;
+  wire::ParsedPacket pkt_;  // scratch
+};
+
+}  // namespace braid

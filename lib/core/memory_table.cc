@@ -1,0 +1,68 @@
+#include "core/memory_table.h"
+
+namespace braid {
+
+const char* access_error_name(AccessError e) {
+  switch (e) {
+    case AccessError::kNone: return "none";
+    case AccessError::kBadKey: return "bad_key";
+    case AccessError::kWrongPd: return "wrong_pd";
+    case AccessError::kOutOfBounds: return "out_of_bounds";
+    case AccessError::kNoPermission: return "no_permission";
+  }
+  return "?";
+}
+
+uint32_t MemoryRegionTable::register_region(void* addr, uint64_t length, uint32_t access,
+                                            uint32_t pd, uint64_t iova) {
+  uint32_t index;
+  if (!free_.empty()) {
+    index = free_.back();
+    free_.pop_back();
+  } else {
+    index = static_cast<uint32_t>(regions_.size());
+    regions_.emplace_back();
+    generation_.push_back(0);
+  }
+  const uint8_t gen = ++generation_[index];
+  MemoryRegion& r = regions_[index];
+  r.base = static_cast<uint8_t*>(addr);
+  r.iova = iova;
+  r.length = length;
+  r.access = access;
+  r.pd = pd;
+  r.key = (index << 8) | gen;
+  r.valid = true;
+  return r.key;
+}
+
+const MemoryRegion* MemoryRegionTable::find(uint32_t key) const {
+  const uint32_t index = key >> 8;
+  if (index >= regions_.size()) return nullptr;
+  const MemoryRegion& r = regions_[index];
+  if (!r.valid || r.key != key) return nullptr;
+  return &r;
+}
+
+bool MemoryRegionTable::deregister(uint32_t key) {
+  const MemoryRegion* r = find(key);
+  if (r == nullptr) return false;
+  regions_[key >> 8].valid = false;
+  free_.push_back(key >> 8);
+  return true;
+}
+
+AccessError MemoryRegionTable::resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
+                                       uint32_t pd, uint8_t** out) const {
+  const MemoryRegion* r = find(key);
+  if (r == nullptr) return AccessError::kBadKey;
+  if (r->pd != pd) return AccessError::kWrongPd;
+  if ((r->access & need) != need) return AccessError::kNoPermission;
+  if (addr < r->iova) return AccessError::kOutOfBounds;
+  const uint64_t off = addr - r->iova;
+  if (off > r->length || len > r->length - off) return AccessError::kOutOfBounds;
+  *out = r->base + off;
+  return AccessError::kNone;
+}
+
+}  // namespace braid

@@ -1,0 +1,61 @@
+// Local scatter/gather lists and the copies in and out of them. Keys of local
+// buffers are checked when a work request is posted (verbs layer); the core
+// only sees validated pointers.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace braid {
+
+inline constexpr uint32_t kMaxSge = 4;
+
+struct Sge {
+  uint8_t* addr = nullptr;
+  uint32_t length = 0;
+};
+
+struct SgList {
+  Sge sge[kMaxSge];
+  uint8_t num = 0;
+
+  uint64_t total_length() const {
+    uint64_t n = 0;
+    for (uint8_t i = 0; i < num; ++i) n += sge[i].length;
+    return n;
+  }
+};
+
+// Copies len bytes starting at byte `offset` of the list into dst.
+inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32_t len) {
+  for (uint8_t i = 0; i < l.num && len > 0; ++i) {
+    if (offset >= l.sge[i].length) {
+      offset -= l.sge[i].length;
+      continue;
+    }
+    const uint64_t avail = l.sge[i].length - offset;
+    const uint32_t n = avail < len ? static_cast<uint32_t>(avail) : len;
+    std::memcpy(dst, l.sge[i].addr + offset, n);
+    dst += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
+// Copies len bytes from src into the list starting at byte `offset`.
+inline void copy_to_sgl(const SgList& l, uint64_t offset, const uint8_t* src, uint32_t len) {
+  for (uint8_t i = 0; i < l.num && len > 0; ++i) {
+    if (offset >= l.sge[i].length) {
+      offset -= l.sge[i].length;
+      continue;
+    }
+    const uint64_t avail = l.sge[i].length - offset;
+    const uint32_t n = avail < len ? static_cast<uint32_t>(avail) : len;
+    std::memcpy(l.sge[i].addr + offset, src, n);
+    src += n;
+    len -= n;
+    offset = 0;
+  }
+}
+
+}  // namespace braid

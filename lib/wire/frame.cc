@@ -1,0 +1,204 @@
+#include "wire/frame.h"
+
+#include <cstring>
+
+#include "wire/byte_order.h"
+#include "wire/crc32c.h"
+
+namespace braid::wire {
+
+const char* drop_reason_name(DropReason r) {
+  switch (r) {
+    case DropReason::kNone: return "none";
+    case DropReason::kTruncatedEthernet: return "truncated_ethernet";
+    case DropReason::kNotIpv4: return "not_ipv4";
+    case DropReason::kBadIpHeader: return "bad_ip_header";
+    case DropReason::kBadIpChecksum: return "bad_ip_checksum";
+    case DropReason::kIpFragment: return "ip_fragment";
+    case DropReason::kBadIpLength: return "bad_ip_length";
+    case DropReason::kNotUdp: return "not_udp";
+    case DropReason::kBadUdpLength: return "bad_udp_length";
+    case DropReason::kWrongUdpPort: return "wrong_udp_port";
+    case DropReason::kTruncatedPds: return "truncated_pds";
+    case DropReason::kUnknownPdsType: return "unknown_pds_type";
+    case DropReason::kUnsupportedPdsType: return "unsupported_pds_type";
+    case DropReason::kTruncatedSes: return "truncated_ses";
+    case DropReason::kUnknownNextHeader: return "unknown_next_header";
+    case DropReason::kBadCrc: return "bad_crc";
+    case DropReason::kNotForUs: return "not_for_us";
+    case DropReason::kUnknownConnection: return "unknown_connection";
+    case DropReason::kCount: break;
+  }
+  return "?";
+}
+
+uint16_t ipv4_checksum(const uint8_t* hdr, size_t len) {
+  uint32_t sum = 0;
+  for (size_t i = 0; i + 1 < len; i += 2) sum += load_be16(hdr + i);
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  return static_cast<uint16_t>(~sum);
+}
+
+namespace {
+
+DropReason decode_ses_after(const uint8_t* p, size_t len, uint8_t next_hdr, ParsedPacket* out,
+                            size_t* used) {
+  switch (static_cast<NextHeader>(next_hdr)) {
+    case NextHeader::kNone:
+      *used = 0;
+      return DropReason::kNone;
+    case NextHeader::kSesStandard:
+      *used = decode_ses_request(p, len, &out->ses);
+      if (*used == 0) return DropReason::kTruncatedSes;
+      out->has_ses_request = true;
+      return DropReason::kNone;
+    case NextHeader::kSesResponse:
+      *used = decode_ses_response(p, len, &out->resp);
+      if (*used == 0) return DropReason::kTruncatedSes;
+      out->has_ses_response = true;
+      return DropReason::kNone;
+    case NextHeader::kSesResponseData:
+      *used = decode_ses_response_data(p, len, &out->resp);
+      if (*used == 0) return DropReason::kTruncatedSes;
+      out->has_ses_response = true;
+      return DropReason::kNone;
+    default:
+      // Small/medium requests and the small response are valid UET but Braid
+      // never sends them; treat them as unknown rather than guess.
+      return DropReason::kUnknownNextHeader;
+  }
+}
+
+}  // namespace
+
+DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out) {
+  if (crc_trailer) {
+    if (len < kPrologueSize + kCrcTrailerSize) return DropReason::kTruncatedPds;
+    len -= kCrcTrailerSize;
+    if (crc32c(p, len) != load_be32(p + len)) return DropReason::kBadCrc;
+  }
+  if (len < kPrologueSize) return DropReason::kTruncatedPds;
+  out->has_ses_request = false;
+  out->has_ses_response = false;
+  out->pro = decode_prologue(p);
+  size_t used = 0;
+  switch (static_cast<PdsType>(out->pro.type)) {
+    case PdsType::kRudReq:
+    case PdsType::kRodReq:
+    case PdsType::kRudCcReq:
+    case PdsType::kRodCcReq:
+      used = decode_request(p, len, &out->req);
+      break;
+    case PdsType::kAck:
+    case PdsType::kAckCc:
+    case PdsType::kAckCcx:
+      used = decode_ack(p, len, &out->ack);
+      break;
+    case PdsType::kNack:
+    case PdsType::kNackCcx:
+      used = decode_nack(p, len, &out->nack);
+      break;
+    case PdsType::kCtrl:
+      used = decode_ctrl(p, len, &out->ctrl);
+      if (used == 0) return DropReason::kTruncatedPds;
+      out->payload = p + used;
+      out->payload_len = static_cast<uint32_t>(len - used);
+      return DropReason::kNone;
+    case PdsType::kRudiReq:
+    case PdsType::kRudiResp:
+    case PdsType::kUudReq:
+      return DropReason::kUnsupportedPdsType;
+    default:
+      return DropReason::kUnknownPdsType;
+  }
+  if (used == 0) return DropReason::kTruncatedPds;
+  if (out->trimmed) {
+    // Only the PDS header of a trimmed packet matters: its PSN gets NACKed.
+    out->payload = nullptr;
+    out->payload_len = 0;
+    return DropReason::kNone;
+  }
+  size_t ses_used = 0;
+  const DropReason r = decode_ses_after(p + used, len - used, out->pro.next_hdr, out, &ses_used);
+  if (r != DropReason::kNone) return r;
+  used += ses_used;
+  out->payload = p + used;
+  out->payload_len = static_cast<uint32_t>(len - used);
+  return DropReason::kNone;
+}
+
+DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& opt,
+                        ParsedPacket* out) {
+  if (len < kEthernetSize) return DropReason::kTruncatedEthernet;
+  std::memcpy(out->dst_mac.data(), data, 6);
+  std::memcpy(out->src_mac.data(), data + 6, 6);
+  if (load_be16(data + 12) != kEtherTypeIpv4) return DropReason::kNotIpv4;
+  const uint8_t* ip = data + kEthernetSize;
+  const size_t ip_avail = len - kEthernetSize;
+  if (ip_avail < kIpv4Size) return DropReason::kBadIpHeader;
+  if ((ip[0] >> 4) != 4) return DropReason::kNotIpv4;
+  const size_t ihl = size_t{ip[0] & 0xfu} * 4;
+  if (ihl < kIpv4Size || ihl > ip_avail) return DropReason::kBadIpHeader;
+  const size_t total = load_be16(ip + 2);
+  if (total < ihl + kUdpSize || total > ip_avail) return DropReason::kBadIpLength;
+  if (ipv4_checksum(ip, ihl) != 0) return DropReason::kBadIpChecksum;
+  if ((load_be16(ip + 6) & 0x3fff) != 0) return DropReason::kIpFragment;  // MF or offset
+  if (ip[9] != kIpProtoUdp) return DropReason::kNotUdp;
+  out->ip.dscp = ip[1] >> 2;
+  out->ip.ecn = ip[1] & 3;
+  out->ip.ttl = ip[8];
+  out->ip.src = load_be32(ip + 12);
+  out->ip.dst = load_be32(ip + 16);
+  const uint8_t* udp = ip + ihl;
+  const size_t udp_len = load_be16(udp + 4);
+  if (udp_len < kUdpSize || udp_len != total - ihl) return DropReason::kBadUdpLength;
+  out->entropy = load_be16(udp);
+  out->dst_port = load_be16(udp + 2);
+  if (out->dst_port != opt.udp_port) return DropReason::kWrongUdpPort;
+  out->trimmed = out->ip.dscp == opt.trim_dscp;
+  return decode_udp_payload(udp + kUdpSize, udp_len - kUdpSize, opt.crc_trailer && !out->trimmed,
+                            out);
+}
+
+FrameTemplate::FrameTemplate(const MacAddr& src_mac, const MacAddr& dst_mac, uint32_t src_ip,
+                             uint32_t dst_ip, uint16_t dst_port, uint8_t ttl) {
+  uint8_t* h = hdr_.data();
+  std::memcpy(h, dst_mac.data(), 6);
+  std::memcpy(h + 6, src_mac.data(), 6);
+  store_be16(h + 12, kEtherTypeIpv4);
+  uint8_t* ip = h + kEthernetSize;
+  ip[0] = 0x45;
+  ip[1] = 0;
+  store_be16(ip + 2, 0);
+  store_be16(ip + 4, 0);       // identification: unused, DF set
+  store_be16(ip + 6, 0x4000);  // DF
+  ip[8] = ttl;
+  ip[9] = kIpProtoUdp;
+  store_be16(ip + 10, 0);
+  store_be32(ip + 12, src_ip);
+  store_be32(ip + 16, dst_ip);
+  uint8_t* udp = ip + kIpv4Size;
+  store_be16(udp + 2, dst_port);
+  store_be16(udp + 6, 0);  // UDP checksum 0, as UET
+  partial_sum_ = 0;
+  for (size_t i = 4; i < kIpv4Size; i += 2) partial_sum_ += load_be16(ip + i);
+}
+
+void FrameTemplate::set_dst_mac(const MacAddr& mac) { std::memcpy(hdr_.data(), mac.data(), 6); }
+
+void FrameTemplate::write(uint8_t* out, uint16_t entropy, uint32_t udp_payload_len,
+                          uint8_t tos) const {
+  std::memcpy(out, hdr_.data(), kL2L4Size);
+  uint8_t* ip = out + kEthernetSize;
+  const uint32_t total = static_cast<uint32_t>(kIpv4Size + kUdpSize + udp_payload_len);
+  ip[1] = tos;
+  store_be16(ip + 2, static_cast<uint16_t>(total));
+  uint32_t sum = partial_sum_ + ((0x45u << 8) | tos) + total;
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  store_be16(ip + 10, static_cast<uint16_t>(~sum));
+  uint8_t* udp = ip + kIpv4Size;
+  store_be16(udp, entropy);
+  store_be16(udp + 4, static_cast<uint16_t>(kUdpSize + udp_payload_len));
+}
+
+}  // namespace braid::wire

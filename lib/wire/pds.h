@@ -1,0 +1,189 @@
+// UET packet delivery sublayer (PDS) headers: prologue, RUD/ROD requests,
+// ACK / ACK_CC / ACK_CCX, NACK / NACK_CCX, CTRL, RUDI and UUD. Layouts follow
+// UET 1.0 (see docs/wire-format.md); every decoder is bounds-checked and
+// reports how many bytes it consumed, or 0 when the buffer is too short.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace braid::wire {
+
+enum class PdsType : uint8_t {
+  kRudReq = 0x02,
+  kRodReq = 0x03,
+  kRudiReq = 0x04,
+  kRudiResp = 0x05,
+  kUudReq = 0x06,
+  kAck = 0x07,
+  kAckCc = 0x08,
+  kAckCcx = 0x09,
+  kNack = 0x0a,
+  kCtrl = 0x0b,
+  kNackCcx = 0x0c,
+  kRudCcReq = 0x0d,
+  kRodCcReq = 0x0e,
+};
+
+// The 4-bit "next header" of requests, ACKs and NACKs: which SES header follows.
+enum class NextHeader : uint8_t {
+  kNone = 0,
+  kSesSmall = 1,
+  kSesMedium = 2,
+  kSesStandard = 3,
+  kSesResponse = 4,
+  kSesResponseData = 5,
+  kSesResponseDataSmall = 6,
+};
+
+// Request flags (7 bits of the prologue).
+inline constexpr uint8_t kReqFlagRetx = 0x10;
+inline constexpr uint8_t kReqFlagAckReq = 0x08;
+inline constexpr uint8_t kReqFlagSyn = 0x04;
+// ACK and NACK flags.
+inline constexpr uint8_t kAckFlagEcn = 0x20;  // "M": an ECN-CE mark was seen
+inline constexpr uint8_t kAckFlagRetx = 0x10;
+inline constexpr uint8_t kAckFlagProbe = 0x08;
+inline constexpr uint8_t kAckReqShift = 1;  // 2-bit REQ field (CLS/CLR requests)
+inline constexpr uint8_t kNackFlagType = 0x08;
+
+enum class CcType : uint8_t { kNscc = 0, kCredit = 1 };
+
+enum class NackCode : uint8_t {
+  kTrimmed = 0x01,
+  kTrimmedLastHop = 0x02,
+  kTrimmedAck = 0x03,
+  kNoPdcAvail = 0x04,
+  kNoBitmap = 0x06,
+  kNoPktBuf = 0x07,  // Braid: receiver not ready (no receive WQE posted)
+  kPsnOorWindow = 0x0b,
+  kRodOoo = 0x0d,
+  kInvDpdcid = 0x0e,
+  kClosing = 0x10,
+  kNewStartPsn = 0x17,
+  kUnexpEvent = 0x19,
+  kRcvrInferLoss = 0x1a,
+  // Braid vendor range: semantic errors that UET would return in an SES
+  // response. Braid reports them on the PDS NACK so the requester learns of
+  // them without a reliable response channel (docs/wire-format.md).
+  kBraidRemoteAccess = 0xe0,
+  kBraidRemoteInvalid = 0xe1,
+};
+
+enum class CtrlType : uint8_t {
+  kNop = 0,
+  kAckReq = 1,
+  kClear = 2,
+  kClearReq = 3,
+  kClose = 4,
+  kCloseReq = 5,
+  kProbe = 6,
+  kCredit = 7,
+  kCreditReq = 8,
+  kNegotiation = 9,
+};
+
+struct Prologue {
+  uint8_t type = 0;      // 5 bits
+  uint8_t next_hdr = 0;  // 4 bits (control type for CTRL)
+  uint8_t flags = 0;     // 7 bits
+};
+
+inline constexpr size_t kPrologueSize = 2;
+inline constexpr size_t kRequestSize = 12;
+inline constexpr size_t kRequestCcSize = 16;
+inline constexpr size_t kAckSize = 12;
+inline constexpr size_t kAckCcSize = 32;
+inline constexpr size_t kNackSize = 16;
+inline constexpr size_t kNackCcxSize = 24;
+inline constexpr size_t kCtrlSize = 12;
+inline constexpr size_t kRudiSize = 8;
+inline constexpr size_t kUudSize = 4;
+
+// RUD/ROD request (and their _CC variants, which add 4 bytes).
+struct RequestHeader {
+  Prologue pro;
+  uint16_t clear_psn_offset = 0;
+  uint32_t psn = 0;
+  uint16_t spdcid = 0;
+  uint16_t dpdcid = 0;  // when !SYN
+  uint8_t pdc_info = 0;     // when SYN: 4 bits
+  uint16_t psn_offset = 0;  // when SYN: 12 bits
+  uint8_t ccc_id = 0;          // _CC only
+  uint32_t credit_target = 0;  // _CC only, 24 bits
+};
+
+// NSCC congestion state carried in ACK_CC (cc_type 0).
+struct NsccAckState {
+  uint16_t service_time = 0;
+  bool restore_cwnd = false;
+  uint8_t rcv_cwnd_pend = 0;  // 7 bits
+  uint32_t rcvd_bytes = 0;    // 24 bits
+  uint16_t ooo_count = 0;
+};
+
+// ACK, ACK_CC and ACK_CCX. `has_sack` is set for the two 32-byte forms.
+struct AckHeader {
+  Prologue pro;
+  uint16_t ack_psn_offset = 0;  // PSN of the packet that triggered this ACK, minus cack_psn
+  uint32_t cack_psn = 0;        // every PSN up to and including this one was received
+  uint16_t spdcid = 0;
+  uint16_t dpdcid = 0;
+  bool has_sack = false;
+  uint8_t cc_type = 0;   // ACK_CC: 4 bits; ACK_CCX: ccx_type
+  uint8_t cc_flags = 0;  // ACK_CC: 4 bits
+  uint8_t mpr = 0;
+  uint16_t sack_psn_offset = 0;  // bitmap base = cack_psn + sack_psn_offset
+  uint64_t sack_bitmap = 0;      // bit i set: base + i received
+  NsccAckState nscc;             // cc_type kNscc
+  uint32_t credit = 0;           // cc_type kCredit, 24 bits
+  uint64_t ccx_state = 0;        // ACK_CCX
+};
+
+struct NackHeader {
+  Prologue pro;
+  uint8_t nack_code = 0;
+  uint8_t vendor_code = 0;
+  uint32_t nack_psn = 0;
+  uint16_t spdcid = 0;
+  uint16_t dpdcid = 0;
+  uint32_t payload = 0;
+  bool has_ccx = false;
+  uint8_t nccx_type = 0;     // 4 bits
+  uint8_t nccx_state1 = 0;   // 4 bits
+  uint64_t nccx_state2 = 0;  // 56 bits
+};
+
+struct CtrlHeader {
+  Prologue pro;  // next_hdr holds the control type
+  uint16_t probe_opaque = 0;
+  uint32_t psn = 0;
+  uint16_t spdcid = 0;
+  uint16_t dpdcid = 0;  // when !SYN
+  uint8_t pdc_info = 0;
+  uint16_t psn_offset = 0;
+};
+
+// RUDI request/response and UUD request: no connection state.
+struct UnreliableHeader {
+  Prologue pro;
+  uint32_t pkt_id = 0;  // RUDI only
+};
+
+bool is_request_type(uint8_t type);
+// Returns false when the prologue's type is not one Braid knows.
+Prologue decode_prologue(const uint8_t* p);
+void encode_prologue(uint8_t* p, const Prologue& pro);
+
+// Decoders return bytes consumed, 0 if `len` is too short.
+size_t decode_request(const uint8_t* p, size_t len, RequestHeader* h);
+size_t encode_request(uint8_t* p, const RequestHeader& h);
+size_t decode_ack(const uint8_t* p, size_t len, AckHeader* h);
+size_t encode_ack(uint8_t* p, const AckHeader& h);
+size_t decode_nack(const uint8_t* p, size_t len, NackHeader* h);
+size_t encode_nack(uint8_t* p, const NackHeader& h);
+size_t decode_ctrl(const uint8_t* p, size_t len, CtrlHeader* h);
+size_t encode_ctrl(uint8_t* p, const CtrlHeader& h);
+size_t decode_unreliable(const uint8_t* p, size_t len, UnreliableHeader* h);
+
+}  // namespace braid::wire

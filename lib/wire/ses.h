@@ -1,0 +1,88 @@
+// UET semantic sublayer (SES) headers as Braid uses them for RDMA operations:
+// the 44-byte standard request (SOM and non-SOM forms), the 12-byte response
+// and the 20-byte response with data. docs/wire-format.md maps each field to
+// its Braid meaning.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace braid::wire {
+
+enum class SesOpcode : uint8_t {
+  kNoOp = 0x00,
+  kWrite = 0x01,
+  kRead = 0x02,
+  kAtomic = 0x03,
+  kFetchAtomic = 0x04,
+  kSend = 0x05,
+  kRendezvousSend = 0x06,
+  kDatagramSend = 0x07,
+  kDeferrableSend = 0x08,
+  kTaggedSend = 0x09,
+};
+
+enum class SesResponseOpcode : uint8_t {
+  kDefault = 0x00,
+  kResponse = 0x01,
+  kResponseWithData = 0x02,
+  kNoResponse = 0x03,
+};
+
+// Flags of byte 1 of a request (bits 5..0; bits 7..6 are the version).
+inline constexpr uint8_t kSesFlagSom = 0x01;
+inline constexpr uint8_t kSesFlagEom = 0x02;
+inline constexpr uint8_t kSesFlagHd = 0x04;   // header data present (immediate)
+inline constexpr uint8_t kSesFlagRel = 0x08;  // relative addressing
+inline constexpr uint8_t kSesFlagIe = 0x10;   // initiator error
+inline constexpr uint8_t kSesFlagDc = 0x20;   // delivery complete
+
+inline constexpr size_t kSesStandardSize = 44;
+inline constexpr size_t kSesResponseSize = 12;
+inline constexpr size_t kSesResponseDataSize = 20;
+
+struct SesRequest {
+  uint8_t opcode = 0;   // 6 bits
+  uint8_t version = 0;  // 2 bits
+  uint8_t flags = 0;    // kSesFlag*
+  uint16_t message_id = 0;
+  uint8_t ri_generation = 0;
+  uint32_t job_id = 0;          // 24 bits
+  uint16_t pid_on_fep = 0;      // 12 bits
+  uint16_t resource_index = 0;  // 12 bits
+  uint64_t buffer_offset = 0;
+  uint32_t initiator = 0;
+  uint64_t memory_key = 0;  // memory key or match bits
+  // With SOM: header_data. Without SOM: payload_length (14 bits) and
+  // message_offset share the same 8 bytes.
+  uint64_t header_data = 0;
+  uint16_t payload_length = 0;
+  uint32_t message_offset = 0;
+  uint32_t request_length = 0;
+
+  bool som() const { return flags & kSesFlagSom; }
+  bool eom() const { return flags & kSesFlagEom; }
+};
+
+struct SesResponse {
+  uint8_t list = 0;         // 2 bits
+  uint8_t opcode = 0;       // 6 bits (SesResponseOpcode)
+  uint8_t version = 0;      // 2 bits
+  uint8_t return_code = 0;  // 6 bits
+  uint16_t message_id = 0;
+  uint8_t ri_generation = 0;  // plain response only
+  uint32_t job_id = 0;        // 24 bits
+  uint16_t read_request_message_id = 0;  // with data only
+  uint16_t payload_length = 0;           // with data only, 14 bits
+  uint32_t modified_length = 0;
+  uint32_t message_offset = 0;  // with data only
+};
+
+size_t decode_ses_request(const uint8_t* p, size_t len, SesRequest* h);
+size_t encode_ses_request(uint8_t* p, const SesRequest& h);
+size_t decode_ses_response(const uint8_t* p, size_t len, SesResponse* h);
+size_t encode_ses_response(uint8_t* p, const SesResponse& h);
+size_t decode_ses_response_data(const uint8_t* p, size_t len, SesResponse* h);
+size_t encode_ses_response_data(uint8_t* p, const SesResponse& h);
+
+}  // namespace braid::wire
