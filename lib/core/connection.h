@@ -213,6 +213,10 @@ class Connection {
   uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
   void mark_lost(TxRecord& r, LossKind why, TimeNs now);
   void queue_retransmit(TxRecord& r);
+  // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
+  // the frame length. `body` bytes of UDP payload are already in place.
+  uint32_t finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const;
+  size_t trailer() const { return cfg_.crc_trailer ? wire::kCrcTrailerSize : 0; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   bool place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code);

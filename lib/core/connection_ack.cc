@@ -19,8 +19,7 @@ void Connection::schedule_ack(bool immediate, TimeNs now) {
 
 uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   (void)now;
-  constexpr uint32_t kLen = wire::kL2L4Size + wire::kAckCcSize;
-  if (cap < kLen) return 0;
+  if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
   const uint32_t cack = rx_.cack();
   uint32_t trigger = ack_trigger_psn_;
   if (psn_le(trigger, cack)) trigger = cack;
@@ -44,19 +43,19 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   wire::encode_ack(buf + wire::kL2L4Size, a);
   const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
   ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
-  frame_.write(buf, entropy, wire::kAckCcSize, static_cast<uint8_t>(wire::kDscpAck << 2));
+  const uint32_t len =
+      finish_frame(buf, wire::kAckCcSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
   ack_due_ = false;
   unacked_packets_ = 0;
   ack_trigger_ecn_ = false;
   ack_trigger_retx_ = false;
   wheel_->cancel(&ack_timer_);
   ++stats_.acks_sent;
-  return kLen;
+  return len;
 }
 
 uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
-  constexpr uint32_t kLen = wire::kL2L4Size + wire::kNackSize;
-  if (cap < kLen) return 0;
+  if (cap < wire::kL2L4Size + wire::kNackSize + trailer()) return 0;
   const PendingNack n = nacks_[0];
   for (uint32_t i = 1; i < nack_count_; ++i) nacks_[i - 1] = nacks_[i];
   --nack_count_;
@@ -67,10 +66,9 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
   wire::encode_nack(buf + wire::kL2L4Size, h);
-  frame_.write(buf, paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_)), wire::kNackSize,
-               static_cast<uint8_t>(wire::kDscpAck << 2));
+  const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
   ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
-  return kLen;
+  return finish_frame(buf, wire::kNackSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
 void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {

@@ -129,9 +129,12 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code
     *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteAccess);
     return false;
   };
-  if (uint64_t{msg_offset} + len > s.request_length) return invalid();
-  if (!s.som() && s.payload_length != len) return invalid();
-  if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+  // WRITE and SEND payloads must lie inside the message they claim to be of.
+  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
+    if (uint64_t{msg_offset} + len > s.request_length) return invalid();
+    if (!s.som() && s.payload_length != len) return invalid();
+    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+  }
 
   switch (static_cast<wire::SesOpcode>(s.opcode)) {
     case wire::SesOpcode::kWrite: {

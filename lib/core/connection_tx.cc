@@ -207,17 +207,23 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
   }
   wire::encode_request(p, pds);
-  if (cfg_.crc_trailer) {
-    const size_t n = udp_payload - wire::kCrcTrailerSize;
-    wire::store_be32(p + n, wire::crc32c(p, n));
-  }
-  frame_.write(buf, paths_.entropy(e), static_cast<uint32_t>(udp_payload), wire::kEcnEct0);
+  const uint32_t frame_len =
+      finish_frame(buf, udp_payload - trailer(), paths_.entropy(e), wire::kEcnEct0);
 
   r.sent_at = now;
   r.state = TxState::kInFlight;
   ++r.tx_count;
   inflight_bytes_ += charge(r);
   if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rto_);
+  return frame_len;
+}
+
+uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy,
+                                  uint8_t tos) const {
+  uint8_t* p = buf + wire::kL2L4Size;
+  if (cfg_.crc_trailer) wire::store_be32(p + body, wire::crc32c(p, body));
+  const size_t udp_payload = body + trailer();
+  frame_.write(buf, entropy, static_cast<uint32_t>(udp_payload), tos);
   return static_cast<uint32_t>(wire::kL2L4Size + udp_payload);
 }
 
