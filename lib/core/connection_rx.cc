@@ -141,13 +141,16 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code
       const bool imm = s.initiator & kRsnFlag;
       uint32_t rsn = 0;
       if (imm && !receive_slot(s.initiator, &rsn, nack_code)) return false;
-      if (s.memory_key > 0xffffffffu) return access();
-      uint8_t* dst = nullptr;
-      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, len,
-                        kAccessRemoteWrite, cfg_.pd, &dst) != AccessError::kNone) {
+      if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
+      // Every packet checks the whole message's range, as an RC responder does
+      // on the first packet: a message that overruns the region places nothing.
+      uint8_t* base = nullptr;
+      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset - msg_offset,
+                        s.request_length, kAccessRemoteWrite, cfg_.pd,
+                        &base) != AccessError::kNone) {
         return access();
       }
-      if (len > 0) std::memcpy(dst, pkt.payload, len);
+      if (len > 0) std::memcpy(base + msg_offset, pkt.payload, len);
       stats_.bytes_placed += len;
       if (imm) {
         RecvWqe& w = rq_[rsn & rq_mask_];
