@@ -80,8 +80,12 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
   r.state = TxState::kAcked;
   *acked_bytes += r.len;
   paths_.on_acked(r.entropy);
-  uint32_t& hi = path_acked_seq_[r.entropy];
-  if (static_cast<int32_t>(r.path_seq + 1 - hi) > 0) hi = r.path_seq + 1;
+  // Only a packet sent once says which path delivered it: the ACK of a
+  // retransmitted one may be for its first copy, still on the old path.
+  if (r.tx_count == 1) {
+    uint32_t& hi = path_acked_seq_[r.entropy];
+    if (static_cast<int32_t>(r.path_seq + 1 - hi) > 0) hi = r.path_seq + 1;
+  }
 }
 
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
