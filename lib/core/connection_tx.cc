@@ -119,11 +119,14 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
                                               wire::kSesStandardSize + cfg_.mtu +
                                               (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0));
   if (cap < need) return 0;
+  // Filled in place: a temporary copied in would stall on store forwarding.
+  // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);
-  TxRecord fresh;
-  if (!next_new_packet(&fresh)) return 0;
-  fresh.psn = snd_nxt_;
-  r = fresh;
+  if (!next_new_packet(&r)) return 0;
+  r.psn = snd_nxt_;
+  r.retries = 0;
+  r.tx_count = 0;
+  r.queued_for_retx = false;
   ++snd_nxt_;
   ++stats_.data_sent;
   return build_data(buf, cap, r, false, now);

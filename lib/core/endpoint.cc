@@ -1,6 +1,7 @@
 #include "core/endpoint.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace braid {
 
@@ -39,7 +40,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(r);
     return;
   }
-  if (pkt_.ip.dst != cfg_.ip || pkt_.dst_mac != cfg_.mac) {
+  if (pkt_.ip.dst != cfg_.ip || std::memcmp(pkt_.dst_mac.data(), cfg_.mac.data(), 6) != 0) {
     drop(wire::DropReason::kNotForUs);
     return;
   }
@@ -86,12 +87,13 @@ bool Endpoint::wants_to_send() const {
 
 uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
   const uint32_t n = static_cast<uint32_t>(active_.size());
+  uint32_t k = tx_cursor_ < n ? tx_cursor_ : 0;
   for (uint32_t i = 0; i < n; ++i) {
-    const uint32_t k = (tx_cursor_ + i) % n;
     Connection* c = conns_[active_[k]].get();
+    if (++k == n) k = 0;
     const uint32_t len = c->produce(buf, cap, now);
     if (len > 0) {
-      tx_cursor_ = (k + 1) % n;
+      tx_cursor_ = k;
       ++stats_.tx_frames;
       return len;
     }

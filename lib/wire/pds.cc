@@ -16,17 +16,6 @@ bool is_request_type(uint8_t type) {
   }
 }
 
-Prologue decode_prologue(const uint8_t* p) {
-  const uint16_t v = load_be16(p);
-  return Prologue{static_cast<uint8_t>(v >> 11), static_cast<uint8_t>((v >> 7) & 0xf),
-                  static_cast<uint8_t>(v & 0x7f)};
-}
-
-void encode_prologue(uint8_t* p, const Prologue& pro) {
-  store_be16(p, static_cast<uint16_t>(((pro.type & 0x1f) << 11) | ((pro.next_hdr & 0xf) << 7) |
-                                      (pro.flags & 0x7f)));
-}
-
 static bool has_cc_extension(uint8_t type) {
   return type == static_cast<uint8_t>(PdsType::kRudCcReq) ||
          type == static_cast<uint8_t>(PdsType::kRodCcReq);

@@ -171,9 +171,17 @@ struct UnreliableHeader {
 };
 
 bool is_request_type(uint8_t type);
-// Returns false when the prologue's type is not one Braid knows.
-Prologue decode_prologue(const uint8_t* p);
-void encode_prologue(uint8_t* p, const Prologue& pro);
+inline Prologue decode_prologue(const uint8_t* p) {
+  const uint16_t v = static_cast<uint16_t>((p[0] << 8) | p[1]);
+  return Prologue{static_cast<uint8_t>(v >> 11), static_cast<uint8_t>((v >> 7) & 0xf),
+                  static_cast<uint8_t>(v & 0x7f)};
+}
+inline void encode_prologue(uint8_t* p, const Prologue& pro) {
+  const uint16_t v = static_cast<uint16_t>(((pro.type & 0x1f) << 11) | ((pro.next_hdr & 0xf) << 7) |
+                                           (pro.flags & 0x7f));
+  p[0] = static_cast<uint8_t>(v >> 8);
+  p[1] = static_cast<uint8_t>(v);
+}
 
 // Decoders return bytes consumed, 0 if `len` is too short.
 size_t decode_request(const uint8_t* p, size_t len, RequestHeader* h);
