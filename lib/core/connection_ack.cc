@@ -4,6 +4,7 @@
 // sender uses ACKs and NACKs: RTT samples, per-entropy statistics, and loss
 // inferred from gaps on each entropy.
 #include <algorithm>
+#include <climits>
 
 #include "core/connection.h"
 
@@ -21,8 +22,11 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   (void)now;
   if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
   const uint32_t cack = rx_.cack();
+  // The ACK names its triggering packet even when that packet just moved the
+  // cumulative point past itself: Braid reads ack_psn_offset as signed.
   uint32_t trigger = ack_trigger_psn_;
-  if (psn_le(trigger, cack)) trigger = cack;
+  const int32_t offset = psn_diff(trigger, cack);
+  if (offset < INT16_MIN || offset > INT16_MAX) trigger = cack;
   wire::AckHeader a;
   a.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
   a.pro.next_hdr = 0;
@@ -35,7 +39,7 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   a.cc_type = static_cast<uint8_t>(wire::CcType::kNscc);
   a.mpr = static_cast<uint8_t>(std::countr_zero(rx_.window()));  // log2 of the window
   // The 64 PSNs ending at the triggering packet, or starting just above cack.
-  const uint32_t base = trigger - cack <= 64 ? cack + 1 : trigger - 63;
+  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
   a.sack_psn_offset = static_cast<uint16_t>(base - cack);
   a.sack_bitmap = rx_.sack_bits(base);
   a.nscc.rcvd_bytes = rcvd_bytes_ & 0xffffff;
@@ -97,7 +101,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     ++stats_.bad_acks;
     return;
   }
-  const uint32_t trigger = cack + a.ack_psn_offset;
+  const uint32_t trigger = cack + static_cast<uint32_t>(static_cast<int16_t>(a.ack_psn_offset));
   TxRecord* sample = nullptr;
   if (psn_le(snd_una_, trigger) && psn_lt(trigger, snd_nxt_)) {
     TxRecord& t = rec(trigger);
