@@ -257,18 +257,30 @@ void Connection::hold_thunk(Timer*, TimeNs) {
 
 void Connection::on_rto(TimeNs now) {
   if (state_ != ConnectionState::kActive || snd_una_ == snd_nxt_) return;
-  ++stats_.timeouts;
+  // Only packets unacknowledged for a whole RTO since their last transmission
+  // are lost; if none is (the oldest were resent recently), wait for the
+  // first that will be, without backing off.
+  bool expired = false;
+  TimeNs earliest = kNever;
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
+      if (!expired) ++stats_.timeouts;
+      expired = true;
       mark_lost(r, LossKind::kTimeout, now);
       if (state_ != ConnectionState::kActive) return;
+    } else if (r.state == TxState::kInFlight) {
+      earliest = std::min(earliest, r.sent_at + rto_);
     } else if (r.state == TxState::kLost && !r.queued_for_retx) {
       r.state = TxState::kInFlight;  // re-enter the queue through mark_lost
       inflight_bytes_ += charge(r);
       mark_lost(r, LossKind::kTimeout, now);
       if (state_ != ConnectionState::kActive) return;
     }
+  }
+  if (!expired) {
+    wheel_->schedule(&rto_timer_, earliest == kNever ? now + rto_ : earliest);
+    return;
   }
   rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
   wheel_->schedule(&rto_timer_, now + rto_);
