@@ -99,16 +99,12 @@ void SimNetwork::enqueue(Link& l, int to, std::vector<uint8_t> f) {
     return;
   }
   const Impairments& im = l.impair;
-  if (chance(im.loss)) {
-    ++l.stats.dropped_loss;
-    return;
+  if (now_ >= l.burst_until && chance(im.burst_enter)) {
+    const double mean = static_cast<double>(std::max<TimeNs>(im.burst_mean_ns, 1));
+    l.burst_until = now_ + static_cast<TimeNs>(std::exponential_distribution<double>(1.0 / mean)(rng_));
   }
-  if (l.in_burst) {
-    if (chance(im.burst_exit)) l.in_burst = false;
-  } else if (chance(im.burst_enter)) {
-    l.in_burst = true;
-  }
-  if (l.in_burst && chance(im.burst_loss)) {
+  const bool in_burst = now_ < l.burst_until;
+  if ((in_burst && chance(im.burst_loss)) || chance(im.loss)) {
     ++l.stats.dropped_loss;
     return;
   }

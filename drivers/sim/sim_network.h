@@ -27,9 +27,12 @@ struct PathConfig {
 
 struct Impairments {
   double loss = 0.0;             // independent loss probability per frame
-  double burst_enter = 0.0;      // Gilbert-Elliott: good -> bad per frame
-  double burst_exit = 0.3;       // bad -> good per frame
-  double burst_loss = 1.0;       // loss probability in the bad state
+  // Bursty loss (Gilbert-Elliott in time): each frame starts a burst with
+  // probability burst_enter; a burst lasts an exponential time of mean
+  // burst_mean_ns, during which frames are lost with probability burst_loss.
+  double burst_enter = 0.0;
+  TimeNs burst_mean_ns = 20'000;
+  double burst_loss = 1.0;
   double duplicate = 0.0;
   double corrupt = 0.0;          // flip one random byte of the frame
   double trim = 0.0;             // random trimming probability
@@ -86,7 +89,7 @@ class SimNetwork {
     int to = -1;
     std::vector<Path> paths;
     Impairments impair;
-    bool in_burst = false;
+    TimeNs burst_until = 0;
     LinkStats stats;
   };
   struct Host {

@@ -120,6 +120,8 @@ class Connection {
   const CongestionControl& cc() const { return cc_; }
   const ConnectionConfig& config() const { return cfg_; }
   uint32_t inflight_bytes() const { return inflight_bytes_; }
+  // Packets sent and not yet cumulatively acknowledged.
+  uint32_t unacked_packets() const { return snd_nxt_ - snd_una_; }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
   TimeNs rto_ns() const { return rto_; }

@@ -47,8 +47,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     if (v == ReceiveWindow::Verdict::kNew) {
       queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed));
       ++stats_.nacks_sent;
+      return;
     }
-    return;
+    // A trimmed copy of a packet we have: the sender needs our ACK, as for
+    // any duplicate.
   }
   if (v == ReceiveWindow::Verdict::kOutOfWindow) {
     ++stats_.out_of_window;

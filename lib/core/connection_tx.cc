@@ -158,7 +158,6 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
 
   if (response) {
     const ReadResponse& job = rr_[r.seq & rr_mask_];
-    if (r.offset + r.len == job.length) pds.pro.flags |= wire::kReqFlagAckReq;
     wire::SesResponse s;
     s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
     s.return_code = job.return_code;
@@ -177,7 +176,6 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     const bool som = r.offset == 0;
     const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
     s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
-    if (eom) pds.pro.flags |= wire::kReqFlagAckReq;
     s.message_id = static_cast<uint16_t>(w.msn);
     s.request_length = static_cast<uint32_t>(w.length);
     switch (op) {
@@ -209,6 +207,14 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     wire::encode_ses_request(ses_at, s);
     if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
   }
+  // Ask for an immediate ACK when nothing else will follow soon: the last
+  // packet queued, a retransmission, or a window about to close. Otherwise
+  // the receiver coalesces.
+  const bool idle_after = sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_ && retx_count_ <= 1;
+  const bool window_closing =
+      inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
+      snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
+  if (retx || idle_after || window_closing) pds.pro.flags |= wire::kReqFlagAckReq;
   wire::encode_request(p, pds);
   const uint32_t frame_len =
       finish_frame(buf, udp_payload - trailer(), paths_.entropy(e), wire::kEcnEct0);

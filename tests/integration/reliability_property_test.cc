@@ -4,6 +4,8 @@
 // close to what the network lost, and no memory growth.
 #include <fmt/format.h>
 
+#include <cstdlib>
+
 #include "workload.h"
 
 namespace braid::test {
@@ -25,7 +27,7 @@ void run_one(uint64_t seed, const Mix& mix, uint32_t entropies) {
   if (mix.harsh) {
     o.crc = true;
     o.link.impair.burst_enter = mix.loss / 4;
-    o.link.impair.burst_exit = 0.5;
+    o.link.impair.burst_mean_ns = 20'000;
     o.link.impair.corrupt = 0.005;
     o.link.impair.trim = 0.01;
   }
@@ -59,11 +61,27 @@ void run_one(uint64_t seed, const Mix& mix, uint32_t entropies) {
       }
     }
   }
+  if (!ok || p.qa->state() != ConnectionState::kActive) {
+    for (Connection* q : {p.qa, p.qb}) {
+      const auto& st = q->stats();
+      fmt::print("conn {}: sent {} retx {} recv {} dup {} oow {} acks_tx {} acks_rx {} nacks {}/{} "
+                 "bad_acks {} timeouts {} lost i/n/t {}/{}/{} stale {} rnr {} invalid {} state {}\n",
+                 q->config().local_id, st.data_sent, st.retransmits, st.data_received,
+                 st.duplicates, st.out_of_window, st.acks_sent, st.acks_received, st.nacks_sent,
+                 st.nacks_received, st.bad_acks, st.timeouts, st.lost_inferred, st.lost_nacked,
+                 st.lost_timeout, st.stale_responses, st.rnr_nacks, st.invalid_requests,
+                 static_cast<int>(q->state()));
+    }
+  }
   ASSERT_TRUE(ok) << ctx << " did not finish";
   verify(a, b, ctx);
   verify(b, a, ctx);
-  // Let stray retransmissions and ACKs settle, then nothing new may complete.
-  p.run_until([] { return false; }, 5'000'000);
+  // Let the last retransmissions and ACKs settle; then nothing new may
+  // complete and nothing may be left in flight.
+  ASSERT_TRUE(p.run_until(
+      [&] { return p.qa->unacked_packets() == 0 && p.qb->unacked_packets() == 0; }))
+      << ctx << " packets left unacknowledged";
+  p.run_until([] { return false; }, 1'000'000);
   drain(a);
   drain(b);
   ASSERT_EQ(a.send_wcs.size(), a.ops.size()) << ctx;
@@ -94,8 +112,14 @@ void run_one(uint64_t seed, const Mix& mix, uint32_t entropies) {
   ASSERT_EQ(p.qa->inflight_bytes(), 0u) << ctx;
 }
 
+// BRAID_PROPERTY_SEEDS raises the count for soak runs; CI runs 200.
+uint64_t seed_count() {
+  const char* v = std::getenv("BRAID_PROPERTY_SEEDS");
+  return v != nullptr ? std::max<uint64_t>(200, std::strtoull(v, nullptr, 10)) : 200;
+}
+
 TEST_P(ReliabilityProperty, TwoHundredSeedsSprayed) {
-  for (uint64_t seed = 1; seed <= 200; ++seed) {
+  for (uint64_t seed = 1; seed <= seed_count(); ++seed) {
     run_one(seed, GetParam(), 16);
     if (HasFatalFailure()) return;
   }
