@@ -3,8 +3,8 @@
 // them through several ECMP paths with loss. Bandwidth is in virtual time
 // (what the protocol achieves on the modelled fabric); the wall-clock packet
 // rate of the core is reported after the table.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -45,7 +45,9 @@ struct Result {
   uint64_t packets = 0;
 };
 
-braid::wire::MacAddr mac(uint8_t b) { return {0x02, 0, 0, 0, 0, b}; }
+braid::wire::MacAddr mac(uint8_t b) {
+  return {0x02, 0, 0, 0, 0, b};
+}
 
 Result run_size(const Options& o, uint64_t size, uint64_t iters, braid::ConnectionStats* stats_out,
                 std::vector<braid::EntropyStats>* paths_out, braid::sim::LinkStats* link_out) {
@@ -89,8 +91,8 @@ Result run_size(const Options& o, uint64_t size, uint64_t iters, braid::Connecti
 
   std::vector<uint8_t> src(size), dst(size);
   for (size_t i = 0; i < size; ++i) src[i] = static_cast<uint8_t>(i * 131 + 7);
-  const uint32_t rkey = b.memory().register_region(dst.data(), dst.size(),
-                                                   kAccessLocalWrite | kAccessRemoteWrite, 0);
+  const uint32_t rkey =
+      b.memory().register_region(dst.data(), dst.size(), kAccessLocalWrite | kAccessRemoteWrite, 0);
   SendRequest wr;
   wr.opcode = Opcode::kWrite;
   wr.local.sge[0] = Sge{src.data(), static_cast<uint32_t>(size)};
@@ -163,7 +165,10 @@ Result run_size(const Options& o, uint64_t size, uint64_t iters, braid::Connecti
   return r;
 }
 
-void print_dashes() { std::puts("---------------------------------------------------------------------------------------"); }
+void print_dashes() {
+  std::puts(
+      "---------------------------------------------------------------------------------------");
+}
 
 }  // namespace
 
@@ -179,9 +184,12 @@ int main(int argc, char** argv) {
   app.add_option("--paths", o.paths, "Parallel ECMP paths (default 4)")->check(CLI::Range(1, 64));
   app.add_option("--path-gbps", o.path_gbps, "Rate of each path, Gb/s (default 25)");
   app.add_option("--host-gbps", o.host_gbps, "NIC rate of each host, Gb/s (default 100)");
-  app.add_option("--entropies", o.entropies, "Entropies (UDP source ports) sprayed per connection; 1 = single path (default 64)")
+  app.add_option(
+         "--entropies", o.entropies,
+         "Entropies (UDP source ports) sprayed per connection; 1 = single path (default 64)")
       ->check(CLI::Range(1, 256));
-  app.add_option("--mtu", o.mtu, "Payload bytes per packet (default 4096)")->check(CLI::Range(256, 9000));
+  app.add_option("--mtu", o.mtu, "Payload bytes per packet (default 4096)")
+      ->check(CLI::Range(256, 9000));
   app.add_option("--window-kb", o.window_kb, "Fixed congestion window, KiB (default 256)");
   app.add_option("--seed", o.seed, "Seed of the simulated fabric (default 1)");
   app.add_flag("--verify", o.verify, "Check the written data byte for byte");
@@ -194,9 +202,10 @@ int main(int argc, char** argv) {
   fmt::print(" Connection type : RC\t\tUsing SRQ      : OFF\n");
   fmt::print(" TX depth        : {}\n", o.tx_depth);
   fmt::print(" Mtu             : {}[B]\n", o.mtu);
-  fmt::print(" Fabric          : {} paths x {} Gb/s, host {} Gb/s, loss {}%\n", o.paths, o.path_gbps,
-             o.host_gbps, o.loss_pct);
-  fmt::print(" Entropies       : {}{}\n", o.entropies, o.entropies == 1 ? " (single path)" : " (per-packet spraying)");
+  fmt::print(" Fabric          : {} paths x {} Gb/s, host {} Gb/s, loss {}%\n", o.paths,
+             o.path_gbps, o.host_gbps, o.loss_pct);
+  fmt::print(" Entropies       : {}{}\n", o.entropies,
+             o.entropies == 1 ? " (single path)" : " (per-packet spraying)");
   print_dashes();
   if (o.report_gbits) {
     std::puts(" #bytes     #iterations    BW peak[Gb/sec]    BW average[Gb/sec]   MsgRate[Mpps]");
@@ -226,8 +235,8 @@ int main(int argc, char** argv) {
   // Braid's own summary of the last size: what the transport did.
   fmt::print(" Braid transport (last size): data packets {}, retransmitted {}, fabric lost {}\n",
              st.data_sent, st.retransmits, link.lost());
-  fmt::print("   loss detected: {} by per-entropy gaps, {} by timeout ({} RTOs)\n", st.lost_inferred,
-             st.lost_timeout, st.timeouts);
+  fmt::print("   loss detected: {} by per-entropy gaps, {} by timeout ({} RTOs)\n",
+             st.lost_inferred, st.lost_timeout, st.timeouts);
   std::string per_path;
   for (size_t i = 0; i < link.per_path.size(); ++i) {
     per_path += fmt::format("{}{}", i ? " / " : "", link.per_path[i]);
@@ -238,7 +247,8 @@ int main(int argc, char** argv) {
     samples += p.rtt_samples;
     srtt += uint64_t{p.srtt_ns} * p.rtt_samples;
   }
-  if (samples > 0) fmt::print("   mean RTT: {:.2f} us over {} samples\n", srtt / 1e3 / samples, samples);
+  if (samples > 0)
+    fmt::print("   mean RTT: {:.2f} us over {} samples\n", srtt / 1e3 / samples, samples);
   fmt::print("   simulator + core wall time {:.3f} s ({:.2f} M packets/s on one core)\n", wall,
              wall > 0 ? packets / wall / 1e6 : 0);
   print_dashes();

@@ -17,7 +17,9 @@
 namespace braid {
 namespace {
 
-wire::MacAddr mac(uint8_t b) { return {0x02, 0, 0, 0, 0, b}; }
+wire::MacAddr mac(uint8_t b) {
+  return {0x02, 0, 0, 0, 0, b};
+}
 
 void BM_EncodeDataHeaders(benchmark::State& state) {
   wire::FrameTemplate t(mac(1), mac(2), 0xc6120001, 0xc6120002, wire::kUetUdpPort);
@@ -97,7 +99,10 @@ struct Pair {
   Pair(uint32_t mtu, uint16_t entropies)
       : a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000}),
         b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000}),
-        scq(1024), rcq(16), bscq(16), brcq(16) {
+        scq(1024),
+        rcq(16),
+        bscq(16),
+        brcq(16) {
     ConnectionConfig c;
     c.mtu = mtu;
     c.entropy.count = entropies;

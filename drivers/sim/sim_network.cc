@@ -101,7 +101,8 @@ void SimNetwork::enqueue(Link& l, int to, std::vector<uint8_t> f) {
   const Impairments& im = l.impair;
   if (now_ >= l.burst_until && chance(im.burst_enter)) {
     const double mean = static_cast<double>(std::max<TimeNs>(im.burst_mean_ns, 1));
-    l.burst_until = now_ + static_cast<TimeNs>(std::exponential_distribution<double>(1.0 / mean)(rng_));
+    l.burst_until =
+        now_ + static_cast<TimeNs>(std::exponential_distribution<double>(1.0 / mean)(rng_));
   }
   const bool in_burst = now_ < l.burst_until;
   if ((in_burst && chance(im.burst_loss)) || chance(im.loss)) {
@@ -130,7 +131,8 @@ void SimNetwork::enqueue(Link& l, int to, std::vector<uint8_t> f) {
     set_tos(f.data(), static_cast<uint8_t>((im.trim_dscp << 2) | (ip[1] & 3)));
     ++l.stats.trimmed;
   }
-  if (p.cfg.ecn_kmin_bytes > 0 && (ip[1] & 3) != wire::kEcnNotEct && queued > p.cfg.ecn_kmin_bytes) {
+  if (p.cfg.ecn_kmin_bytes > 0 && (ip[1] & 3) != wire::kEcnNotEct &&
+      queued > p.cfg.ecn_kmin_bytes) {
     const double span = std::max<double>(1, p.cfg.ecn_kmax_bytes - p.cfg.ecn_kmin_bytes);
     const double prob = std::min(1.0, (queued - p.cfg.ecn_kmin_bytes) / span);
     if (chance(prob)) {

@@ -26,7 +26,7 @@ struct PathConfig {
 };
 
 struct Impairments {
-  double loss = 0.0;             // independent loss probability per frame
+  double loss = 0.0;  // independent loss probability per frame
   // Bursty loss (Gilbert-Elliott in time): each frame starts a burst with
   // probability burst_enter; a burst lasts an exponential time of mean
   // burst_mean_ns, during which frames are lost with probability burst_loss.
@@ -34,11 +34,11 @@ struct Impairments {
   TimeNs burst_mean_ns = 20'000;
   double burst_loss = 1.0;
   double duplicate = 0.0;
-  double corrupt = 0.0;          // flip one random byte of the frame
-  double trim = 0.0;             // random trimming probability
-  bool trim_on_overflow = false; // a full queue trims instead of dropping
-  uint8_t trim_dscp = 0x0b;      // DSCP put on trimmed frames
-  uint32_t trimmed_size = 106;   // frame bytes kept (L2-L4 + 64)
+  double corrupt = 0.0;           // flip one random byte of the frame
+  double trim = 0.0;              // random trimming probability
+  bool trim_on_overflow = false;  // a full queue trims instead of dropping
+  uint8_t trim_dscp = 0x0b;       // DSCP put on trimmed frames
+  uint32_t trimmed_size = 106;    // frame bytes kept (L2-L4 + 64)
 };
 
 struct LinkConfig {

@@ -214,7 +214,7 @@ void Connection::set_error(WcStatus first_status) {
       wc.wr_id = w.wr.wr_id;
       wc.status = s;
       wc.qp_num = cfg_.qp_num;
-      wc.opcode = w.wr.opcode == Opcode::kRead   ? WcOpcode::kRdmaRead
+      wc.opcode = w.wr.opcode == Opcode::kRead ? WcOpcode::kRdmaRead
                   : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
                       ? WcOpcode::kSend
                       : WcOpcode::kRdmaWrite;
@@ -244,7 +244,9 @@ void Connection::arm_rto(TimeNs now) {
   wheel_->schedule(&rto_timer_, now + rto_);
 }
 
-void Connection::rto_thunk(Timer* t, TimeNs now) { static_cast<Connection*>(t->owner)->on_rto(now); }
+void Connection::rto_thunk(Timer* t, TimeNs now) {
+  static_cast<Connection*>(t->owner)->on_rto(now);
+}
 
 void Connection::ack_thunk(Timer* t, TimeNs) {
   Connection* c = static_cast<Connection*>(t->owner);

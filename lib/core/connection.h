@@ -34,10 +34,10 @@ struct ConnectionConfig {
   uint32_t local_ip = 0;
   uint32_t remote_ip = 0;
   uint16_t udp_port = wire::kUetUdpPort;
-  uint32_t tx_psn = 0;  // first PSN we send
-  uint32_t rx_psn = 0;  // first PSN the peer sends
-  uint32_t pd = 0;      // protection domain for remote accesses
-  uint32_t mtu = 4096;  // payload bytes per packet
+  uint32_t tx_psn = 0;             // first PSN we send
+  uint32_t rx_psn = 0;             // first PSN the peer sends
+  uint32_t pd = 0;                 // protection domain for remote accesses
+  uint32_t mtu = 4096;             // payload bytes per packet
   uint32_t window_packets = 1024;  // PSNs tracked each way: power of two >= 128
   uint32_t sq_depth = 256;         // power of two
   uint32_t rq_depth = 256;         // power of two
@@ -47,37 +47,37 @@ struct ConnectionConfig {
   TimeNs rto_initial_ns = 1'000'000;
   TimeNs rto_min_ns = 200'000;
   TimeNs rto_max_ns = 50'000'000;
-  uint8_t retry_limit = 7;         // retransmissions of one packet before RETRY_EXC_ERR
-  uint8_t rnr_retry_limit = 7;     // 7 = infinite, as in InfiniBand
+  uint8_t retry_limit = 7;      // retransmissions of one packet before RETRY_EXC_ERR
+  uint8_t rnr_retry_limit = 7;  // 7 = infinite, as in InfiniBand
   TimeNs rnr_delay_ns = 100'000;
   uint32_t path_reorder_threshold = 2;  // later packets acked on the same entropy => loss
   bool crc_trailer = false;
-  uint8_t trim_dscp = 0xff;        // DSCP a trimming switch puts on cut packets
+  uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
   EntropyConfig entropy;
   CcConfig cc;
 };
 
 // What a connection has seen; all plain counters.
 struct ConnectionStats {
-  uint64_t data_sent = 0;        // data packets, first transmissions
-  uint64_t retransmits = 0;      // data packets sent again
-  uint64_t data_received = 0;    // new data packets accepted
-  uint64_t duplicates = 0;       // data packets already received
+  uint64_t data_sent = 0;      // data packets, first transmissions
+  uint64_t retransmits = 0;    // data packets sent again
+  uint64_t data_received = 0;  // new data packets accepted
+  uint64_t duplicates = 0;     // data packets already received
   uint64_t out_of_window = 0;
   uint64_t acks_sent = 0;
   uint64_t acks_received = 0;
   uint64_t nacks_sent = 0;
   uint64_t nacks_received = 0;
   uint64_t trimmed_received = 0;
-  uint64_t lost_inferred = 0;   // declared lost from SACK / per-entropy gaps
-  uint64_t lost_nacked = 0;     // declared lost by a TRIMMED NACK
-  uint64_t lost_timeout = 0;    // declared lost by the RTO
-  uint64_t timeouts = 0;        // RTO expirations
+  uint64_t lost_inferred = 0;  // declared lost from SACK / per-entropy gaps
+  uint64_t lost_nacked = 0;    // declared lost by a TRIMMED NACK
+  uint64_t lost_timeout = 0;   // declared lost by the RTO
+  uint64_t timeouts = 0;       // RTO expirations
   uint64_t rnr_nacks = 0;
-  uint64_t access_errors = 0;   // remote accesses refused (we were the target)
+  uint64_t access_errors = 0;  // remote accesses refused (we were the target)
   uint64_t invalid_requests = 0;
-  uint64_t bad_acks = 0;        // ACKs for PSNs never sent, etc.
-  uint64_t stale_responses = 0; // read responses for no outstanding READ
+  uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
+  uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t bytes_placed = 0;
 };
 
@@ -155,11 +155,11 @@ class Connection {
     uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
     uint32_t first_psn = 0;
     uint32_t last_psn = 0;
-    uint64_t bytes_sent = 0;    // segmentation cursor
-    uint64_t read_bytes = 0;    // READ: response bytes placed
-    bool started = false;       // first packet has a PSN
-    bool segmented = false;     // every packet has a PSN
-    bool read_done = false;     // READ: every response byte placed
+    uint64_t bytes_sent = 0;  // segmentation cursor
+    uint64_t read_bytes = 0;  // READ: response bytes placed
+    bool started = false;     // first packet has a PSN
+    bool segmented = false;   // every packet has a PSN
+    bool read_done = false;   // READ: every response byte placed
     bool read_failed = false;
     WcStatus read_status = WcStatus::kSuccess;
   };
@@ -288,7 +288,7 @@ class Connection {
   uint32_t rq_tail_ = 0;  // next to post
   std::vector<PendingRead> reads_;
   uint32_t reads_head_ = 0, reads_tail_ = 0;
-  PendingNack nacks_[8];
+  PendingNack nacks_[32];
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
   uint32_t unacked_packets_ = 0;

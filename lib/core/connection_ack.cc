@@ -30,8 +30,8 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   wire::AckHeader a;
   a.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
   a.pro.next_hdr = 0;
-  a.pro.flags = (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) |
-                (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
+  a.pro.flags =
+      (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
   a.ack_psn_offset = static_cast<uint16_t>(trigger - cack);
   a.cack_psn = cack;
   a.spdcid = cfg_.local_id;

@@ -115,9 +115,9 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
-  const uint32_t need = static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize +
-                                              wire::kSesStandardSize + cfg_.mtu +
-                                              (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0));
+  const uint32_t need =
+      static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
+                            cfg_.mtu + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0));
   if (cap < need) return 0;
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
@@ -211,9 +211,8 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   // packet queued, a retransmission, or a window about to close. Otherwise
   // the receiver coalesces.
   const bool idle_after = sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_ && retx_count_ <= 1;
-  const bool window_closing =
-      inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
-      snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
+  const bool window_closing = inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
+                              snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
   if (retx || idle_after || window_closing) pds.pro.flags |= wire::kReqFlagAckReq;
   wire::encode_request(p, pds);
   const uint32_t frame_len =
@@ -227,8 +226,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   return frame_len;
 }
 
-uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy,
-                                  uint8_t tos) const {
+uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const {
   uint8_t* p = buf + wire::kL2L4Size;
   if (cfg_.crc_trailer) wire::store_be32(p + body, wire::crc32c(p, body));
   const size_t udp_payload = body + trailer();

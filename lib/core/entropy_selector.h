@@ -17,8 +17,8 @@ enum class PathPolicy : uint8_t {
 
 struct EntropyConfig {
   PathPolicy policy = PathPolicy::kRoundRobin;
-  uint16_t count = 16;        // 1..256; 1 = single path (RoCEv2-like)
-  uint16_t base_port = 49152; // entropy i is base_port + i * stride (mod 2^14) | 0xc000
+  uint16_t count = 16;         // 1..256; 1 = single path (RoCEv2-like)
+  uint16_t base_port = 49152;  // entropy i is base_port + i * stride (mod 2^14) | 0xc000
   uint16_t stride = 1;
 };
 

@@ -4,11 +4,16 @@ namespace braid {
 
 const char* access_error_name(AccessError e) {
   switch (e) {
-    case AccessError::kNone: return "none";
-    case AccessError::kBadKey: return "bad_key";
-    case AccessError::kWrongPd: return "wrong_pd";
-    case AccessError::kOutOfBounds: return "out_of_bounds";
-    case AccessError::kNoPermission: return "no_permission";
+    case AccessError::kNone:
+      return "none";
+    case AccessError::kBadKey:
+      return "bad_key";
+    case AccessError::kWrongPd:
+      return "wrong_pd";
+    case AccessError::kOutOfBounds:
+      return "out_of_bounds";
+    case AccessError::kNoPermission:
+      return "no_permission";
   }
   return "?";
 }

@@ -16,10 +16,10 @@ enum AccessFlags : uint32_t {
 
 enum class AccessError : uint8_t {
   kNone = 0,
-  kBadKey,       // no such region (or deregistered: the generation differs)
-  kWrongPd,      // region belongs to another protection domain
-  kOutOfBounds,  // [addr, addr + len) not inside the region, or it wraps
-  kNoPermission, // region lacks the access the operation needs
+  kBadKey,        // no such region (or deregistered: the generation differs)
+  kWrongPd,       // region belongs to another protection domain
+  kOutOfBounds,   // [addr, addr + len) not inside the region, or it wraps
+  kNoPermission,  // region lacks the access the operation needs
 };
 
 const char* access_error_name(AccessError e);

@@ -12,9 +12,15 @@ using TimeNs = uint64_t;
 inline constexpr TimeNs kNever = ~TimeNs{0};
 
 // 32-bit PSNs compare in serial-number arithmetic (RFC 1982).
-inline int32_t psn_diff(uint32_t a, uint32_t b) { return static_cast<int32_t>(a - b); }
-inline bool psn_lt(uint32_t a, uint32_t b) { return psn_diff(a, b) < 0; }
-inline bool psn_le(uint32_t a, uint32_t b) { return psn_diff(a, b) <= 0; }
+inline int32_t psn_diff(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b);
+}
+inline bool psn_lt(uint32_t a, uint32_t b) {
+  return psn_diff(a, b) < 0;
+}
+inline bool psn_le(uint32_t a, uint32_t b) {
+  return psn_diff(a, b) <= 0;
+}
 
 enum class Opcode : uint8_t {
   kWrite,

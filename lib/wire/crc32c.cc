@@ -33,7 +33,7 @@ uint32_t crc32c_table(const uint8_t* p, size_t len, uint32_t crc) {
 
 #if defined(__x86_64__)
 __attribute__((target("sse4.2"))) uint32_t crc32c_sse42(const uint8_t* p, size_t len,
-                                                         uint32_t crc) {
+                                                        uint32_t crc) {
   uint64_t c = ~crc & 0xffffffffu;
   while (len >= 8) {
     uint64_t v;

@@ -9,25 +9,44 @@ namespace braid::wire {
 
 const char* drop_reason_name(DropReason r) {
   switch (r) {
-    case DropReason::kNone: return "none";
-    case DropReason::kTruncatedEthernet: return "truncated_ethernet";
-    case DropReason::kNotIpv4: return "not_ipv4";
-    case DropReason::kBadIpHeader: return "bad_ip_header";
-    case DropReason::kBadIpChecksum: return "bad_ip_checksum";
-    case DropReason::kIpFragment: return "ip_fragment";
-    case DropReason::kBadIpLength: return "bad_ip_length";
-    case DropReason::kNotUdp: return "not_udp";
-    case DropReason::kBadUdpLength: return "bad_udp_length";
-    case DropReason::kWrongUdpPort: return "wrong_udp_port";
-    case DropReason::kTruncatedPds: return "truncated_pds";
-    case DropReason::kUnknownPdsType: return "unknown_pds_type";
-    case DropReason::kUnsupportedPdsType: return "unsupported_pds_type";
-    case DropReason::kTruncatedSes: return "truncated_ses";
-    case DropReason::kUnknownNextHeader: return "unknown_next_header";
-    case DropReason::kBadCrc: return "bad_crc";
-    case DropReason::kNotForUs: return "not_for_us";
-    case DropReason::kUnknownConnection: return "unknown_connection";
-    case DropReason::kCount: break;
+    case DropReason::kNone:
+      return "none";
+    case DropReason::kTruncatedEthernet:
+      return "truncated_ethernet";
+    case DropReason::kNotIpv4:
+      return "not_ipv4";
+    case DropReason::kBadIpHeader:
+      return "bad_ip_header";
+    case DropReason::kBadIpChecksum:
+      return "bad_ip_checksum";
+    case DropReason::kIpFragment:
+      return "ip_fragment";
+    case DropReason::kBadIpLength:
+      return "bad_ip_length";
+    case DropReason::kNotUdp:
+      return "not_udp";
+    case DropReason::kBadUdpLength:
+      return "bad_udp_length";
+    case DropReason::kWrongUdpPort:
+      return "wrong_udp_port";
+    case DropReason::kTruncatedPds:
+      return "truncated_pds";
+    case DropReason::kUnknownPdsType:
+      return "unknown_pds_type";
+    case DropReason::kUnsupportedPdsType:
+      return "unsupported_pds_type";
+    case DropReason::kTruncatedSes:
+      return "truncated_ses";
+    case DropReason::kUnknownNextHeader:
+      return "unknown_next_header";
+    case DropReason::kBadCrc:
+      return "bad_crc";
+    case DropReason::kNotForUs:
+      return "not_for_us";
+    case DropReason::kUnknownConnection:
+      return "unknown_connection";
+    case DropReason::kCount:
+      break;
   }
   return "?";
 }
@@ -201,7 +220,9 @@ FrameTemplate::FrameTemplate(const MacAddr& src_mac, const MacAddr& dst_mac, uin
   for (size_t i = 4; i < kIpv4Size; i += 2) partial_sum_ += load_be16(ip + i);
 }
 
-void FrameTemplate::set_dst_mac(const MacAddr& mac) { std::memcpy(hdr_.data(), mac.data(), 6); }
+void FrameTemplate::set_dst_mac(const MacAddr& mac) {
+  std::memcpy(hdr_.data(), mac.data(), 6);
+}
 
 void FrameTemplate::write(uint8_t* out, uint16_t entropy, uint32_t udp_payload_len,
                           uint8_t tos) const {

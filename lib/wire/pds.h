@@ -106,9 +106,9 @@ struct RequestHeader {
   uint16_t clear_psn_offset = 0;
   uint32_t psn = 0;
   uint16_t spdcid = 0;
-  uint16_t dpdcid = 0;  // when !SYN
-  uint8_t pdc_info = 0;     // when SYN: 4 bits
-  uint16_t psn_offset = 0;  // when SYN: 12 bits
+  uint16_t dpdcid = 0;         // when !SYN
+  uint8_t pdc_info = 0;        // when SYN: 4 bits
+  uint16_t psn_offset = 0;     // when SYN: 12 bits
   uint8_t ccc_id = 0;          // _CC only
   uint32_t credit_target = 0;  // _CC only, 24 bits
 };

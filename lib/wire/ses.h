@@ -70,8 +70,8 @@ struct SesResponse {
   uint8_t version = 0;      // 2 bits
   uint8_t return_code = 0;  // 6 bits
   uint16_t message_id = 0;
-  uint8_t ri_generation = 0;  // plain response only
-  uint32_t job_id = 0;        // 24 bits
+  uint8_t ri_generation = 0;             // plain response only
+  uint32_t job_id = 0;                   // 24 bits
   uint16_t read_request_message_id = 0;  // with data only
   uint16_t payload_length = 0;           // with data only, 14 bits
   uint32_t modified_length = 0;

@@ -47,8 +47,7 @@ TEST(FailureModes, CutLinkEndsInRetryExceededWithinBudget) {
   SimPair p(o);
   std::vector<uint8_t> src(1 << 20), dst(1 << 20);
   fill_pattern(src.data(), src.size(), 3);
-  const uint32_t rkey =
-      p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
   for (uint64_t i = 0; i < 4; ++i) {
     ASSERT_EQ(p.qa->post_send(write_req(i, src, dst.data(), rkey)), PostError::kOk);
   }
@@ -126,7 +125,7 @@ TEST_P(RemoteAccess, ViolationNeverTouchesMemoryAndFailsTheRequester) {
   uint32_t access = kAccessRemoteWrite | kAccessRemoteRead;
   uint32_t pd = 0;
   if (GetParam().variant == 2) access = kAccessRemoteRead;  // no REMOTE_WRITE
-  if (GetParam().variant == 3) pd = 9;                       // another PD
+  if (GetParam().variant == 3) pd = 9;                      // another PD
   const uint32_t rkey = p.b.memory().register_region(target.data(), target.size(), access, pd);
   SendRequest wr = write_req(7, src, target.data(), rkey);
   switch (GetParam().variant) {
@@ -159,7 +158,8 @@ TEST_P(RemoteAccess, ViolationNeverTouchesMemoryAndFailsTheRequester) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, RemoteAccess,
-                         ::testing::Values(AccessCase{"bad_rkey", 0}, AccessCase{"out_of_bounds", 1},
+                         ::testing::Values(AccessCase{"bad_rkey", 0},
+                                           AccessCase{"out_of_bounds", 1},
                                            AccessCase{"no_remote_write", 2},
                                            AccessCase{"wrong_pd", 3},
                                            AccessCase{"read_out_of_bounds", 4}),

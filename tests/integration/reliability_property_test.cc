@@ -64,13 +64,13 @@ void run_one(uint64_t seed, const Mix& mix, uint32_t entropies) {
   if (!ok || p.qa->state() != ConnectionState::kActive) {
     for (Connection* q : {p.qa, p.qb}) {
       const auto& st = q->stats();
-      fmt::print("conn {}: sent {} retx {} recv {} dup {} oow {} acks_tx {} acks_rx {} nacks {}/{} "
-                 "bad_acks {} timeouts {} lost i/n/t {}/{}/{} stale {} rnr {} invalid {} state {}\n",
-                 q->config().local_id, st.data_sent, st.retransmits, st.data_received,
-                 st.duplicates, st.out_of_window, st.acks_sent, st.acks_received, st.nacks_sent,
-                 st.nacks_received, st.bad_acks, st.timeouts, st.lost_inferred, st.lost_nacked,
-                 st.lost_timeout, st.stale_responses, st.rnr_nacks, st.invalid_requests,
-                 static_cast<int>(q->state()));
+      fmt::print(
+          "conn {}: sent {} retx {} recv {} dup {} oow {} acks_tx {} acks_rx {} nacks {}/{} "
+          "bad_acks {} timeouts {} lost i/n/t {}/{}/{} stale {} rnr {} invalid {} state {}\n",
+          q->config().local_id, st.data_sent, st.retransmits, st.data_received, st.duplicates,
+          st.out_of_window, st.acks_sent, st.acks_received, st.nacks_sent, st.nacks_received,
+          st.bad_acks, st.timeouts, st.lost_inferred, st.lost_nacked, st.lost_timeout,
+          st.stale_responses, st.rnr_nacks, st.invalid_requests, static_cast<int>(q->state()));
     }
   }
   ASSERT_TRUE(ok) << ctx << " did not finish";
@@ -78,9 +78,10 @@ void run_one(uint64_t seed, const Mix& mix, uint32_t entropies) {
   verify(b, a, ctx);
   // Let the last retransmissions and ACKs settle; then nothing new may
   // complete and nothing may be left in flight.
-  ASSERT_TRUE(p.run_until(
-      [&] { return p.qa->unacked_packets() == 0 && p.qb->unacked_packets() == 0; }))
-      << ctx << " packets left unacknowledged";
+  ASSERT_TRUE(p.run_until([&] {
+    return p.qa->unacked_packets() == 0 && p.qb->unacked_packets() == 0;
+  })) << ctx
+      << " packets left unacknowledged";
   p.run_until([] { return false; }, 1'000'000);
   drain(a);
   drain(b);
@@ -132,14 +133,15 @@ TEST_P(ReliabilityProperty, SinglePath) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Loss, ReliabilityProperty,
-    ::testing::Values(Mix{"loss0", 0.0, false}, Mix{"loss0_1", 0.001, false},
-                      Mix{"loss1", 0.01, false}, Mix{"loss5", 0.05, false},
-                      Mix{"loss10", 0.10, false}, Mix{"harsh_loss0", 0.0, true},
-                      Mix{"harsh_loss1", 0.01, true}, Mix{"harsh_loss5", 0.05, true},
-                      Mix{"harsh_loss10", 0.10, true}),
-    [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Loss, ReliabilityProperty,
+                         ::testing::Values(Mix{"loss0", 0.0, false}, Mix{"loss0_1", 0.001, false},
+                                           Mix{"loss1", 0.01, false}, Mix{"loss5", 0.05, false},
+                                           Mix{"loss10", 0.10, false},
+                                           Mix{"harsh_loss0", 0.0, true},
+                                           Mix{"harsh_loss1", 0.01, true},
+                                           Mix{"harsh_loss5", 0.05, true},
+                                           Mix{"harsh_loss10", 0.10, true}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace braid::test

@@ -15,7 +15,9 @@
 
 namespace braid::test {
 
-inline wire::MacAddr mac_of(uint8_t last) { return {0x02, 0, 0, 0, 0, last}; }
+inline wire::MacAddr mac_of(uint8_t last) {
+  return {0x02, 0, 0, 0, 0, last};
+}
 inline constexpr uint32_t kIpA = 0xc6120001;  // 198.18.0.1
 inline constexpr uint32_t kIpB = 0xc6120002;  // 198.18.0.2
 

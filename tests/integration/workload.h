@@ -24,11 +24,11 @@ struct Side {
   Endpoint* ep;
   CompletionQueue* scq;
   CompletionQueue* rcq;
-  std::vector<uint8_t> local;     // sources of WRITE/SEND, destinations of READ
-  std::vector<uint8_t> region;    // target of the peer's WRITE/READ
+  std::vector<uint8_t> local;   // sources of WRITE/SEND, destinations of READ
+  std::vector<uint8_t> region;  // target of the peer's WRITE/READ
   std::vector<std::vector<uint8_t>> recv_bufs;
   uint32_t rkey = 0;
-  std::vector<Op> ops;            // what this side sends
+  std::vector<Op> ops;  // what this side sends
   std::vector<WorkCompletion> send_wcs, recv_wcs;
 };
 
@@ -77,9 +77,9 @@ inline void plan(Side& s, Side& peer, std::mt19937_64& g, uint32_t n_ops, uint32
 // Registers memory, posts receives then sends. Receives consumed by the
 // peer's ops are posted in the order of those ops.
 inline void post_all(Side& s, Side& peer) {
-  s.rkey = s.ep->memory().register_region(s.region.data(), s.region.size(),
-                                          kAccessLocalWrite | kAccessRemoteWrite |
-                                              kAccessRemoteRead, 0);
+  s.rkey =
+      s.ep->memory().register_region(s.region.data(), s.region.size(),
+                                     kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead, 0);
   (void)peer;
 }
 
@@ -171,8 +171,8 @@ inline void verify(const Side& s, const Side& peer, const std::string& ctx) {
       if (imm) {
         ASSERT_EQ(rc.imm_data, op.imm) << ctx;
       }
-      ASSERT_EQ(rc.opcode, op.opcode == Opcode::kWriteImm ? WcOpcode::kRecvRdmaWithImm
-                                                         : WcOpcode::kRecv)
+      ASSERT_EQ(rc.opcode,
+                op.opcode == Opcode::kWriteImm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv)
           << ctx;
       ++r;
     }
