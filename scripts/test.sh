@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
-# Braid's tests: unit, integration and property tests under ASan/UBSan (ctest),
-# then the wire decoder's libFuzzer target for a bounded time.
+# Braid's tests: the wire decoder's libFuzzer target for a bounded time, then
+# unit, integration and property tests under ASan/UBSan (ctest).
 # Usage (as root on a fresh machine): scripts/test.sh [fuzz seconds, default 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzz_seconds="${1:-60}"
 scripts/install-deps.sh --fuzz
+if [[ "$fuzz_seconds" != 0 ]]; then
+  scripts/run-fuzz.sh "$fuzz_seconds" 2>&1 | tail -n 12
+fi
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 ctest --preset asan -j2
-if [[ "$fuzz_seconds" != 0 ]]; then
-  scripts/run-fuzz.sh "$fuzz_seconds"
-fi

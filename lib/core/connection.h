@@ -168,7 +168,7 @@ class Connection {
     uint32_t length = 0;
     uint32_t bytes_sent = 0;
     uint16_t message_id = 0;  // the READ's
-    uint8_t return_code = 0;
+    uint8_t return_code = wire::kSesRcOk;
     uint32_t last_psn = 0;
     bool segmented = false;
   };
@@ -195,7 +195,10 @@ class Connection {
   struct PendingNack {
     uint32_t psn = 0;
     uint8_t code = 0;
+    uint8_t vendor = 0;
   };
+  // Why the receive side refused a packet; each maps to a NACK.
+  enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
 
   // connection.cc
   void complete_sends();
@@ -221,13 +224,13 @@ class Connection {
   size_t trailer() const { return cfg_.crc_trailer ? wire::kCrcTrailerSize : 0; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
-  bool place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code);
-  bool place_read_response(const wire::ParsedPacket& pkt, uint8_t* nack_code);
-  bool receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_code);
+  bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
+  bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
+  bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
   void release_read_responses();
   void on_in_order_advance();
   void execute_reads();
-  void queue_nack(uint32_t psn, uint8_t code);
+  void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0);
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_nack(uint8_t* buf, uint32_t cap);

@@ -66,6 +66,7 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   wire::NackHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kNack);
   h.nack_code = n.code;
+  h.vendor_code = n.vendor;
   h.nack_psn = n.psn;
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
@@ -122,7 +123,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   }
   uint32_t highest = cack;
   if (a.has_sack && a.sack_bitmap != 0) {
-    const uint32_t base = cack + a.sack_psn_offset;
+    const uint32_t base = cack + static_cast<uint32_t>(static_cast<int16_t>(a.sack_psn_offset));
     uint64_t bits = a.sack_bitmap;
     while (bits != 0) {
       const uint32_t i = static_cast<uint32_t>(std::countr_zero(bits));
@@ -206,11 +207,17 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
         queue_retransmit(r);
       }
       break;
-    case wire::NackCode::kBraidRemoteAccess:
-      if (r.kind == TxKind::kRequest) set_error(WcStatus::kRemAccessErr);
-      break;
-    case wire::NackCode::kBraidRemoteInvalid:
-      set_error(WcStatus::kRemInvReqErr);
+    case wire::NackCode::kExpNackErr:
+      switch (static_cast<wire::BraidNackReason>(n.vendor_code)) {
+        case wire::BraidNackReason::kRemoteAccess:
+          if (r.kind == TxKind::kRequest) set_error(WcStatus::kRemAccessErr);
+          break;
+        case wire::BraidNackReason::kInvalidRequest:
+          set_error(WcStatus::kRemInvReqErr);
+          break;
+        default:
+          break;
+      }
       break;
     default:
       break;

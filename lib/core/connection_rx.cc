@@ -12,9 +12,10 @@ namespace {
 constexpr uint32_t kRsnFlag = 0x80000000u;
 }  // namespace
 
-void Connection::queue_nack(uint32_t psn, uint8_t code) {
+void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor) {
   if (nack_count_ == sizeof(nacks_) / sizeof(nacks_[0])) return;  // the sender's RTO covers it
-  nacks_[nack_count_++] = PendingNack{psn, code};
+  nacks_[nack_count_++] = PendingNack{psn, code, vendor};
+  ++stats_.nacks_sent;
 }
 
 void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -46,7 +47,6 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ++stats_.trimmed_received;
     if (v == ReceiveWindow::Verdict::kNew) {
       queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed));
-      ++stats_.nacks_sent;
       return;
     }
     // A trimmed copy of a packet we have: the sender needs our ACK, as for
@@ -64,19 +64,29 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_due_ = true;
     return;
   }
-  uint8_t nack = 0;
+  Refusal why = Refusal::kNone;
   bool ok = false;
   if (pkt.has_ses_request) {
-    ok = place_request(pkt, &nack);
+    ok = place_request(pkt, &why);
   } else if (pkt.has_ses_response) {
-    ok = place_read_response(pkt, &nack);
+    ok = place_read_response(pkt, &why);
   } else {
     ++stats_.invalid_requests;
   }
   if (!ok) {
-    if (nack != 0) {
-      queue_nack(psn, nack);
-      ++stats_.nacks_sent;
+    constexpr auto kErr = static_cast<uint8_t>(wire::NackCode::kExpNackErr);
+    switch (why) {
+      case Refusal::kNone:
+        break;  // dropped silently (counted): nothing the sender can fix
+      case Refusal::kNotReady:
+        queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf));
+        break;
+      case Refusal::kAccess:
+        queue_nack(psn, kErr, static_cast<uint8_t>(wire::BraidNackReason::kRemoteAccess));
+        break;
+      case Refusal::kInvalid:
+        queue_nack(psn, kErr, static_cast<uint8_t>(wire::BraidNackReason::kInvalidRequest));
+        break;
     }
     return;
   }
@@ -95,10 +105,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   schedule_ack(!in_order || ce || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
 }
 
-bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_code) {
+bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
   if (!(initiator & kRsnFlag)) {
     ++stats_.invalid_requests;
-    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    *why = Refusal::kInvalid;
     return false;
   }
   // The wire carries 31 bits; rebuild the full number next to rq_head_.
@@ -106,10 +116,10 @@ bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_c
   if (full - rq_head_ >= rq_tail_ - rq_head_) {
     if (full - rq_head_ < (1u << 30)) {
       ++stats_.rnr_nacks;
-      *nack_code = static_cast<uint8_t>(wire::NackCode::kNoPktBuf);
+      *why = Refusal::kNotReady;
     } else {
       ++stats_.invalid_requests;
-      *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+      *why = Refusal::kInvalid;
     }
     return false;
   }
@@ -117,18 +127,18 @@ bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, uint8_t* nack_c
   return true;
 }
 
-bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code) {
+bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
   const wire::SesRequest& s = pkt.ses;
   const uint32_t len = pkt.payload_len;
   const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
   const auto invalid = [&] {
     ++stats_.invalid_requests;
-    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    *why = Refusal::kInvalid;
     return false;
   };
   const auto access = [&] {
     ++stats_.access_errors;
-    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteAccess);
+    *why = Refusal::kAccess;
     return false;
   };
   // WRITE and SEND payloads must lie inside the message they claim to be of.
@@ -142,7 +152,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code
     case wire::SesOpcode::kWrite: {
       const bool imm = s.initiator & kRsnFlag;
       uint32_t rsn = 0;
-      if (imm && !receive_slot(s.initiator, &rsn, nack_code)) return false;
+      if (imm && !receive_slot(s.initiator, &rsn, why)) return false;
       if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
       // Every packet checks the whole message's range, as an RC responder does
       // on the first packet: a message that overruns the region places nothing.
@@ -171,7 +181,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code
     }
     case wire::SesOpcode::kSend: {
       uint32_t rsn = 0;
-      if (!receive_slot(s.initiator, &rsn, nack_code)) return false;
+      if (!receive_slot(s.initiator, &rsn, why)) return false;
       RecvWqe& w = rq_[rsn & rq_mask_];
       if (s.buffer_offset != msg_offset) return invalid();
       if (s.request_length > w.length) {
@@ -216,7 +226,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, uint8_t* nack_code
   }
 }
 
-bool Connection::place_read_response(const wire::ParsedPacket& pkt, uint8_t* nack_code) {
+bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why) {
   const wire::SesResponse& s = pkt.resp;
   const uint32_t len = pkt.payload_len;
   // The READ with this 16-bit message id among those segmented and not done.
@@ -232,13 +242,13 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, uint8_t* nac
   }
   const auto invalid = [&] {
     ++stats_.invalid_requests;
-    *nack_code = static_cast<uint8_t>(wire::NackCode::kBraidRemoteInvalid);
+    *why = Refusal::kInvalid;
     return false;
   };
   if (s.opcode != static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData)) {
     return invalid();
   }
-  if (s.return_code != 0) {
+  if (s.return_code != wire::kSesRcOk) {
     w.read_failed = true;
     w.read_status = WcStatus::kRemAccessErr;
     return true;
@@ -267,15 +277,23 @@ void Connection::execute_reads() {
     job = ReadResponse{};
     uint8_t* src = nullptr;
     // Checked again: the region may have gone since the request arrived.
-    if (mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src) ==
-        AccessError::kNone) {
-      job.src = src;
-      job.length = pr.length;
-    } else {
-      ++stats_.access_errors;
-      job.return_code = 1;
-      job.length = 0;
+    switch (mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src)) {
+      case AccessError::kNone:
+        job.src = src;
+        job.length = pr.length;
+        break;
+      case AccessError::kBadKey:
+        job.return_code = wire::kSesRcBadMkey;
+        break;
+      case AccessError::kOutOfBounds:
+        job.return_code = wire::kSesRcBadAddr;
+        break;
+      case AccessError::kWrongPd:
+      case AccessError::kNoPermission:
+        job.return_code = wire::kSesRcPermViolation;
+        break;
     }
+    if (job.return_code != wire::kSesRcOk) ++stats_.access_errors;
     job.message_id = pr.message_id;
     ++rr_tail_;
     ++reads_head_;

@@ -63,11 +63,17 @@ enum class NackCode : uint8_t {
   kNewStartPsn = 0x17,
   kUnexpEvent = 0x19,
   kRcvrInferLoss = 0x1a,
-  // Braid vendor range: semantic errors that UET would return in an SES
-  // response. Braid reports them on the PDS NACK so the requester learns of
-  // them without a reliable response channel (docs/wire-format.md).
-  kBraidRemoteAccess = 0xe0,
-  kBraidRemoteInvalid = 0xe1,
+  kExpNackNormal = 0xfd,
+  kExpNackErr = 0xfe,  // Braid: a semantic error, the reason in vendor_code
+  kExpNackFatal = 0xff,
+};
+
+// vendor_code of Braid's EXP_NACK_ERR: semantic errors that UET would return
+// in an SES response. Braid reports them on the PDS NACK, which the requester
+// handles anyway, instead of a reliable response (docs/wire-format.md).
+enum class BraidNackReason : uint8_t {
+  kRemoteAccess = 0x01,    // bad key, out of bounds, no permission, wrong PD
+  kInvalidRequest = 0x02,  // inconsistent lengths or offsets, unknown receive
 };
 
 enum class CtrlType : uint8_t {

@@ -29,6 +29,12 @@ enum class SesResponseOpcode : uint8_t {
   kNoResponse = 0x03,
 };
 
+// SES return codes Braid uses (UET numbering).
+inline constexpr uint8_t kSesRcOk = 0x01;
+inline constexpr uint8_t kSesRcPermViolation = 0x17;
+inline constexpr uint8_t kSesRcBadMkey = 0x1c;
+inline constexpr uint8_t kSesRcBadAddr = 0x1d;
+
 // Flags of byte 1 of a request (bits 5..0; bits 7..6 are the version).
 inline constexpr uint8_t kSesFlagSom = 0x01;
 inline constexpr uint8_t kSesFlagEom = 0x02;
