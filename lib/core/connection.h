@@ -50,7 +50,7 @@ struct ConnectionConfig {
   uint8_t retry_limit = 7;      // retransmissions of one packet before RETRY_EXC_ERR
   uint8_t rnr_retry_limit = 7;  // 7 = infinite, as in InfiniBand
   TimeNs rnr_delay_ns = 100'000;
-  uint32_t path_reorder_threshold = 2;  // later packets acked on the same entropy => loss
+  uint32_t path_reorder_threshold = 1;  // later packets acked on the same entropy => loss
   bool crc_trailer = false;
   uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
   EntropyConfig entropy;
@@ -238,7 +238,10 @@ class Connection {
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   void ack_record(TxRecord& r, uint32_t* acked_bytes);
-  void detect_losses(uint32_t upto_psn, TimeNs now);
+  // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
+  // the clear bits of its SACK window [base, base + 63].
+  void detect_losses(uint32_t base, TimeNs now);
+  void judge_loss(TxRecord& r, uint32_t thresh, TimeNs now);
 
   TxRecord& rec(uint32_t psn) { return tx_[psn & tx_mask_]; }
 
@@ -278,6 +281,7 @@ class Connection {
   EntropySelector paths_;
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
+  TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
   uint32_t rnr_retries_ = 0;
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
@@ -300,6 +304,8 @@ class Connection {
   bool ack_trigger_retx_ = false;
   uint32_t rcvd_bytes_ = 0;
   uint16_t ack_entropy_cursor_ = 0;
+  uint32_t freshest_rcvd_bytes_ = 0;  // newest receiver byte count seen in an ACK (24 bits)
+  bool seen_ack_ = false;
   Timer ack_timer_;
 };
 

@@ -138,6 +138,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
 
   if (sample != nullptr) {
     paths_.on_rtt(sample_entropy, rtt);
+    if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
     if (srtt_ == 0) {
       srtt_ = rtt;
       rttvar_ = rtt / 2;
@@ -159,21 +160,43 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     complete_sends();
     if (state_ != ConnectionState::kActive) return;
   }
-  if (psn_lt(snd_una_, highest_sacked_)) detect_losses(highest_sacked_, now);
+  // Loss inference only from the freshest ACK: ACKs travel on several paths
+  // and an older one may arrive last, reporting as missing what has since
+  // arrived. rcvd_bytes only grows at the receiver (mod 2^24).
+  const uint32_t rb = a.nscc.rcvd_bytes & 0xffffff;
+  const bool fresh = !seen_ack_ || ((rb - freshest_rcvd_bytes_) & 0x800000) == 0;
+  if (fresh) {
+    freshest_rcvd_bytes_ = rb;
+    seen_ack_ = true;
+  }
+  if (fresh && a.has_sack && psn_lt(snd_una_, highest_sacked_)) {
+    detect_losses(cack + static_cast<uint32_t>(static_cast<int16_t>(a.sack_psn_offset)), now);
+  }
 }
 
-void Connection::detect_losses(uint32_t upto_psn, TimeNs now) {
-  // A packet is lost when a packet sent after it on the same entropy has
-  // been acknowledged: one entropy is one path, and paths keep order.
+void Connection::detect_losses(uint32_t base, TimeNs now) {
+  // A packet the ACK reports missing is lost when a packet sent after it on
+  // the same entropy has been acknowledged: one entropy is one path, and
+  // paths keep order. PSNs the ACK says nothing about are not judged.
   const uint32_t thresh = std::max<uint32_t>(cfg_.path_reorder_threshold, 1);
-  for (uint32_t psn = snd_una_; psn_lt(psn, upto_psn); ++psn) {
-    TxRecord& r = rec(psn);
-    if (r.state != TxState::kInFlight) continue;
-    const uint32_t acked_above = path_acked_seq_[r.entropy] - 1 - r.path_seq;
-    if (static_cast<int32_t>(acked_above) >= static_cast<int32_t>(thresh)) {
-      mark_lost(r, LossKind::kInferred, now);
-      if (state_ != ConnectionState::kActive) return;
-    }
+  uint32_t from = snd_una_;
+  if (psn_lt(from, base)) {
+    judge_loss(rec(from), thresh, now);  // the first hole: cack + 1
+    if (state_ != ConnectionState::kActive) return;
+    from = base;
+  }
+  const uint32_t end = base + 64;
+  for (uint32_t psn = from; psn_lt(psn, end) && psn_lt(psn, highest_sacked_); ++psn) {
+    judge_loss(rec(psn), thresh, now);
+    if (state_ != ConnectionState::kActive) return;
+  }
+}
+
+void Connection::judge_loss(TxRecord& r, uint32_t thresh, TimeNs now) {
+  if (r.state != TxState::kInFlight) return;
+  const uint32_t acked_above = path_acked_seq_[r.entropy] - 1 - r.path_seq;
+  if (static_cast<int32_t>(acked_above) >= static_cast<int32_t>(thresh)) {
+    mark_lost(r, LossKind::kInferred, now);
   }
 }
 
@@ -188,6 +211,9 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::NackCode::kTrimmed:
     case wire::NackCode::kTrimmedLastHop:
     case wire::NackCode::kTrimmedAck:
+      // A NACK arriving sooner than any round trip after the latest copy
+      // went out is about an earlier copy, already being repaired.
+      if (r.tx_count > 1 && now - r.sent_at < min_rtt_) break;
       mark_lost(r, LossKind::kTrimmed, now);
       break;
     case wire::NackCode::kNoPktBuf:

@@ -116,8 +116,12 @@ TEST(Multipath, TrimmedPacketsAreNackedAndResentWithoutTimeout) {
   const auto& ab = p.net.link_stats(p.ha, p.hb);
   ASSERT_GT(ab.trimmed, 0u);
   EXPECT_EQ(p.qb->stats().trimmed_received, ab.trimmed);
-  EXPECT_EQ(p.qa->stats().lost_nacked, ab.trimmed);
-  EXPECT_EQ(p.qa->stats().retransmits, ab.trimmed);  // exactly the trimmed ones
+  // Most are repaired on the NACK; an ACK overtaking its NACK on another
+  // path may report the hole first. Either way: exactly the trimmed ones are
+  // resent, and no timer was needed.
+  EXPECT_GT(p.qa->stats().lost_nacked, ab.trimmed * 9 / 10);
+  EXPECT_EQ(p.qa->stats().lost_nacked + p.qa->stats().lost_inferred, ab.trimmed);
+  EXPECT_EQ(p.qa->stats().retransmits, ab.trimmed);
   EXPECT_EQ(p.qa->stats().timeouts, 0u);
 }
 
