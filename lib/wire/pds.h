@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "wire/byte_order.h"
+
 namespace braid::wire {
 
 enum class PdsType : uint8_t {
@@ -190,8 +192,7 @@ inline void encode_prologue(uint8_t* p, const Prologue& pro) {
 }
 
 // Decoders return bytes consumed, 0 if `len` is too short.
-size_t decode_request(const uint8_t* p, size_t len, RequestHeader* h);
-size_t encode_request(uint8_t* p, const RequestHeader& h);
+
 size_t decode_ack(const uint8_t* p, size_t len, AckHeader* h);
 size_t encode_ack(uint8_t* p, const AckHeader& h);
 size_t decode_nack(const uint8_t* p, size_t len, NackHeader* h);
@@ -199,5 +200,54 @@ size_t encode_nack(uint8_t* p, const NackHeader& h);
 size_t decode_ctrl(const uint8_t* p, size_t len, CtrlHeader* h);
 size_t encode_ctrl(uint8_t* p, const CtrlHeader& h);
 size_t decode_unreliable(const uint8_t* p, size_t len, UnreliableHeader* h);
+
+inline bool has_cc_extension(uint8_t type) {
+  return type == static_cast<uint8_t>(PdsType::kRudCcReq) ||
+         type == static_cast<uint8_t>(PdsType::kRodCcReq);
+}
+
+inline size_t decode_request(const uint8_t* p, size_t len, RequestHeader* h) {
+  if (len < kRequestSize) return 0;
+  h->pro = decode_prologue(p);
+  const bool cc = has_cc_extension(h->pro.type);
+  if (cc && len < kRequestCcSize) return 0;
+  h->clear_psn_offset = load_be16(p + 2);
+  h->psn = load_be32(p + 4);
+  h->spdcid = load_be16(p + 8);
+  const uint16_t last = load_be16(p + 10);
+  if (h->pro.flags & kReqFlagSyn) {
+    h->dpdcid = 0;
+    h->pdc_info = static_cast<uint8_t>(last >> 12);
+    h->psn_offset = last & 0xfff;
+  } else {
+    h->dpdcid = last;
+    h->pdc_info = 0;
+    h->psn_offset = 0;
+  }
+  if (!cc) {
+    h->ccc_id = 0;
+    h->credit_target = 0;
+    return kRequestSize;
+  }
+  h->ccc_id = p[12];
+  h->credit_target = load_be24(p + 13);
+  return kRequestCcSize;
+}
+
+inline size_t encode_request(uint8_t* p, const RequestHeader& h) {
+  encode_prologue(p, h.pro);
+  store_be16(p + 2, h.clear_psn_offset);
+  store_be32(p + 4, h.psn);
+  store_be16(p + 8, h.spdcid);
+  if (h.pro.flags & kReqFlagSyn) {
+    store_be16(p + 10, static_cast<uint16_t>((h.pdc_info << 12) | (h.psn_offset & 0xfff)));
+  } else {
+    store_be16(p + 10, h.dpdcid);
+  }
+  if (!has_cc_extension(h.pro.type)) return kRequestSize;
+  p[12] = h.ccc_id;
+  store_be24(p + 13, h.credit_target);
+  return kRequestCcSize;
+}
 
 }  // namespace braid::wire

@@ -7,6 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "wire/byte_order.h"
+
 namespace braid::wire {
 
 enum class SesOpcode : uint8_t {
@@ -84,11 +86,61 @@ struct SesResponse {
   uint32_t message_offset = 0;  // with data only
 };
 
-size_t decode_ses_request(const uint8_t* p, size_t len, SesRequest* h);
-size_t encode_ses_request(uint8_t* p, const SesRequest& h);
 size_t decode_ses_response(const uint8_t* p, size_t len, SesResponse* h);
 size_t encode_ses_response(uint8_t* p, const SesResponse& h);
 size_t decode_ses_response_data(const uint8_t* p, size_t len, SesResponse* h);
 size_t encode_ses_response_data(uint8_t* p, const SesResponse& h);
+
+// Bytes 0..11 are common to every standard request form.
+inline void decode_ses_request_common(const uint8_t* p, SesRequest* h) {
+  h->opcode = p[0] & 0x3f;
+  h->version = p[1] >> 6;
+  h->flags = p[1] & 0x3f;
+  h->message_id = load_be16(p + 2);
+  h->ri_generation = p[4];
+  h->job_id = load_be24(p + 5);
+  h->pid_on_fep = load_be16(p + 8) & 0xfff;
+  h->resource_index = load_be16(p + 10) & 0xfff;
+}
+
+inline size_t decode_ses_request(const uint8_t* p, size_t len, SesRequest* h) {
+  if (len < kSesStandardSize) return 0;
+  decode_ses_request_common(p, h);
+  h->buffer_offset = load_be64(p + 12);
+  h->initiator = load_be32(p + 20);
+  h->memory_key = load_be64(p + 24);
+  if (h->som()) {
+    h->header_data = load_be64(p + 32);
+    h->payload_length = 0;
+    h->message_offset = 0;
+  } else {
+    h->header_data = 0;
+    h->payload_length = load_be16(p + 34) & 0x3fff;
+    h->message_offset = load_be32(p + 36);
+  }
+  h->request_length = load_be32(p + 40);
+  return kSesStandardSize;
+}
+
+inline size_t encode_ses_request(uint8_t* p, const SesRequest& h) {
+  p[0] = h.opcode & 0x3f;
+  p[1] = static_cast<uint8_t>((h.version << 6) | (h.flags & 0x3f));
+  store_be16(p + 2, h.message_id);
+  p[4] = h.ri_generation;
+  store_be24(p + 5, h.job_id);
+  store_be16(p + 8, h.pid_on_fep & 0xfff);
+  store_be16(p + 10, h.resource_index & 0xfff);
+  store_be64(p + 12, h.buffer_offset);
+  store_be32(p + 20, h.initiator);
+  store_be64(p + 24, h.memory_key);
+  if (h.som()) {
+    store_be64(p + 32, h.header_data);
+  } else {
+    store_be32(p + 32, h.payload_length & 0x3fff);
+    store_be32(p + 36, h.message_offset);
+  }
+  store_be32(p + 40, h.request_length);
+  return kSesStandardSize;
+}
 
 }  // namespace braid::wire

@@ -62,10 +62,8 @@ Bytes read_file(const std::string& path) {
   return Bytes(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
-std::unique_ptr<uint8_t[]> exact_copy(const uint8_t* p, size_t n) {
-  auto out = std::make_unique<uint8_t[]>(n);
-  if (n != 0) std::memcpy(out.get(), p, n);
-  return out;
+std::vector<uint8_t> exact_copy(const uint8_t* p, size_t n) {
+  return std::vector<uint8_t>(p, p + n);  // capacity == size: ASan sees over-reads
 }
 
 std::string to_hex(const uint8_t* p, size_t n) {
@@ -441,7 +439,7 @@ struct HeaderCheck {
 template <typename H, typename Dec>
 size_t decode_exact(Dec dec, const Bytes& bytes, H* h) {
   auto copy = exact_copy(bytes.data(), bytes.size());
-  return dec(copy.get(), bytes.size(), h);
+  return dec(copy.data(), bytes.size(), h);
 }
 
 HeaderCheck check_request(const std::string& builder, const Json& fields, const Bytes& bytes) {
@@ -822,7 +820,7 @@ TEST(UetVectors, DecodeFrame) {
     DecodeOptions opt;
     opt.udp_port = static_cast<uint16_t>(p.set->manifest.at("udp_dport").u64());
     ParsedPacket pkt;
-    const DropReason got = decode_frame(copy.get(), frame.size(), opt, &pkt);
+    const DropReason got = decode_frame(copy.data(), frame.size(), opt, &pkt);
     EXPECT_EQ(got, want) << drop_reason_name(got) << " vs " << drop_reason_name(want);
     ++outcomes[got];
     if (got != DropReason::kNone) continue;
@@ -870,7 +868,7 @@ TEST(UetVectors, DecodeFrame) {
     }
     const Bytes udp = udp_payload_of(frame);
     EXPECT_EQ(pkt.payload_len, udp.size() - consumed);
-    EXPECT_EQ(pkt.payload, copy.get() + (frame.size() - udp.size()) + consumed);
+    EXPECT_EQ(pkt.payload, copy.data() + (frame.size() - udp.size()) + consumed);
   }
   EXPECT_EQ(outcomes[DropReason::kNone], 23);
   EXPECT_EQ(outcomes[DropReason::kUnsupportedPdsType], 6);
