@@ -213,6 +213,7 @@ class Connection {
   // connection_tx.cc
   uint32_t build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now);
   bool next_new_packet(TxRecord* r);
+  uint32_t next_payload_len() const;
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   static constexpr uint32_t kPacketCharge = 64;  // headers count towards the window
   uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);

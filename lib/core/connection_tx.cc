@@ -46,6 +46,17 @@ uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
   return produce_data(buf, cap, now);
 }
 
+uint32_t Connection::next_payload_len() const {
+  if (rr_tx_ != rr_tail_) {
+    const ReadResponse& job = rr_[rr_tx_ & rr_mask_];
+    return std::min(cfg_.mtu, job.length - job.bytes_sent);
+  }
+  if (sq_tx_ == sq_tail_) return 0;
+  const SendWqe& w = sq_[sq_tx_ & sq_mask_];
+  if (w.wr.opcode == Opcode::kRead) return 0;
+  return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
+}
+
 bool Connection::next_new_packet(TxRecord* r) {
   const uint32_t psn = snd_nxt_;
   if (rr_tx_ != rr_tail_) {
@@ -115,10 +126,10 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
-  const uint32_t need =
-      static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
-                            cfg_.mtu + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0));
-  if (cap < need) return 0;
+  if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
+                next_payload_len() + trailer()) {
+    return 0;  // the caller's buffer is too small for this packet
+  }
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);
