@@ -1,9 +1,14 @@
 #include "core/timing_wheel.h"
 
+#include <bit>
+
 namespace braid {
 
 TimingWheel::TimingWheel(TimeNs tick_ns, uint32_t slots)
-    : tick_ns_(tick_ns == 0 ? 1 : tick_ns), mask_(slots - 1), slots_(slots, nullptr) {}
+    : tick_ns_(tick_ns == 0 ? 1 : tick_ns),
+      mask_((slots < 64 ? 64 : slots) - 1),
+      slots_(mask_ + 1, nullptr),
+      occupied_((mask_ + 1) / 64, 0) {}
 
 TimingWheel::~TimingWheel() {
   for (Timer* head : slots_) {
@@ -20,8 +25,11 @@ void TimingWheel::unlink(Timer* t) {
   if (t->prev != nullptr) {
     t->prev->next = t->next;
   } else {
-    slots_[tick_of(t->deadline) & mask_] = t->next;
+    const uint64_t slot = tick_of(t->deadline) & mask_;
+    slots_[slot] = t->next;
+    if (t->next == nullptr) unmark(slot);
   }
+  if (t->deadline == cached_next_) cache_dirty_ = true;
   if (t->next != nullptr) t->next->prev = t->prev;
   t->prev = t->next = nullptr;
 }
@@ -34,12 +42,15 @@ void TimingWheel::schedule(Timer* t, TimeNs deadline) {
   const TimeNs floor = current_tick_ * tick_ns_;
   if (deadline < floor) deadline = floor;
   t->deadline = deadline;
-  Timer*& head = slots_[tick_of(deadline) & mask_];
+  const uint64_t slot = tick_of(deadline) & mask_;
+  Timer*& head = slots_[slot];
   t->prev = nullptr;
   t->next = head;
   if (head != nullptr) head->prev = t;
   head = t;
+  mark(slot);
   ++armed_;
+  if (!cache_dirty_ && deadline < cached_next_) cached_next_ = deadline;
 }
 
 void TimingWheel::cancel(Timer* t) {
@@ -78,18 +89,42 @@ uint32_t TimingWheel::advance(TimeNs now) {
   return fired;
 }
 
+int64_t TimingWheel::next_occupied(uint64_t from) const {
+  const uint64_t words = occupied_.size();
+  uint64_t w = (from & mask_) >> 6;
+  uint64_t bits = occupied_[w] & (~uint64_t{0} << (from & 63));
+  for (uint64_t n = 0; n <= words; ++n) {
+    if (bits != 0) return static_cast<int64_t>((w << 6) + std::countr_zero(bits));
+    w = (w + 1) % words;
+    bits = occupied_[w];
+  }
+  return -1;
+}
+
 TimeNs TimingWheel::next_deadline() const {
   if (armed_ == 0) return kNever;
+  if (!cache_dirty_ && cached_next_ != kNever) return cached_next_;
+  // Visit occupied slots in rotation order from the current tick. A timer in
+  // the slot of tick T of this rotation is due within T; no later slot can
+  // hold an earlier deadline of this rotation.
   TimeNs best = kNever;
-  for (uint64_t i = 0; i <= mask_; ++i) {
-    const uint64_t tick = current_tick_ + i;
-    for (const Timer* t = slots_[tick & mask_]; t != nullptr; t = t->next) {
+  uint64_t scanned = 0;
+  uint64_t slot = current_tick_ & mask_;
+  while (scanned <= mask_) {
+    const int64_t next = next_occupied(slot);
+    if (next < 0) break;
+    const uint64_t dist = (static_cast<uint64_t>(next) - (current_tick_ & mask_)) & mask_;
+    if (dist < scanned) break;  // wrapped past the start: every slot seen
+    scanned = dist + 1;
+    for (const Timer* t = slots_[next]; t != nullptr; t = t->next) {
       if (t->deadline < best) best = t->deadline;
     }
-    // Anything found in this rotation's slot is due by the end of this tick;
-    // no later slot can hold an earlier deadline of this rotation.
-    if (best != kNever && tick_of(best) <= tick) return best;
+    if (best != kNever && tick_of(best) <= current_tick_ + dist) break;
+    slot = (static_cast<uint64_t>(next) + 1) & mask_;
+    if (slot == (current_tick_ & mask_)) break;
   }
+  cached_next_ = best;
+  cache_dirty_ = false;
   return best;
 }
 

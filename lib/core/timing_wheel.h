@@ -26,7 +26,8 @@ struct Timer {
 class TimingWheel {
  public:
   // tick_ns: resolution (timers fire at or after their deadline, at most one
-  // tick late when advance() is called often enough). slots: power of two.
+  // tick late when advance() is called often enough). slots: power of two,
+  // at least 64.
   explicit TimingWheel(TimeNs tick_ns = 1000, uint32_t slots = 4096);
   ~TimingWheel();
   TimingWheel(const TimingWheel&) = delete;
@@ -45,9 +46,17 @@ class TimingWheel {
   uint64_t tick_of(TimeNs t) const { return t / tick_ns_; }
   void unlink(Timer* t);
 
+  void mark(uint64_t slot) { occupied_[slot >> 6] |= uint64_t{1} << (slot & 63); }
+  void unmark(uint64_t slot) { occupied_[slot >> 6] &= ~(uint64_t{1} << (slot & 63)); }
+  // Next occupied slot at or after `from` (in rotation order), or -1.
+  int64_t next_occupied(uint64_t from) const;
+
   TimeNs tick_ns_;
   uint32_t mask_;
   std::vector<Timer*> slots_;
+  std::vector<uint64_t> occupied_;       // one bit per slot: next_deadline skips empty ones
+  mutable TimeNs cached_next_ = kNever;  // valid while !cache_dirty_
+  mutable bool cache_dirty_ = false;
   uint64_t current_tick_ = 0;  // every slot before it has been processed
   uint32_t armed_ = 0;
 };

@@ -158,6 +158,48 @@ TEST(TimingWheel, CancelAndRescheduleAndReArmFromCallback) {
   EXPECT_FALSE(t.armed());
 }
 
+TEST(TimingWheel, RandomOperationsMatchAReferenceModel) {
+  std::mt19937_64 g(99);
+  TimingWheel w(1000, 64);  // small wheel: many timers lie rotations ahead
+  constexpr int kTimers = 40;
+  Timer t[kTimers];
+  int fired[kTimers] = {};
+  TimeNs deadline[kTimers];
+  for (int i = 0; i < kTimers; ++i) {
+    t[i].owner = &fired[i];
+    t[i].fn = [](Timer* self, TimeNs) { ++*static_cast<int*>(self->owner); };
+    deadline[i] = kNever;
+  }
+  TimeNs now = 0;
+  for (int step = 0; step < 20000; ++step) {
+    const int i = static_cast<int>(g() % kTimers);
+    switch (g() % 4) {
+      case 0:
+      case 1:
+        deadline[i] = now + g() % 300'000;
+        w.schedule(&t[i], deadline[i]);
+        break;
+      case 2:
+        w.cancel(&t[i]);
+        deadline[i] = kNever;
+        break;
+      case 3: {
+        now += g() % 20'000;
+        int expect[kTimers];
+        for (int k = 0; k < kTimers; ++k) expect[k] = fired[k] + (deadline[k] <= now ? 1 : 0);
+        w.advance(now);
+        for (int k = 0; k < kTimers; ++k) {
+          ASSERT_EQ(fired[k], expect[k]) << "timer " << k << " step " << step;
+          if (deadline[k] <= now) deadline[k] = kNever;
+        }
+        break;
+      }
+    }
+    const TimeNs ref = *std::min_element(deadline, deadline + kTimers);
+    ASSERT_EQ(w.next_deadline(), ref) << "step " << step;
+  }
+}
+
 TEST(MemoryTable, ChecksKeyPdBoundsAndPermission) {
   MemoryRegionTable mt;
   std::vector<uint8_t> buf(4096);
