@@ -14,6 +14,12 @@ uint32_t pow2_at_least(uint32_t v, uint32_t min) {
   return std::bit_ceil(v);
 }
 
+// PSN window: a power of two from 128 (two bitmap words) to 16384 (ACK
+// offsets are signed 16-bit).
+uint32_t window_of(const ConnectionConfig& c) {
+  return std::min<uint32_t>(pow2_at_least(c.window_packets, 128), 16384);
+}
+
 bool consumes_receive(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }
@@ -30,10 +36,12 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
       frame_(cfg.local_mac, cfg.remote_mac, cfg.local_ip, cfg.remote_ip, cfg.udp_port),
       paths_(cfg.entropy),
       cc_(cfg.cc),
-      rx_(pow2_at_least(cfg.window_packets, 128), cfg.rx_psn) {
-  cfg_.window_packets = pow2_at_least(cfg.window_packets, 128);
-  cfg_.sq_depth = pow2_at_least(cfg.sq_depth, 1);
-  cfg_.rq_depth = pow2_at_least(cfg.rq_depth, 1);
+      rx_(window_of(cfg), cfg.rx_psn) {
+  cfg_.window_packets = window_of(cfg);
+  // Messages are named by 16-bit ids on the wire and receives by 31-bit
+  // numbers: the queues must stay well inside both.
+  cfg_.sq_depth = std::min<uint32_t>(pow2_at_least(cfg.sq_depth, 1), 32768);
+  cfg_.rq_depth = std::min<uint32_t>(pow2_at_least(cfg.rq_depth, 1), 1u << 20);
   cfg_.max_rd_atomic = std::max<uint32_t>(cfg.max_rd_atomic, 1);
   cfg_.mtu = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
   cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
@@ -133,26 +141,39 @@ void Connection::push_send_completion(SendWqe& w, WcStatus status) {
       wc.byte_len = static_cast<uint32_t>(w.length);
       break;
   }
-  if (!send_cq_->push(wc)) set_error(WcStatus::kGeneralErr);
+  if (!send_cq_->push(wc)) set_error(WcStatus::kWrFlushErr);  // CQ overrun
 }
 
 void Connection::complete_sends() {
   while (sq_head_ != sq_tx_) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
+    if (w.failed) {
+      set_error(w.fail_status);
+      return;
+    }
     if (w.wr.opcode == Opcode::kRead) {
-      if (w.read_failed) {
-        set_error(w.read_status);
-        return;
-      }
       if (!w.segmented || !w.read_done) break;
       --reads_outstanding_;
     } else if (!w.segmented || !psn_lt(w.last_psn, snd_una_)) {
       break;
     }
+    ++sq_head_;  // before the push: a full CQ moves us to the error state
     push_send_completion(w, WcStatus::kSuccess);
-    ++sq_head_;
     if (state_ != ConnectionState::kActive) return;
   }
+}
+
+void Connection::fail_request(uint32_t psn, WcStatus status) {
+  SendWqe* w = wqe_for_psn(psn);
+  if (w == nullptr) {
+    set_error(status);
+    return;
+  }
+  if (!w->failed) {
+    w->failed = true;
+    w->fail_status = status;
+  }
+  complete_sends();
 }
 
 void Connection::complete_recvs() {
@@ -169,7 +190,7 @@ void Connection::complete_recvs() {
     wc.qp_num = cfg_.qp_num;
     ++rq_head_;
     if (!recv_cq_->push(wc)) {
-      set_error(WcStatus::kGeneralErr);
+      set_error(WcStatus::kWrFlushErr);  // CQ overrun
       return;
     }
   }
@@ -185,41 +206,42 @@ Connection::SendWqe* Connection::wqe_for_psn(uint32_t psn) {
   return nullptr;
 }
 
-void Connection::set_error(WcStatus first_status) {
+void Connection::set_error(WcStatus status) {
   if (state_ == ConnectionState::kError) return;
   state_ = ConnectionState::kError;
   wheel_->cancel(&rto_timer_);
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
-  // In order: work requests already fully acknowledged complete normally, the
-  // first one that is not gets the error, the rest are flushed.
   bool error_given = false;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
     WcStatus s = WcStatus::kWrFlushErr;
-    if (w.wr.opcode == Opcode::kRead && w.read_failed && !error_given) {
-      s = w.read_status;
-      error_given = true;
-    } else if (w.wr.opcode != Opcode::kRead && w.segmented && psn_lt(w.last_psn, snd_una_) &&
-               !error_given) {
-      s = WcStatus::kSuccess;
-    } else if (!error_given) {
-      s = first_status;
-      error_given = true;
+    if (!error_given) {
+      const bool done = w.wr.opcode == Opcode::kRead ? w.segmented && w.read_done
+                                                     : w.segmented && psn_lt(w.last_psn, snd_una_);
+      if (w.failed) {
+        s = w.fail_status;
+        error_given = true;
+      } else if (done) {
+        s = WcStatus::kSuccess;
+      } else {
+        s = status;
+        error_given = true;
+      }
     }
     if (s == WcStatus::kSuccess) {
-      push_send_completion(w, s);
-    } else {
-      WorkCompletion wc;
-      wc.wr_id = w.wr.wr_id;
-      wc.status = s;
-      wc.qp_num = cfg_.qp_num;
-      wc.opcode = w.wr.opcode == Opcode::kRead ? WcOpcode::kRdmaRead
-                  : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
-                      ? WcOpcode::kSend
-                      : WcOpcode::kRdmaWrite;
-      send_cq_->push(wc);
+      push_send_completion(w, s);  // a full CQ drops it: counted as overrun
+      continue;
     }
+    WorkCompletion wc;
+    wc.wr_id = w.wr.wr_id;
+    wc.status = s;
+    wc.qp_num = cfg_.qp_num;
+    wc.opcode = w.wr.opcode == Opcode::kRead ? WcOpcode::kRdmaRead
+                : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
+                    ? WcOpcode::kSend
+                    : WcOpcode::kRdmaWrite;
+    send_cq_->push(wc);
   }
   sq_tx_ = sq_tail_;
   for (; rq_head_ != rq_tail_; ++rq_head_) {

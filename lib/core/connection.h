@@ -38,9 +38,9 @@ struct ConnectionConfig {
   uint32_t rx_psn = 0;             // first PSN the peer sends
   uint32_t pd = 0;                 // protection domain for remote accesses
   uint32_t mtu = 4096;             // payload bytes per packet
-  uint32_t window_packets = 1024;  // PSNs tracked each way: power of two >= 128
-  uint32_t sq_depth = 256;         // power of two
-  uint32_t rq_depth = 256;         // power of two
+  uint32_t window_packets = 1024;  // PSNs tracked each way: power of two, 128..16384
+  uint32_t sq_depth = 256;         // power of two, at most 32768
+  uint32_t rq_depth = 256;         // power of two, at most 2^20
   uint32_t max_rd_atomic = 16;     // outstanding READs, each way
   uint32_t ack_every = 8;          // coalesce up to this many packets per ACK
   TimeNs ack_delay_ns = 10'000;    // ... or this long
@@ -69,12 +69,13 @@ struct ConnectionStats {
   uint64_t nacks_sent = 0;
   uint64_t nacks_received = 0;
   uint64_t trimmed_received = 0;
-  uint64_t lost_inferred = 0;  // declared lost from SACK / per-entropy gaps
-  uint64_t lost_nacked = 0;    // declared lost by a TRIMMED NACK
-  uint64_t lost_timeout = 0;   // declared lost by the RTO
-  uint64_t timeouts = 0;       // RTO expirations
-  uint64_t rnr_nacks = 0;
-  uint64_t access_errors = 0;  // remote accesses refused (we were the target)
+  uint64_t lost_inferred = 0;       // declared lost from SACK / per-entropy gaps
+  uint64_t lost_nacked = 0;         // declared lost by a TRIMMED NACK
+  uint64_t lost_timeout = 0;        // declared lost by the RTO
+  uint64_t timeouts = 0;            // RTO expirations
+  uint64_t rnr_nacks = 0;           // receiver-not-ready NACKs sent (we had no receive)
+  uint64_t rnr_nacks_received = 0;  // ... received (the peer had none)
+  uint64_t access_errors = 0;       // remote accesses refused (we were the target)
   uint64_t invalid_requests = 0;
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
@@ -82,6 +83,9 @@ struct ConnectionStats {
 };
 
 enum class ConnectionState : uint8_t { kActive, kError };
+
+// The SES return code that reports an access error to a READ requester.
+uint8_t ses_return_code(AccessError e);
 
 struct SendRequest {
   uint64_t wr_id = 0;
@@ -127,8 +131,10 @@ class Connection {
   TimeNs rto_ns() const { return rto_; }
   // Bytes of state this connection holds (for the memory-bound tests).
   size_t memory_footprint() const;
-  // Moves to the error state: flushes every queued work request.
-  void set_error(WcStatus first_status);
+  // Moves to the error state. In order, work requests already complete
+  // finish normally, one the peer refused gets its own status, otherwise the
+  // oldest incomplete one gets `status`; the rest, and every receive, flush.
+  void set_error(WcStatus status);
 
  private:
   // --- transmit side ---
@@ -160,11 +166,15 @@ class Connection {
     bool started = false;     // first packet has a PSN
     bool segmented = false;   // every packet has a PSN
     bool read_done = false;   // READ: every response byte placed
-    bool read_failed = false;
-    WcStatus read_status = WcStatus::kSuccess;
+    bool failed = false;      // the peer refused it: completes with fail_status
+    WcStatus fail_status = WcStatus::kSuccess;
   };
+  // A READ being answered. The source is resolved again for every packet
+  // built, first transmissions and retransmissions alike: the region may be
+  // deregistered or lose REMOTE_READ while the response is under way.
   struct ReadResponse {
-    const uint8_t* src = nullptr;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
     uint32_t length = 0;
     uint32_t bytes_sent = 0;
     uint16_t message_id = 0;  // the READ's
@@ -196,6 +206,7 @@ class Connection {
     uint32_t psn = 0;
     uint8_t code = 0;
     uint8_t vendor = 0;
+    uint8_t flags = 0;
   };
   // Why the receive side refused a packet; each maps to a NACK.
   enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
@@ -210,6 +221,9 @@ class Connection {
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
   SendWqe* wqe_for_psn(uint32_t psn);
+  // The peer refused the packet `psn`: its work request fails once it is the
+  // oldest (earlier ones still complete normally).
+  void fail_request(uint32_t psn, WcStatus status);
   // connection_tx.cc
   uint32_t build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now);
   bool next_new_packet(TxRecord* r);
@@ -231,7 +245,7 @@ class Connection {
   void release_read_responses();
   void on_in_order_advance();
   void execute_reads();
-  void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0);
+  void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0);
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_nack(uint8_t* buf, uint32_t cap);

@@ -65,6 +65,7 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   --nack_count_;
   wire::NackHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kNack);
+  h.pro.flags = n.flags;
   h.nack_code = n.code;
   h.vendor_code = n.vendor;
   h.nack_psn = n.psn;
@@ -211,12 +212,16 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::NackCode::kTrimmed:
     case wire::NackCode::kTrimmedLastHop:
     case wire::NackCode::kTrimmedAck:
-      // A NACK arriving sooner than any round trip after the latest copy
-      // went out is about an earlier copy, already being repaired.
-      if (r.tx_count > 1 && now - r.sent_at < min_rtt_) break;
+      // The NACK echoes whether the trimmed copy was a retransmission. One
+      // about the first copy of a packet resent since is already repaired;
+      // between several retransmissions, one arriving sooner than half a
+      // round trip after the latest is about an earlier one.
+      if (!(n.pro.flags & wire::kAckFlagRetx) && r.tx_count > 1) break;
+      if (r.tx_count > 2 && now - r.sent_at < min_rtt_ / 2) break;
       mark_lost(r, LossKind::kTrimmed, now);
       break;
     case wire::NackCode::kNoPktBuf:
+      ++stats_.rnr_nacks_received;
       // Receiver not ready: resend after the RNR delay; one episode counts once.
       if (now >= tx_hold_until_) {
         if (cfg_.rnr_retry_limit != 7 && ++rnr_retries_ > cfg_.rnr_retry_limit) {
@@ -236,10 +241,14 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::NackCode::kExpNackErr:
       switch (static_cast<wire::BraidNackReason>(n.vendor_code)) {
         case wire::BraidNackReason::kRemoteAccess:
-          if (r.kind == TxKind::kRequest) set_error(WcStatus::kRemAccessErr);
+          if (r.kind == TxKind::kRequest) fail_request(psn, WcStatus::kRemAccessErr);
           break;
         case wire::BraidNackReason::kInvalidRequest:
-          set_error(WcStatus::kRemInvReqErr);
+          if (r.kind == TxKind::kRequest) {
+            fail_request(psn, WcStatus::kRemInvReqErr);
+          } else {
+            set_error(WcStatus::kWrFlushErr);  // our READ response was refused
+          }
           break;
         default:
           break;

@@ -12,9 +12,9 @@ namespace {
 constexpr uint32_t kRsnFlag = 0x80000000u;
 }  // namespace
 
-void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor) {
+void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t flags) {
   if (nack_count_ == sizeof(nacks_) / sizeof(nacks_[0])) return;  // the sender's RTO covers it
-  nacks_[nack_count_++] = PendingNack{psn, code, vendor};
+  nacks_[nack_count_++] = PendingNack{psn, code, vendor, flags};
   ++stats_.nacks_sent;
 }
 
@@ -46,7 +46,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (pkt.trimmed) {
     ++stats_.trimmed_received;
     if (v == ReceiveWindow::Verdict::kNew) {
-      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed));
+      // Echo RETX: the sender can tell a NACK of its first copy from one of
+      // a retransmission.
+      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed), 0,
+                 (pkt.req.pro.flags & wire::kReqFlagRetx) ? wire::kAckFlagRetx : 0);
       return;
     }
     // A trimmed copy of a packet we have: the sender needs our ACK, as for
@@ -59,8 +62,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (v == ReceiveWindow::Verdict::kDuplicate) {
     // The ACK for it was lost or is late: say again what we have.
     ++stats_.duplicates;
-    ack_trigger_psn_ = psn;
-    ack_trigger_retx_ = true;
+    if (!ack_trigger_ecn_) {
+      ack_trigger_psn_ = psn;
+      ack_trigger_retx_ = true;
+    }
     ack_due_ = true;
     return;
   }
@@ -95,9 +100,13 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   ++stats_.data_received;
   rcvd_bytes_ += pkt.payload_len;
   ++unacked_packets_;
-  ack_trigger_psn_ = psn;
-  ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
+  // The ACK names one packet. A CE-marked one keeps the name until the ACK
+  // goes out, so the mark is charged to its entropy, not a later packet's.
   const bool ce = pkt.ip.ecn == wire::kEcnCe;
+  if (ce || !ack_trigger_ecn_) {
+    ack_trigger_psn_ = psn;
+    ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
+  }
   if (ce) ack_trigger_ecn_ = true;
   if (advanced > 0) on_in_order_advance();
   if (pkt.has_ses_response) complete_sends();
@@ -187,9 +196,10 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       if (s.request_length > w.length) {
         // The message does not fit the posted buffer: the receive completes
         // in error, the sender learns it from the NACK, both QPs stop.
+        // The receive completes with LOC_LEN_ERR; our own sends are flushed.
         w.status = WcStatus::kLocLenErr;
         invalid();
-        set_error(WcStatus::kLocLenErr);
+        set_error(WcStatus::kWrFlushErr);
         return false;
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
@@ -249,8 +259,8 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why
     return invalid();
   }
   if (s.return_code != wire::kSesRcOk) {
-    w.read_failed = true;
-    w.read_status = WcStatus::kRemAccessErr;
+    w.failed = true;
+    w.fail_status = WcStatus::kRemAccessErr;
     return true;
   }
   if (s.payload_length != len || s.modified_length != w.length ||
@@ -276,24 +286,17 @@ void Connection::execute_reads() {
     ReadResponse& job = rr_[rr_tail_ & rr_mask_];
     job = ReadResponse{};
     uint8_t* src = nullptr;
-    // Checked again: the region may have gone since the request arrived.
-    switch (mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src)) {
-      case AccessError::kNone:
-        job.src = src;
-        job.length = pr.length;
-        break;
-      case AccessError::kBadKey:
-        job.return_code = wire::kSesRcBadMkey;
-        break;
-      case AccessError::kOutOfBounds:
-        job.return_code = wire::kSesRcBadAddr;
-        break;
-      case AccessError::kWrongPd:
-      case AccessError::kNoPermission:
-        job.return_code = wire::kSesRcPermViolation;
-        break;
+    // Checked again (and again for every packet built): the region may have
+    // gone since the request arrived.
+    job.return_code = ses_return_code(
+        mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src));
+    if (job.return_code == wire::kSesRcOk) {
+      job.rkey = pr.rkey;
+      job.addr = pr.addr;
+      job.length = pr.length;
+    } else {
+      ++stats_.access_errors;
     }
-    if (job.return_code != wire::kSesRcOk) ++stats_.access_errors;
     job.message_id = pr.message_id;
     ++rr_tail_;
     ++reads_head_;

@@ -9,6 +9,21 @@
 
 namespace braid {
 
+uint8_t ses_return_code(AccessError e) {
+  switch (e) {
+    case AccessError::kNone:
+      return wire::kSesRcOk;
+    case AccessError::kBadKey:
+      return wire::kSesRcBadMkey;
+    case AccessError::kOutOfBounds:
+      return wire::kSesRcBadAddr;
+    case AccessError::kWrongPd:
+    case AccessError::kNoPermission:
+      break;
+  }
+  return wire::kSesRcPermViolation;
+}
+
 namespace {
 
 constexpr uint32_t kRsnFlag = 0x80000000u;  // `initiator`: consumes a receive WQE
@@ -126,8 +141,8 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
-  if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
-                next_payload_len() + trailer()) {
+  if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + next_payload_len() +
+                trailer()) {
     return 0;  // the caller's buffer is too small for this packet
   }
   // Filled in place: a temporary copied in would stall on store forwarding.
@@ -146,8 +161,27 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
 uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now) {
   const bool response = r.kind == TxKind::kReadResponse;
   const size_t ses_size = response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
+  uint32_t payload_len = r.len;
+  const uint8_t* read_src = nullptr;
+  uint8_t read_rc = wire::kSesRcOk;
+  if (response) {
+    const ReadResponse& job = rr_[r.seq & rr_mask_];
+    read_rc = job.return_code;
+    if (read_rc == wire::kSesRcOk && r.len > 0) {
+      uint8_t* src = nullptr;
+      const AccessError err =
+          mrs_->resolve(job.rkey, job.addr + r.offset, r.len, kAccessRemoteRead, cfg_.pd, &src);
+      if (err == AccessError::kNone) {
+        read_src = src;
+      } else {
+        ++stats_.access_errors;
+        read_rc = ses_return_code(err);
+        payload_len = 0;  // no data: the requester fails the READ
+      }
+    }
+  }
   const size_t udp_payload =
-      wire::kRequestSize + ses_size + r.len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
+      wire::kRequestSize + ses_size + payload_len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
   if (wire::kL2L4Size + udp_payload > cap) return 0;
 
   const uint8_t e = paths_.next();
@@ -171,14 +205,14 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     const ReadResponse& job = rr_[r.seq & rr_mask_];
     wire::SesResponse s;
     s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
-    s.return_code = job.return_code;
+    s.return_code = read_rc;
     s.message_id = job.message_id;
     s.read_request_message_id = job.message_id;
-    s.payload_length = r.len;
+    s.payload_length = static_cast<uint16_t>(payload_len);
     s.modified_length = job.length;
     s.message_offset = r.offset;
     wire::encode_ses_response_data(ses_at, s);
-    if (r.len > 0) std::memcpy(payload, job.src + r.offset, r.len);
+    if (payload_len > 0) std::memcpy(payload, read_src, payload_len);
   } else {
     const SendWqe& w = sq_[r.seq & sq_mask_];
     const Opcode op = w.wr.opcode;

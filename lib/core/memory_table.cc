@@ -22,27 +22,30 @@ uint32_t MemoryRegionTable::register_region(void* addr, uint64_t length, uint32_
                                             uint32_t pd, uint64_t iova) {
   uint32_t index;
   if (!free_.empty()) {
-    index = free_.back();
-    free_.pop_back();
+    index = free_.front();
+    free_.pop_front();
   } else {
+    if (regions_.size() >= kMaxRegions) return 0;
     index = static_cast<uint32_t>(regions_.size());
     regions_.emplace_back();
     generation_.push_back(0);
   }
-  const uint8_t gen = ++generation_[index];
+  uint16_t gen = static_cast<uint16_t>((generation_[index] + 1) & ((1u << kGenBits) - 1));
+  if (gen == 0) gen = 1;  // key 0 is never valid
+  generation_[index] = gen;
   MemoryRegion& r = regions_[index];
   r.base = static_cast<uint8_t*>(addr);
   r.iova = iova;
   r.length = length;
   r.access = access;
   r.pd = pd;
-  r.key = (index << 8) | gen;
+  r.key = (index << kGenBits) | gen;
   r.valid = true;
   return r.key;
 }
 
 const MemoryRegion* MemoryRegionTable::find(uint32_t key) const {
-  const uint32_t index = key >> 8;
+  const uint32_t index = key >> kGenBits;
   if (index >= regions_.size()) return nullptr;
   const MemoryRegion& r = regions_[index];
   if (!r.valid || r.key != key) return nullptr;
@@ -52,8 +55,8 @@ const MemoryRegion* MemoryRegionTable::find(uint32_t key) const {
 bool MemoryRegionTable::deregister(uint32_t key) {
   const MemoryRegion* r = find(key);
   if (r == nullptr) return false;
-  regions_[key >> 8].valid = false;
-  free_.push_back(key >> 8);
+  regions_[key >> kGenBits].valid = false;
+  free_.push_back(key >> kGenBits);
   return true;
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <vector>
 
 namespace braid {
@@ -36,8 +37,10 @@ struct MemoryRegion {
 
 class MemoryRegionTable {
  public:
-  // Returns the key (used as both lkey and rkey). Keys are index << 8 | gen,
-  // so a stale key of a deregistered slot never matches its successor.
+  // Returns the key (used as both lkey and rkey), 0 when the table is full
+  // (2^20 regions). A key is index << 12 | generation, the generation 1..4095
+  // and bumped at every reuse of a slot, and freed slots are reused oldest
+  // first: a stale key matches again only after 4095 reuses of its slot.
   uint32_t register_region(void* addr, uint64_t length, uint32_t access, uint32_t pd,
                            uint64_t iova);
   uint32_t register_region(void* addr, uint64_t length, uint32_t access, uint32_t pd) {
@@ -52,9 +55,11 @@ class MemoryRegionTable {
                       uint8_t** out) const;
 
  private:
+  static constexpr uint32_t kGenBits = 12;
+  static constexpr uint32_t kMaxRegions = 1u << (32 - kGenBits);
   std::vector<MemoryRegion> regions_;
-  std::vector<uint8_t> generation_;
-  std::vector<uint32_t> free_;
+  std::vector<uint16_t> generation_;
+  std::deque<uint32_t> free_;  // FIFO: a slot rests as long as possible
 };
 
 }  // namespace braid

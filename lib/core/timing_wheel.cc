@@ -67,6 +67,9 @@ uint32_t TimingWheel::advance(TimeNs now) {
   // Walk at most one rotation: beyond that every slot has been visited.
   const uint64_t last = target - current_tick_ > mask_ ? current_tick_ + mask_ : target;
   for (uint64_t tick = current_tick_; tick <= last; ++tick) {
+    // A callback that schedules a deadline already due lands in this slot,
+    // not one walked before, and fires before advance() returns.
+    current_tick_ = tick;
     Timer* t = slots_[tick & mask_];
     while (t != nullptr) {
       Timer* next = t->next;
