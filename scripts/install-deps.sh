@@ -4,7 +4,7 @@
 set -euo pipefail
 
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      libspdlog-dev libfmt-dev libcli11-dev)
+      libspdlog-dev libfmt-dev libcli11-dev libdpdk-dev dpdk)
 if [[ "${1:-}" == "--fuzz" ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev)
 fi

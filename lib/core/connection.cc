@@ -45,6 +45,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   cfg_.max_rd_atomic = std::max<uint32_t>(cfg.max_rd_atomic, 1);
   cfg_.mtu = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
   cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
+  mac_known_ = !cfg.await_remote_mac;
   decode_opts_.udp_port = cfg.udp_port;
   decode_opts_.crc_trailer = cfg.crc_trailer;
   decode_opts_.trim_dscp = cfg.trim_dscp;
@@ -90,6 +91,28 @@ size_t Connection::memory_footprint() const {
          reads_.capacity() * sizeof(PendingRead) +
          (path_next_seq_.capacity() + path_acked_seq_.capacity()) * sizeof(uint32_t) +
          paths_.count() * (sizeof(EntropyStats) + sizeof(uint16_t)) + rx_.window() / 8;
+}
+
+void Connection::set_remote_mac(const wire::MacAddr& mac) {
+  cfg_.remote_mac = mac;
+  frame_.set_dst_mac(mac);
+  mac_known_ = true;
+}
+
+bool Connection::set_send_psn(uint32_t psn) {
+  if (snd_nxt_ != cfg_.tx_psn || sq_tail_ != 0) return false;
+  cfg_.tx_psn = psn;
+  snd_una_ = snd_nxt_ = psn;
+  highest_sacked_ = psn - 1;
+  return true;
+}
+
+void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rnr_delay_ns,
+                           TimeNs rto_max_ns) {
+  cfg_.retry_limit = retry_limit;
+  cfg_.rnr_retry_limit = rnr_retry_limit;
+  cfg_.rnr_delay_ns = rnr_delay_ns;
+  cfg_.rto_max_ns = std::max(rto_max_ns, cfg_.rto_min_ns);
 }
 
 PostError Connection::post_send(const SendRequest& wr) {

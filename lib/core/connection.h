@@ -53,6 +53,9 @@ struct ConnectionConfig {
   uint32_t path_reorder_threshold = 1;  // later packets acked on the same entropy => loss
   bool crc_trailer = false;
   uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
+  // The peer's MAC is not known yet (ARP under way): nothing is sent until
+  // set_remote_mac(). An RC QP reaches RTR with a GID, not a MAC.
+  bool await_remote_mac = false;
   EntropyConfig entropy;
   CcConfig cc;
 };
@@ -106,6 +109,15 @@ class Connection {
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
+
+  // Sets the first PSN this side sends (an RC QP learns it at RTS). Only
+  // before anything has been sent; returns false otherwise.
+  bool set_send_psn(uint32_t psn);
+  void set_remote_mac(const wire::MacAddr& mac);
+  bool has_remote_mac() const { return mac_known_; }
+  // Retry and timer settings an RC QP may change at RTR/RTS.
+  void set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rnr_delay_ns,
+                 TimeNs rto_max_ns);
 
   PostError post_send(const SendRequest& wr);
   PostError post_recv(uint64_t wr_id, const SgList& sgl);
@@ -268,6 +280,7 @@ class Connection {
   wire::FrameTemplate frame_;
   wire::DecodeOptions decode_opts_;
   ConnectionState state_ = ConnectionState::kActive;
+  bool mac_known_ = true;
   ConnectionStats stats_;
 
   // Transmit state.

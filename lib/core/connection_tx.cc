@@ -45,6 +45,7 @@ wire::SesOpcode ses_opcode(Opcode op) {
 }  // namespace
 
 bool Connection::wants_to_send() const {
+  if (!mac_known_) return false;
   if (nack_count_ > 0) return true;
   if (state_ != ConnectionState::kActive) return false;
   if (ack_due_) return true;
@@ -55,6 +56,7 @@ bool Connection::wants_to_send() const {
 }
 
 uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (!mac_known_) return 0;
   if (nack_count_ > 0) return build_nack(buf, cap);
   if (state_ != ConnectionState::kActive) return 0;
   if (ack_due_) return build_ack(buf, cap, now);

@@ -1,0 +1,436 @@
+#include "dpdk/eal.h"
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace braid::dpdk {
+namespace {
+
+struct EalState {
+  bool initialized = false;
+  bool shut_down = false;
+  bool own_prefix = false;  // the prefix is our per-process default
+  EalMemoryMode mode = EalMemoryMode::kAuto;
+  std::string prefix;
+  std::string runtime_dir;
+  // rte_eal_init keeps pointers into argv, so both live for the process.
+  std::vector<std::string> args;
+  std::vector<char*> argv;
+};
+
+EalState& state() {
+  static EalState s;
+  return s;
+}
+
+std::string default_prefix() {
+  return "braid-" + std::to_string(::getpid());
+}
+
+bool starts_with(std::string_view s, std::string_view p) {
+  return s.substr(0, p.size()) == p;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string out;
+  for (const std::string& s : v) {
+    if (!out.empty()) out += ' ';
+    out += s;
+  }
+  return out;
+}
+
+uint64_t read_u64(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  uint64_t v = 0;
+  in >> v;
+  return in ? v : 0;
+}
+
+// "2M", "1G", "2048K", "1048576k" -> kB; 0 if unreadable.
+uint64_t page_size_kb(std::string_view text) {
+  uint64_t n = 0;
+  size_t i = 0;
+  while (i < text.size() && text[i] >= '0' && text[i] <= '9') n = n * 10 + (text[i++] - '0');
+  if (i == text.size()) return n / 1024;  // bytes
+  switch (text[i]) {
+    case 'k':
+    case 'K':
+      return n;
+    case 'm':
+    case 'M':
+      return n << 10;
+    case 'g':
+    case 'G':
+      return n << 20;
+    default:
+      return 0;
+  }
+}
+
+uint64_t default_page_size_kb() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t value = 0;
+  std::string unit;
+  while (in >> key >> value) {
+    std::getline(in, unit);
+    if (key == "Hugepagesize:") return value;
+  }
+  return 2048;
+}
+
+uint64_t free_pages(uint64_t size_kb) {
+  return read_u64("/sys/kernel/mm/hugepages/hugepages-" + std::to_string(size_kb) +
+                  "kB/free_hugepages");
+}
+
+// The part of a vdev string before its arguments: "net_memif0,role=..." ->
+// "net_memif0".
+std::string_view vdev_name(std::string_view vdev) {
+  return vdev.substr(0, vdev.find(','));
+}
+
+// vhost-user shares guest memory one region per file descriptor and has a
+// small table of them; with a file per hugepage it runs out ("Too many memory
+// regions") and, worse, a virtio-user link then shows up and stalls after
+// 256 packets. memif zero-copy exports memory the same way.
+bool vdev_needs_single_file_segments(std::string_view vdev) {
+  const std::string_view name = vdev_name(vdev);
+  if (starts_with(name, "net_virtio_user") || starts_with(name, "virtio_user") ||
+      starts_with(name, "net_vhost") || starts_with(name, "eth_vhost")) {
+    return true;
+  }
+  return starts_with(name, "net_memif") && vdev.find("zero-copy=yes") != std::string_view::npos;
+}
+
+// A value of a flag in extra_args, as "--flag=value" or "--flag value".
+std::vector<std::string> flag_values(const std::vector<std::string>& args, std::string_view flag) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == flag && i + 1 < args.size()) {
+      out.push_back(args[++i]);
+    } else if (starts_with(a, flag) && a.size() > flag.size() && a[flag.size()] == '=') {
+      out.push_back(a.substr(flag.size() + 1));
+    }
+  }
+  return out;
+}
+
+bool allows_pci_device(const std::vector<std::string>& args) {
+  for (const std::string& a : args) {
+    if (a == "--allow" || starts_with(a, "--allow=") || a == "-w" || a == "--pci-whitelist" ||
+        starts_with(a, "-a")) {
+      return true;
+    }
+  }
+  return false;
+}
+
+std::string vdev_probe_hint(std::string_view vdev) {
+  const std::string_view name = vdev_name(vdev);
+  if (starts_with(name, "net_virtio_user")) {
+    return "virtio-user found no vhost-user backend at its path=: start the vhost side first, "
+           "or add server=1 here and client=1 on the vhost side";
+  }
+  if (starts_with(name, "net_vhost")) {
+    return "vhost could not create its iface= socket: check the directory exists and no stale "
+           "socket file is in the way";
+  }
+  if (starts_with(name, "net_af_xdp") || starts_with(name, "net_af_packet")) {
+    return "check that iface= names an existing interface (in this network namespace) and that "
+           "the process runs as root";
+  }
+  if (starts_with(name, "net_memif")) {
+    return "check that no other memif server in this network namespace has the same socket= "
+           "(DPDK 22.11 binds it in the abstract namespace unless socket-abstract=no, and "
+           "keeps it bound until the process exits) and that id= is not used twice";
+  }
+  return "check the vdev's arguments against the PMD's documentation";
+}
+
+const char* errno_name(int e) {
+  switch (e) {
+    case EACCES:
+      return "EACCES";
+    case EAGAIN:
+      return "EAGAIN";
+    case EALREADY:
+      return "EALREADY";
+    case EFAULT:
+      return "EFAULT";
+    case EINVAL:
+      return "EINVAL";
+    case ENODEV:
+      return "ENODEV";
+    case ENOMEM:
+      return "ENOMEM";
+    case ENOTSUP:
+      return "ENOTSUP";
+    case EPROTO:
+      return "EPROTO";
+    default:
+      return "errno";
+  }
+}
+
+std::string eal_failure(int e, const std::vector<std::string>& args, EalMemoryMode mode) {
+  std::ostringstream m;
+  m << "rte_eal_init failed (" << errno_name(e) << ": " << rte_strerror(e) << ") with '"
+    << join(args) << "' (memory mode '" << memory_mode_name(mode) << "'): ";
+  switch (e) {
+    case EACCES:
+      m << "DPDK could not read hugepage information or lacks a permission: run as root, or use "
+           "--memory=no-huge";
+      break;
+    case ENOMEM:
+      m << "not enough memory for the EAL: lower -m (EalConfig::memory_mb) or reserve more "
+           "hugepages";
+      break;
+    case EINVAL:
+      m << "an EAL argument was refused: check extra_args and the vdev strings";
+      break;
+    case EAGAIN:
+    case EEXIST:
+      m << "another DPDK process may use this file prefix: choose another file_prefix";
+      break;
+    case EALREADY:
+      m << "DPDK was initialised already in this process: initialise it once";
+      break;
+    default:
+      m << "see the EAL log above for the step that failed";
+      break;
+  }
+  return m.str();
+}
+
+}  // namespace
+
+const char* memory_mode_name(EalMemoryMode mode) {
+  switch (mode) {
+    case EalMemoryMode::kAuto:
+      return "auto";
+    case EalMemoryMode::kInMemory:
+      return "in-memory";
+    case EalMemoryMode::kNoHuge:
+      return "no-huge";
+    case EalMemoryMode::kHugepages:
+      return "hugepages";
+  }
+  return "?";
+}
+
+bool parse_memory_mode(std::string_view text, EalMemoryMode* mode) {
+  for (EalMemoryMode m : {EalMemoryMode::kAuto, EalMemoryMode::kInMemory, EalMemoryMode::kNoHuge,
+                          EalMemoryMode::kHugepages}) {
+    if (text == memory_mode_name(m)) {
+      *mode = m;
+      return true;
+    }
+  }
+  return false;
+}
+
+HugepageInfo HugepageInfo::probe() {
+  HugepageInfo info;
+  std::error_code ec;
+  for (const auto& dir : std::filesystem::directory_iterator("/sys/kernel/mm/hugepages", ec)) {
+    info.total_free += read_u64(dir.path() / "free_hugepages");
+  }
+  std::ifstream mounts("/proc/mounts");
+  std::string line;
+  while (std::getline(mounts, line)) {
+    std::istringstream fields(line);
+    std::string device, point, type, options;
+    if (!(fields >> device >> point >> type >> options) || type != "hugetlbfs") continue;
+    uint64_t size_kb = default_page_size_kb();
+    const size_t at = options.find("pagesize=");
+    if (at != std::string::npos) {
+      const size_t end = options.find(',', at);
+      size_kb = page_size_kb(std::string_view(options).substr(at + 9, end - (at + 9)));
+    }
+    const uint64_t free = free_pages(size_kb);
+    // Prefer a mount that can actually be used; otherwise remember the first
+    // one so the error can name it.
+    if (info.mount_point.empty() || (info.mount_free == 0 && free > 0)) {
+      info.mount_point = point;
+      info.mount_free = free;
+    }
+  }
+  return info;
+}
+
+Status Eal::build_args(const EalConfig& config, const HugepageInfo& huge,
+                       std::vector<std::string>* args, EalMemoryMode* resolved) {
+  args->clear();
+  for (const std::string& a : config.extra_args) {
+    if (a == "--no-huge" || a == "--in-memory") {
+      return Status::failure("'" + a +
+                             "' in extra_args: choose the memory mode with "
+                             "EalConfig::memory (--memory=" +
+                             a.substr(2) + "), which checks the machine can do it");
+    }
+    if (starts_with(a, "--file-prefix")) {
+      return Status::failure("'--file-prefix' in extra_args: set EalConfig::file_prefix instead");
+    }
+  }
+  const bool pci_allowed = allows_pci_device(config.extra_args);
+  const bool no_pci = config.no_pci.value_or(!pci_allowed);
+  if (no_pci && pci_allowed) {
+    return Status::failure(
+        "--no-pci requested while extra_args allows a PCI device (-a): drop one of them");
+  }
+
+  EalMemoryMode mode = config.memory;
+  if (mode == EalMemoryMode::kAuto) {
+    mode = !huge.mount_point.empty() && huge.mount_free > 0 ? EalMemoryMode::kHugepages
+                                                            : EalMemoryMode::kNoHuge;
+  }
+  if (mode == EalMemoryMode::kHugepages) {
+    if (huge.mount_point.empty()) {
+      return Status::failure(
+          "no hugepages mounted and memory mode 'hugepages' requested: mount hugetlbfs "
+          "(mount -t hugetlbfs nodev /dev/hugepages) and reserve pages (echo 512 > "
+          "/proc/sys/vm/nr_hugepages), or use --memory=no-huge");
+    }
+    if (huge.mount_free == 0) {
+      return Status::failure("hugetlbfs is mounted at " + huge.mount_point +
+                             " but has no free hugepages and memory mode 'hugepages' was "
+                             "requested: reserve pages (echo 512 > /proc/sys/vm/nr_hugepages) "
+                             "or use --memory=no-huge");
+    }
+  }
+  if (mode == EalMemoryMode::kInMemory && huge.total_free == 0) {
+    return Status::failure(
+        "memory mode 'in-memory' needs free hugepages (it backs memory with hugepage memfds; "
+        "no mount needed) and none are reserved: echo 512 > /proc/sys/vm/nr_hugepages, or use "
+        "--memory=no-huge");
+  }
+  if (resolved) *resolved = mode;
+
+  args->push_back("braid");
+  args->push_back("-l");
+  args->push_back(std::to_string(config.lcore));
+  args->push_back("--file-prefix=" +
+                  (config.file_prefix.empty() ? default_prefix() : config.file_prefix));
+  switch (mode) {
+    case EalMemoryMode::kNoHuge:
+      args->push_back("--no-huge");
+      args->push_back("-m");
+      args->push_back(std::to_string(config.memory_mb ? config.memory_mb : 512));
+      break;
+    case EalMemoryMode::kInMemory:
+      args->push_back("--in-memory");
+      [[fallthrough]];
+    case EalMemoryMode::kHugepages:
+    case EalMemoryMode::kAuto:
+      if (config.memory_mb) {
+        args->push_back("-m");
+        args->push_back(std::to_string(config.memory_mb));
+      }
+      break;
+  }
+  if (no_pci) args->push_back("--no-pci");
+  for (const std::string& v : config.vdevs) args->push_back("--vdev=" + v);
+
+  bool needs_sfs = false;
+  for (const std::string& v : config.vdevs) needs_sfs |= vdev_needs_single_file_segments(v);
+  for (const std::string& v : flag_values(config.extra_args, "--vdev")) {
+    needs_sfs |= vdev_needs_single_file_segments(v);
+  }
+  bool has_sfs = false;
+  for (const std::string& a : config.extra_args) has_sfs |= a == "--single-file-segments";
+  if (needs_sfs && !has_sfs) args->push_back("--single-file-segments");
+
+  args->insert(args->end(), config.extra_args.begin(), config.extra_args.end());
+  return {};
+}
+
+Status Eal::init(const EalConfig& config) {
+  EalState& s = state();
+  if (s.initialized || s.shut_down) {
+    return Status::failure("the DPDK EAL was initialised already in this process (with '" +
+                           join(s.args) +
+                           "'); DPDK allows one rte_eal_init per process: initialise once "
+                           "and share it");
+  }
+  std::vector<std::string> args;
+  EalMemoryMode mode = config.memory;
+  if (Status st = build_args(config, HugepageInfo::probe(), &args, &mode); !st.ok()) return st;
+
+  s.args = std::move(args);
+  s.argv.clear();
+  for (std::string& a : s.args) s.argv.push_back(a.data());
+  s.argv.push_back(nullptr);
+  const int ret = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  if (ret < 0) {
+    const int e = rte_errno;
+    return Status::failure(eal_failure(e, s.args, mode));
+  }
+  s.initialized = true;
+  s.mode = mode;
+  s.own_prefix = config.file_prefix.empty();
+  s.prefix = config.file_prefix.empty() ? default_prefix() : config.file_prefix;
+  s.runtime_dir = rte_eal_get_runtime_dir();
+
+  // A vdev whose PMD refuses to probe is only logged by the EAL, which then
+  // carries on without the port; say which one and why it usually happens.
+  std::vector<std::string> vdevs = config.vdevs;
+  for (const std::string& v : flag_values(config.extra_args, "--vdev")) vdevs.push_back(v);
+  for (const std::string& v : vdevs) {
+    const std::string name(vdev_name(v));
+    if (!starts_with(name, "net_") && !starts_with(name, "eth_")) continue;
+    uint16_t port = 0;
+    if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+      return Status::failure("vdev '" + name +
+                             "' did not become a port (its PMD's reason is in the log above; "
+                             "the EAL itself is up): " +
+                             vdev_probe_hint(v));
+    }
+  }
+  return {};
+}
+
+bool Eal::initialized() {
+  return state().initialized;
+}
+
+const std::vector<std::string>& Eal::args() {
+  return state().args;
+}
+
+EalMemoryMode Eal::memory_mode() {
+  return state().mode;
+}
+
+bool Eal::has_arg(std::string_view flag) {
+  for (const std::string& a : state().args) {
+    if (a == flag) return true;
+  }
+  return false;
+}
+
+void Eal::shutdown() {
+  EalState& s = state();
+  if (!s.initialized) return;
+  rte_eal_cleanup();
+  s.initialized = false;
+  s.shut_down = true;
+  // Only a directory named after our per-process prefix: a prefix chosen by
+  // the caller may be shared with secondary processes.
+  const std::filesystem::path dir(s.runtime_dir);
+  if (s.own_prefix && dir.filename() == s.prefix) {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  }
+}
+
+}  // namespace braid::dpdk

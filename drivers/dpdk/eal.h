@@ -1,0 +1,85 @@
+// DPDK's Environment Abstraction Layer, initialised once per process from a
+// small config. The config is turned into EAL arguments by a pure function
+// (build_args) so that the choices it makes on this machine -- hugepages or
+// not, --single-file-segments for vhost-user style vdevs, --no-pci -- can be
+// tested without starting DPDK. No DPDK header is included here.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace braid::dpdk {
+
+// Success, or why not: the cause and the fix in one message.
+struct [[nodiscard]] Status {
+  std::string error;  // empty on success
+  bool ok() const { return error.empty(); }
+  static Status failure(std::string why) { return Status{std::move(why)}; }
+};
+
+enum class EalMemoryMode : uint8_t {
+  // Hugepages if a hugetlbfs with free pages is mounted, else no-huge.
+  kAuto,
+  // Hugepage memfds, no hugetlbfs mount and no runtime files; still needs
+  // reserved hugepages (vm.nr_hugepages).
+  kInMemory,
+  // Ordinary anonymous memory: works everywhere, sized up front (-m).
+  kNoHuge,
+  // A mounted hugetlbfs with free pages.
+  kHugepages,
+};
+
+// "auto", "in-memory", "no-huge", "hugepages": the spelling of --memory=.
+const char* memory_mode_name(EalMemoryMode mode);
+bool parse_memory_mode(std::string_view text, EalMemoryMode* mode);
+
+struct EalConfig {
+  std::string file_prefix;              // empty: "braid-<pid>"
+  std::vector<std::string> vdevs;       // each becomes --vdev=<vdev>
+  std::vector<std::string> extra_args;  // passed through (-a <pci>, --huge-dir, --log-level)
+  int lcore = 0;                        // -l
+  // Unset: --no-pci unless extra_args allows a PCI device (-a/--allow).
+  std::optional<bool> no_pci;
+  EalMemoryMode memory = EalMemoryMode::kAuto;
+  uint32_t memory_mb = 0;  // no-huge: 0 means 512; hugepage modes: 0 leaves it dynamic
+};
+
+// What the machine offers, read from /proc/mounts and /sys/kernel/mm.
+struct HugepageInfo {
+  std::string mount_point;  // first hugetlbfs mount, empty if none
+  uint64_t mount_free = 0;  // free pages of the mounted page size
+  uint64_t total_free = 0;  // free pages of any size (what in-memory can use)
+  static HugepageInfo probe();
+};
+
+class Eal {
+ public:
+  // The full argv (argv[0] included) for a config on a machine, or an error
+  // naming the cause and the fix; `resolved` gets the mode `auto` became.
+  // Pure: does not touch DPDK.
+  static Status build_args(const EalConfig& config, const HugepageInfo& huge,
+                           std::vector<std::string>* args, EalMemoryMode* resolved = nullptr);
+
+  // Builds the arguments and runs rte_eal_init. Once per process: DPDK
+  // cannot be initialised twice, so a second call is an error.
+  static Status init(const EalConfig& config);
+  static bool initialized();
+  // The arguments init passed to rte_eal_init (empty before).
+  static const std::vector<std::string>& args();
+  // The memory mode init resolved `auto` to.
+  static EalMemoryMode memory_mode();
+  // True when init's arguments include the flag (e.g. "--single-file-segments").
+  static bool has_arg(std::string_view flag);
+
+  // rte_eal_cleanup, then removes the runtime directory if init generated its
+  // prefix (a per-process name nobody else uses): DPDK leaves several MB of
+  // shared-config files in /var/run/dpdk otherwise. Ports must be closed or
+  // no longer used. DPDK cannot be initialised again afterwards.
+  static void shutdown();
+};
+
+}  // namespace braid::dpdk

@@ -1,0 +1,482 @@
+#include "dpdk/ethdev_port.h"
+
+#include <rte_dev.h>
+#include <rte_devargs.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <chrono>
+#include <cstring>
+#include <sstream>
+#include <string_view>
+#include <thread>
+
+#include "dpdk/eal.h"
+
+namespace braid::dpdk {
+namespace {
+
+// What ethdev itself assumes a frame adds to the MTU when the PMD does not
+// say (Ethernet header and CRC).
+constexpr uint32_t kDefaultFrameOverhead = RTE_ETHER_HDR_LEN + RTE_ETHER_CRC_LEN;
+// The usual mbuf size: PMDs are tuned for it, so smaller MTUs still get it.
+constexpr uint32_t kMinDataRoom = RTE_MBUF_DEFAULT_DATAROOM;
+constexpr uint32_t kMempoolCache = 256;
+
+std::string port_label(uint16_t port, const std::string& name, const std::string& driver) {
+  return "port " + std::to_string(port) + " '" + name + "' (" + driver + ")";
+}
+
+std::string available_ports() {
+  std::string out;
+  uint16_t p = 0;
+  RTE_ETH_FOREACH_DEV(p) {
+    char name[RTE_ETH_NAME_MAX_LEN] = {};
+    rte_eth_dev_get_name_by_port(p, name);
+    rte_eth_dev_info info{};
+    const char* driver = rte_eth_dev_info_get(p, &info) == 0 ? info.driver_name : "?";
+    if (!out.empty()) out += ", ";
+    out += std::to_string(p) + " '" + name + "' (" + driver + ")";
+  }
+  if (out.empty()) {
+    return "none: give the EAL a --vdev (EalConfig::vdevs) or allow a PCI device (-a <address>)";
+  }
+  return out;
+}
+
+// The value of key in a vdev's "k1=v1,k2=v2" arguments.
+std::string devarg(const rte_eth_dev_info& info, std::string_view key,
+                   std::string_view fallback = {}) {
+  const rte_devargs* da = info.device ? rte_dev_devargs(info.device) : nullptr;
+  if (!da || !da->args) return std::string(fallback);
+  std::string_view args(da->args);
+  while (!args.empty()) {
+    const size_t comma = args.find(',');
+    const std::string_view kv = args.substr(0, comma);
+    if (kv.size() > key.size() && kv.substr(0, key.size()) == key && kv[key.size()] == '=') {
+      return std::string(kv.substr(key.size() + 1));
+    }
+    if (comma == std::string_view::npos) break;
+    args.remove_prefix(comma + 1);
+  }
+  return std::string(fallback);
+}
+
+bool is_driver(const std::string& driver, std::string_view prefix) {
+  return driver.compare(0, prefix.size(), prefix) == 0;
+}
+
+// memif's socket, as the message should name it. DPDK 22.11 binds it in the
+// abstract namespace unless socket-abstract=no: no file appears, and peers
+// in different network namespaces cannot see each other.
+std::string memif_socket(const rte_eth_dev_info& info) {
+  std::string path = devarg(info, "socket", "/run/memif.sock");  // the PMD's default
+  if (devarg(info, "socket-abstract", "yes") != "no") path += " (abstract)";
+  return path;
+}
+
+bool memif_client(const rte_eth_dev_info& info) {
+  const std::string role = devarg(info, "role", "server");
+  return role == "client" || role == "slave";
+}
+
+std::string start_failure(int ret, const rte_eth_dev_info& info, const std::string& label) {
+  const std::string driver = info.driver_name ? info.driver_name : "";
+  if (is_driver(driver, "net_memif")) {
+    if (memif_client(info)) {
+      return "memif: no server at " + memif_socket(info) + ": start the server side first (" +
+             label + " is a client and does not retry)";
+    }
+    return "memif server " + label + " failed to start at " + memif_socket(info) + ": " +
+           rte_strerror(-ret) + ": see the PMD's log above";
+  }
+  return "rte_eth_dev_start(" + label + ") failed: " + rte_strerror(-ret) +
+         ": see the PMD's log above";
+}
+
+std::string link_down_hint(const rte_eth_dev_info& info) {
+  const std::string driver = info.driver_name ? info.driver_name : "";
+  if (is_driver(driver, "net_memif")) {
+    return "the memif peer at " + memif_socket(info) +
+           " has not connected: start it, or open with require_link_up=false and poll link_up()";
+  }
+  if (is_driver(driver, "net_vhost") || is_driver(driver, "net_virtio_user")) {
+    return "the vhost-user peer has not connected: start it, or open with "
+           "require_link_up=false and poll link_up()";
+  }
+  return "check the cable or the peer, or open with require_link_up=false and poll link_up()";
+}
+
+// vhost-user (and memif zero-copy) pass memory to the peer one region per
+// file; a file per hugepage exhausts the region table and virtio-user then
+// stalls after 256 packets with its link up. With --no-huge the EAL has one
+// segment, which is fine.
+std::string missing_single_file_segments(const rte_eth_dev_info& info) {
+  if (!Eal::initialized() || !rte_eal_has_hugepages() || Eal::has_arg("--single-file-segments")) {
+    return {};
+  }
+  const std::string driver = info.driver_name ? info.driver_name : "";
+  const bool needs = is_driver(driver, "net_virtio_user") || is_driver(driver, "net_vhost") ||
+                     (is_driver(driver, "net_memif") && devarg(info, "zero-copy") == "yes");
+  if (!needs) return {};
+  return driver +
+         " without --single-file-segments: with hugepages, vhost-user style memory sharing runs "
+         "out of memory regions and the link stalls after 256 packets: add "
+         "--single-file-segments to the EAL arguments (Eal::init adds it for vdevs listed in "
+         "EalConfig::vdevs)";
+}
+
+std::string offload_names(uint64_t offloads, bool rx) {
+  std::string out;
+  for (uint64_t bit = 1; bit != 0 && bit <= offloads; bit <<= 1) {
+    if (!(offloads & bit)) continue;
+    if (!out.empty()) out += ',';
+    out += rx ? rte_eth_dev_rx_offload_name(bit) : rte_eth_dev_tx_offload_name(bit);
+  }
+  return out.empty() ? "none" : out;
+}
+
+// Mempools are most compact at 2^q - 1 elements.
+uint32_t round_pool_size(uint32_t n) {
+  uint32_t size = 1023;
+  while (size < n) size = size * 2 + 1;
+  return size;
+}
+
+}  // namespace
+
+std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std::string* error) {
+  auto fail = [error](std::string why) -> std::unique_ptr<EthdevPort> {
+    if (error) *error = std::move(why);
+    return nullptr;
+  };
+  if (!Eal::initialized() && rte_lcore_count() == 0) {
+    return fail("the DPDK EAL is not initialised: call braid::dpdk::Eal::init first");
+  }
+
+  uint16_t port = 0;
+  if (!config.name.empty()) {
+    if (rte_eth_dev_get_port_by_name(config.name.c_str(), &port) != 0) {
+      return fail("no DPDK port named '" + config.name +
+                  "'; available ports: " + available_ports());
+    }
+  } else if (config.port_id) {
+    port = *config.port_id;
+    if (!rte_eth_dev_is_valid_port(port)) {
+      return fail("no DPDK port with id " + std::to_string(port) +
+                  "; available ports: " + available_ports());
+    }
+  } else {
+    return fail("no port given: set EthdevPortConfig::name or port_id; available ports: " +
+                available_ports());
+  }
+
+  std::unique_ptr<EthdevPort> p(new EthdevPort());
+  p->port_id_ = port;
+  char name[RTE_ETH_NAME_MAX_LEN] = {};
+  rte_eth_dev_get_name_by_port(port, name);
+  p->name_ = name;
+
+  rte_eth_dev_info info{};
+  if (int ret = rte_eth_dev_info_get(port, &info); ret != 0) {
+    return fail("rte_eth_dev_info_get(port " + std::to_string(port) +
+                ") failed: " + rte_strerror(-ret));
+  }
+  p->driver_ = info.driver_name ? info.driver_name : "?";
+  const std::string label = port_label(port, p->name_, p->driver_);
+  if (std::string why = missing_single_file_segments(info); !why.empty()) return fail(why);
+
+  // Frame size the MTU implies, with the PMD's own overhead when it states
+  // one (VLAN tags, for instance), as ethdev computes it.
+  uint32_t overhead = kDefaultFrameOverhead;
+  if (info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu) {
+    overhead = info.max_rx_pktlen - info.max_mtu;
+  }
+  if (config.mtu < info.min_mtu || config.mtu > info.max_mtu) {
+    return fail("MTU " + std::to_string(config.mtu) + " is outside what " + label + " allows (" +
+                std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu) +
+                "): use an MTU in that range");
+  }
+  const uint32_t frame = config.mtu + overhead;
+  if (frame > info.max_rx_pktlen) {
+    // memif and AF_PACKET in DPDK 22.11 report 1518 B although they can
+    // carry larger frames; ethdev refuses any larger MTU for them.
+    return fail("MTU " + std::to_string(config.mtu) + " needs frames of " + std::to_string(frame) +
+                " B but " + label + " accepts at most " + std::to_string(info.max_rx_pktlen) +
+                " B: use an MTU up to " + std::to_string(info.max_rx_pktlen - overhead));
+  }
+  if (config.mbuf_data_room != 0 && config.mbuf_data_room < frame) {
+    return fail("RX buffer smaller than the MTU on " + label + ": an mbuf holds " +
+                std::to_string(config.mbuf_data_room) + " B but MTU " + std::to_string(config.mtu) +
+                " needs frames of " + std::to_string(frame) + " B: set mbuf_data_room >= " +
+                std::to_string(frame) + " (or 0 to size it from the MTU), or lower the MTU");
+  }
+  uint32_t room = config.mbuf_data_room;
+  if (room == 0) room = std::max(kMinDataRoom, (frame + 1023) / 1024 * 1024);
+  room = std::max(room, info.min_rx_bufsize);
+  if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
+    return fail("MTU " + std::to_string(config.mtu) + " needs mbufs of " + std::to_string(room) +
+                " B, more than an mbuf can hold (" +
+                std::to_string(UINT16_MAX - RTE_PKTMBUF_HEADROOM) + " B): lower the MTU");
+  }
+  p->mtu_ = config.mtu;
+  p->data_room_ = room;
+
+  uint16_t rxd = config.rx_descriptors;
+  uint16_t txd = config.tx_descriptors;
+  if (int ret = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd); ret != 0) {
+    return fail("rte_eth_dev_adjust_nb_rx_tx_desc(" + label + ") failed: " + rte_strerror(-ret));
+  }
+  p->rx_descriptors_ = rxd;
+  p->tx_descriptors_ = txd;
+
+  // Both rings full, a burst in each direction in the engine's hands, and
+  // as much again for frames a same-process peer (ring PMD) still holds.
+  const uint32_t mbufs =
+      config.mbufs ? config.mbufs : round_pool_size(2u * (rxd + txd) + 4u * kMaxBurst);
+  const uint32_t cache = std::min<uint32_t>(kMempoolCache, mbufs / 2);
+  static std::atomic<uint32_t> pool_serial{0};
+  const std::string pool_name =
+      "braid_p" + std::to_string(port) + "_" + std::to_string(pool_serial++);
+  int socket = rte_eth_dev_socket_id(port);
+  if (socket < 0) socket = SOCKET_ID_ANY;
+  p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), mbufs, cache, 0,
+                                     static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), socket);
+  if (!p->pool_) {
+    const uint64_t mb = (uint64_t{mbufs} * (room + RTE_PKTMBUF_HEADROOM + 128)) >> 20;
+    return fail("cannot allocate " + std::to_string(mbufs) + " mbufs of " + std::to_string(room) +
+                " B (about " + std::to_string(mb) + " MB) for " + label + ": " +
+                rte_strerror(rte_errno) +
+                ": give the EAL more memory (EalConfig::memory_mb, -m) or lower mbufs or the MTU");
+  }
+
+  // Offloads the engine can use when offered; it computes checksums itself,
+  // so their absence costs nothing but CPU.
+  rte_eth_conf conf{};
+  conf.rxmode.mq_mode = RTE_ETH_MQ_RX_NONE;
+  conf.rxmode.mtu = config.mtu;
+  conf.txmode.mq_mode = RTE_ETH_MQ_TX_NONE;
+  p->rx_offloads_ = info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+  p->tx_offloads_ =
+      info.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
+  conf.rxmode.offloads = p->rx_offloads_;
+  conf.txmode.offloads = p->tx_offloads_;
+  if (int ret = rte_eth_dev_configure(port, 1, 1, &conf); ret != 0) {
+    return fail("rte_eth_dev_configure(" + label + ", 1 RX and 1 TX queue, MTU " +
+                std::to_string(config.mtu) + ") failed: " + rte_strerror(-ret) +
+                (ret == -EBUSY ? ": the port is started already; is another EthdevPort open on it?"
+                               : ": see the PMD's log above"));
+  }
+  // configure recorded the MTU; set_mtu makes PMDs that apply it only there
+  // program it. PMDs without the operation keep the recorded value.
+  if (int ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(config.mtu)); ret != 0) {
+    uint16_t now = 0;
+    if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != config.mtu) {
+      return fail(label + " refused MTU " + std::to_string(config.mtu) + " (" + rte_strerror(-ret) +
+                  "); the PMD reports a maximum of " + std::to_string(info.max_mtu) +
+                  ": use an MTU up to that");
+    }
+  }
+
+  rte_eth_rxconf rxconf = info.default_rxconf;
+  rxconf.offloads = p->rx_offloads_;
+  if (int ret = rte_eth_rx_queue_setup(port, 0, rxd, socket, &rxconf, p->pool_); ret != 0) {
+    return fail("rte_eth_rx_queue_setup(" + label + ", " + std::to_string(rxd) +
+                " descriptors, mbufs of " + std::to_string(room) +
+                " B) failed: " + rte_strerror(-ret) +
+                (ret == -EINVAL ? ": the PMD may need larger buffers for this MTU (raise "
+                                  "mbuf_data_room) or other descriptor counts"
+                                : ": see the PMD's log above"));
+  }
+  rte_eth_txconf txconf = info.default_txconf;
+  txconf.offloads = p->tx_offloads_;
+  if (int ret = rte_eth_tx_queue_setup(port, 0, txd, socket, &txconf); ret != 0) {
+    return fail("rte_eth_tx_queue_setup(" + label + ", " + std::to_string(txd) +
+                " descriptors) failed: " + rte_strerror(-ret) + ": see the PMD's log above");
+  }
+
+  if (int ret = rte_eth_dev_start(port); ret != 0) return fail(start_failure(ret, info, label));
+  p->started_ = true;
+
+  // Frames for other MACs are not ours; promiscuous only when asked (a
+  // capture, or a peer that does not know our MAC). Not every PMD has the
+  // switch, which is fine for the default.
+  const int promisc =
+      config.promiscuous ? rte_eth_promiscuous_enable(port) : rte_eth_promiscuous_disable(port);
+  if (promisc != 0 && (config.promiscuous || promisc != -ENOTSUP)) {
+    return fail("cannot turn promiscuous mode " + std::string(config.promiscuous ? "on" : "off") +
+                " on " + label + ": " + rte_strerror(-promisc));
+  }
+
+  rte_ether_addr addr{};
+  if (int ret = rte_eth_macaddr_get(port, &addr); ret != 0) {
+    return fail("rte_eth_macaddr_get(" + label + ") failed: " + rte_strerror(-ret));
+  }
+  std::memcpy(p->mac_.data(), addr.addr_bytes, p->mac_.size());
+
+  // Links come up asynchronously (memif and vhost after a handshake); wait a
+  // bounded time rather than return a port that silently drops.
+  if (config.require_link_up) {
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::milliseconds(config.link_wait_ms);
+    while (!p->link_up() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    if (!p->link_up()) {
+      return fail("link of " + label + " still down " + std::to_string(config.link_wait_ms) +
+                  " ms after start: " + link_down_hint(info));
+    }
+  }
+  return p;
+}
+
+EthdevPort::~EthdevPort() {
+  if (started_) rte_eth_dev_stop(port_id_);
+  release_pool();
+}
+
+void EthdevPort::release_pool() {
+  if (!pool_) return;
+  // Buffers still out would point into freed memory; leaving the pool
+  // allocated is the lesser harm (a PMD that keeps RX buffers after stop,
+  // or frames in a same-process peer's ring).
+  if (rte_mempool_full(pool_)) rte_mempool_free(pool_);
+  pool_ = nullptr;
+}
+
+uint16_t EthdevPort::rx_burst(RxFrame* frames, uint16_t n) {
+  rte_mbuf* mbufs[kMaxBurst];
+  const uint16_t got = rte_eth_rx_burst(port_id_, 0, mbufs, std::min(n, kMaxBurst));
+  uint16_t out = 0;
+  for (uint16_t i = 0; i < got; ++i) {
+    rte_mbuf* m = mbufs[i];
+    // The engine reads a frame as one contiguous view; a chain means a PMD
+    // split it (memif with buffers smaller than the frame).
+    if (unlikely(m->nb_segs != 1)) {
+      rte_pktmbuf_free(m);
+      ++rx_chained_dropped_;
+      continue;
+    }
+    frames[out].data = rte_pktmbuf_mtod(m, const uint8_t*);
+    frames[out].len = m->data_len;
+    frames[out].handle = m;
+    ++out;
+  }
+  rx_frames_ += out;
+  return out;
+}
+
+void EthdevPort::rx_release(RxFrame* frames, uint16_t n) {
+  rte_mbuf* mbufs[kMaxBurst];
+  while (n > 0) {
+    const uint16_t k = std::min(n, kMaxBurst);
+    for (uint16_t i = 0; i < k; ++i) mbufs[i] = static_cast<rte_mbuf*>(frames[i].handle);
+    rte_pktmbuf_free_bulk(mbufs, k);
+    frames += k;
+    n -= k;
+  }
+}
+
+uint16_t EthdevPort::tx_alloc(TxFrame* frames, uint16_t n) {
+  rte_mbuf* mbufs[kMaxBurst];
+  n = std::min(n, kMaxBurst);
+  if (rte_pktmbuf_alloc_bulk(pool_, mbufs, n) != 0) {
+    // Bulk allocation is all or nothing; hand out what is left.
+    n = static_cast<uint16_t>(std::min<uint32_t>(n, rte_mempool_avail_count(pool_)));
+    if (n == 0 || rte_pktmbuf_alloc_bulk(pool_, mbufs, n) != 0) return 0;
+  }
+  for (uint16_t i = 0; i < n; ++i) {
+    rte_mbuf* m = mbufs[i];
+    frames[i].data = rte_pktmbuf_mtod(m, uint8_t*);
+    frames[i].cap = rte_pktmbuf_tailroom(m);
+    frames[i].len = 0;
+    frames[i].handle = m;
+  }
+  return n;
+}
+
+uint16_t EthdevPort::tx_burst(TxFrame* frames, uint16_t n) {
+  rte_mbuf* mbufs[kMaxBurst];
+  uint16_t queued = 0;
+  while (n > 0) {
+    const uint16_t k = std::min(n, kMaxBurst);
+    for (uint16_t i = 0; i < k; ++i) {
+      assert(frames[i].len <= frames[i].cap);
+      rte_mbuf* m = static_cast<rte_mbuf*>(frames[i].handle);
+      m->data_len = static_cast<uint16_t>(frames[i].len);
+      m->pkt_len = frames[i].len;
+      mbufs[i] = m;
+    }
+    const uint16_t sent = rte_eth_tx_burst(port_id_, 0, mbufs, k);
+    if (unlikely(sent < k)) {
+      rte_pktmbuf_free_bulk(mbufs + sent, k - sent);
+      tx_dropped_ += k - sent;
+    }
+    queued += sent;
+    frames += k;
+    n -= k;
+  }
+  tx_frames_ += queued;
+  return queued;
+}
+
+void EthdevPort::tx_free(TxFrame* frames, uint16_t n) {
+  rte_mbuf* mbufs[kMaxBurst];
+  while (n > 0) {
+    const uint16_t k = std::min(n, kMaxBurst);
+    for (uint16_t i = 0; i < k; ++i) mbufs[i] = static_cast<rte_mbuf*>(frames[i].handle);
+    rte_pktmbuf_free_bulk(mbufs, k);
+    frames += k;
+    n -= k;
+  }
+}
+
+bool EthdevPort::link_up() const {
+  rte_eth_link link{};
+  return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
+}
+
+PacketIoStats EthdevPort::stats() const {
+  PacketIoStats s;
+  s.rx_frames = rx_frames_;
+  s.tx_frames = tx_frames_;
+  s.tx_dropped = tx_dropped_;
+  s.rx_missed = rx_chained_dropped_;
+  rte_eth_stats st{};
+  if (rte_eth_stats_get(port_id_, &st) == 0) s.rx_missed += st.imissed + st.rx_nombuf;
+  return s;
+}
+
+uint32_t EthdevPort::pool_available() const {
+  return pool_ ? rte_mempool_avail_count(pool_) : 0;
+}
+
+std::string EthdevPort::describe() const {
+  std::ostringstream out;
+  out << "dpdk " << port_label(port_id_, name_, driver_) << ": MTU " << mtu_ << ", ";
+  // rte_eth_link_to_str is still experimental in DPDK 22.11.
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port_id_, &link) != 0) {
+    out << "link unknown";
+  } else if (link.link_status != RTE_ETH_LINK_UP) {
+    out << "link down";
+  } else {
+    out << "link up";
+    if (link.link_speed != RTE_ETH_SPEED_NUM_NONE && link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN) {
+      out << " " << link.link_speed << " Mb/s";
+    }
+    out << (link.link_duplex == RTE_ETH_LINK_FULL_DUPLEX ? " full-duplex" : " half-duplex");
+  }
+  out << ", mbufs " << (pool_ ? pool_->size : 0) << " x " << data_room_ << " B, rxd "
+      << rx_descriptors_ << " txd " << tx_descriptors_ << ", offloads rx "
+      << offload_names(rx_offloads_, true) << " tx " << offload_names(tx_offloads_, false);
+  return out.str();
+}
+
+}  // namespace braid::dpdk

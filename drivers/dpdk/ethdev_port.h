@@ -1,0 +1,101 @@
+// A DPDK ethdev port (queue 0) as a PacketIo: any PMD -- a NIC, memif,
+// virtio-user, vhost, AF_XDP, AF_PACKET, or rings joined in one process.
+// Frames are mbufs; the engine sees (pointer, length) views of them. The
+// header needs no DPDK include; the EAL must be up (Eal::init) before open.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "packet_io.h"
+
+struct rte_mempool;
+
+namespace braid::dpdk {
+
+struct EthdevPortConfig {
+  // An ethdev name: a vdev ("net_memif0"), a PCI address, or a name given to
+  // rte_eth_from_rings. When empty, port_id is used.
+  std::string name;
+  std::optional<uint16_t> port_id;
+  uint16_t rx_descriptors = 1024;
+  uint16_t tx_descriptors = 1024;
+  // 0: enough for both rings, the bursts in the engine's hands and the frames
+  // a peer in the same process (ring PMD) holds.
+  uint32_t mbufs = 0;
+  uint32_t mtu = 1500;
+  // Bytes of frame an mbuf holds (its data room without headroom). 0: sized
+  // from the MTU. Every frame must fit one mbuf: received frames are handed
+  // to the engine as one contiguous view.
+  uint32_t mbuf_data_room = 0;
+  bool promiscuous = false;
+  // Open waits up to link_wait_ms for the link and fails if it stays down.
+  // A memif server or vhost side whose peer starts later sets it false:
+  // open returns at once and the caller polls link_up().
+  bool require_link_up = true;
+  uint32_t link_wait_ms = 2000;
+};
+
+class EthdevPort final : public PacketIo {
+ public:
+  // Configures and starts the port, or returns null with *error naming the
+  // cause and the fix.
+  static std::unique_ptr<EthdevPort> open(const EthdevPortConfig& config, std::string* error);
+  // Stops the port (it may be opened again) and frees its mbuf pool, unless
+  // buffers are still out (in a peer's ring, or not released), which would
+  // then point into freed memory.
+  ~EthdevPort() override;
+
+  EthdevPort(const EthdevPort&) = delete;
+  EthdevPort& operator=(const EthdevPort&) = delete;
+
+  uint16_t rx_burst(RxFrame* frames, uint16_t n) override;
+  void rx_release(RxFrame* frames, uint16_t n) override;
+  uint16_t tx_alloc(TxFrame* frames, uint16_t n) override;
+  uint16_t tx_burst(TxFrame* frames, uint16_t n) override;
+  void tx_free(TxFrame* frames, uint16_t n) override;
+
+  wire::MacAddr mac() const override { return mac_; }
+  uint32_t max_frame() const override { return mtu_ + wire::kEthernetSize; }
+  bool link_up() const override;
+  // rx_missed: the PMD's imissed and rx_nombuf, plus received frames dropped
+  // here because they spanned several mbufs (rx_chained_dropped).
+  PacketIoStats stats() const override;
+  std::string describe() const override;
+
+  uint16_t port_id() const { return port_id_; }
+  uint32_t mtu() const { return mtu_; }
+  uint32_t mbuf_data_room() const { return data_room_; }
+  // Free buffers in the pool (caches included): diagnostics and tests.
+  uint32_t pool_available() const;
+  uint64_t rx_chained_dropped() const { return rx_chained_dropped_; }
+
+  // Most frames one rx_burst / tx_alloc call handles.
+  static constexpr uint16_t kMaxBurst = 256;
+
+ private:
+  EthdevPort() = default;
+  void release_pool();
+
+  uint16_t port_id_ = 0;
+  bool started_ = false;
+  rte_mempool* pool_ = nullptr;
+  uint32_t mtu_ = 0;
+  uint32_t data_room_ = 0;
+  uint16_t rx_descriptors_ = 0;
+  uint16_t tx_descriptors_ = 0;
+  uint64_t rx_offloads_ = 0;
+  uint64_t tx_offloads_ = 0;
+  std::string name_;
+  std::string driver_;
+  wire::MacAddr mac_{};
+
+  uint64_t rx_frames_ = 0;
+  uint64_t tx_frames_ = 0;
+  uint64_t tx_dropped_ = 0;
+  uint64_t rx_chained_dropped_ = 0;
+};
+
+}  // namespace braid::dpdk

@@ -1,0 +1,54 @@
+// A software packet backend for tests: two PacketIo ends joined by in-memory
+// queues, like a cable. Frames are copied; it allocates; it is for tests and
+// examples, not the datapath. Both ends may be driven from one thread, or each
+// from its own (the queues are locked).
+#pragma once
+
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "packet_io.h"
+
+namespace braid {
+
+class PipeIo : public PacketIo {
+ public:
+  // Two ends of one cable.
+  static std::pair<std::unique_ptr<PipeIo>, std::unique_ptr<PipeIo>> make_pair(
+      const wire::MacAddr& a, const wire::MacAddr& b, uint32_t max_frame = 1514);
+
+  uint16_t rx_burst(RxFrame* frames, uint16_t n) override;
+  void rx_release(RxFrame* frames, uint16_t n) override;
+  uint16_t tx_alloc(TxFrame* frames, uint16_t n) override;
+  uint16_t tx_burst(TxFrame* frames, uint16_t n) override;
+  void tx_free(TxFrame* frames, uint16_t n) override;
+  wire::MacAddr mac() const override { return mac_; }
+  uint32_t max_frame() const override { return max_frame_; }
+  bool link_up() const override { return true; }
+  PacketIoStats stats() const override { return stats_; }
+  std::string describe() const override { return "pipe"; }
+
+  // Test hook: frames sent from this end are dropped while set.
+  void set_cut(bool cut) { cut_ = cut; }
+
+ private:
+  struct Wire {
+    std::mutex lock;
+    std::deque<std::vector<uint8_t>> frames;
+  };
+  PipeIo(const wire::MacAddr& mac, uint32_t max_frame, std::shared_ptr<Wire> in,
+         std::shared_ptr<Wire> out)
+      : mac_(mac), max_frame_(max_frame), in_(std::move(in)), out_(std::move(out)) {}
+
+  wire::MacAddr mac_;
+  uint32_t max_frame_;
+  std::shared_ptr<Wire> in_, out_;
+  std::vector<std::vector<uint8_t>> held_;  // received, not yet released
+  bool cut_ = false;
+  PacketIoStats stats_;
+};
+
+}  // namespace braid

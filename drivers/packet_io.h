@@ -1,0 +1,60 @@
+// The boundary between Braid's engine and a packet I/O backend: bursts of
+// frames in, bursts of frames out, with buffers owned by the backend (DPDK
+// mbufs, or plain memory for software backends). One virtual call per burst,
+// never per packet. A PacketIo is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "wire/frame.h"
+
+namespace braid {
+
+// A received frame: valid until released back to the backend.
+struct RxFrame {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+  void* handle = nullptr;  // backend's buffer (e.g. rte_mbuf*)
+};
+
+// A buffer to transmit from: the engine writes up to `cap` bytes at `data`
+// and sets `len`.
+struct TxFrame {
+  uint8_t* data = nullptr;
+  uint32_t cap = 0;
+  uint32_t len = 0;
+  void* handle = nullptr;
+};
+
+struct PacketIoStats {
+  uint64_t rx_frames = 0;
+  uint64_t tx_frames = 0;
+  uint64_t tx_dropped = 0;  // the backend could not queue them (ring full)
+  uint64_t rx_missed = 0;   // dropped by the NIC (backend's count, if any)
+};
+
+class PacketIo {
+ public:
+  virtual ~PacketIo() = default;
+
+  // Up to n received frames; 0 when none are waiting.
+  virtual uint16_t rx_burst(RxFrame* frames, uint16_t n) = 0;
+  virtual void rx_release(RxFrame* frames, uint16_t n) = 0;
+  // Up to n empty transmit buffers.
+  virtual uint16_t tx_alloc(TxFrame* frames, uint16_t n) = 0;
+  // Sends frames[0..n); takes ownership of all n (frames it cannot queue are
+  // freed and counted in tx_dropped). Returns how many were queued.
+  virtual uint16_t tx_burst(TxFrame* frames, uint16_t n) = 0;
+  // Returns buffers from tx_alloc that will not be sent.
+  virtual void tx_free(TxFrame* frames, uint16_t n) = 0;
+
+  virtual wire::MacAddr mac() const = 0;
+  // Largest frame the backend carries, L2 header included (MTU + 14).
+  virtual uint32_t max_frame() const = 0;
+  virtual bool link_up() const = 0;
+  virtual PacketIoStats stats() const = 0;
+  virtual std::string describe() const = 0;
+};
+
+}  // namespace braid

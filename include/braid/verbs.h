@@ -1,0 +1,326 @@
+/*
+ * Braid's verbs API: the objects and semantics of libibverbs (device, PD,
+ * MR, CQ, RC QP, post_send / post_recv / poll_cq) over Braid's multipath
+ * transport on a DPDK port. Names mirror libibverbs with a braid_ prefix and
+ * every enum value equals its libibverbs counterpart, so code ports by
+ * renaming and a libibverbs shim can map 1:1.
+ *
+ * Errors: functions returning int return 0 or a positive errno value (as
+ * libibverbs); functions returning pointers return NULL and set errno.
+ * braid_last_error() gives a human-readable reason for the last failure on
+ * the calling thread (e.g. why a port could not start).
+ *
+ * Threads and progress. By default a device runs to completion: Braid's
+ * engine (receive, timers, transmit) runs inside braid_poll_cq(),
+ * braid_post_send() and braid_post_recv(), on the calling thread, with no
+ * locks. All calls on one device must then come from one thread at a time.
+ * With braid_device_config.progress_thread = 1 (or once a completion channel
+ * is created) a dedicated thread drives the engine and every call takes the
+ * device's lock, so any thread may call in.
+ */
+#ifndef BRAID_VERBS_H
+#define BRAID_VERBS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct braid_context;
+struct braid_pd;
+struct braid_cq;
+struct braid_qp;
+struct braid_comp_channel;
+
+/* Device configuration. Unset fields (0 / NULL) take the defaults shown. */
+struct braid_device_config {
+  /* DPDK port: a vdev spec ("net_memif0,role=client,socket=/tmp/m.sock"),
+   * a PCI address ("0000:3b:00.0"), or the name of a port already probed. */
+  const char* port;
+  const char* ipv4;      /* our address, e.g. "198.18.0.1" (required) */
+  int prefix_len;        /* on-link prefix, default 24 */
+  const char* gateway;   /* next hop for off-link peers, optional */
+  const char* neighbors; /* static ARP entries "ip=mac,ip=mac", optional */
+  const char* eal_args;  /* extra EAL arguments, space separated */
+  uint32_t mtu;          /* link MTU, default 1500 (up to 9000) */
+  uint16_t entropies;    /* UDP source ports sprayed per QP, 1..256, default 16 */
+  uint16_t udp_port;     /* default 4793 */
+  int lcore;             /* core for the engine, default: the calling core */
+  int progress_thread;   /* 1: a dedicated progress thread */
+};
+
+enum braid_access_flags {
+  BRAID_ACCESS_LOCAL_WRITE = 1,
+  BRAID_ACCESS_REMOTE_WRITE = 1 << 1,
+  BRAID_ACCESS_REMOTE_READ = 1 << 2,
+  BRAID_ACCESS_REMOTE_ATOMIC = 1 << 3,
+  BRAID_ACCESS_RELAXED_ORDERING = 1 << 20, /* accepted, ignored */
+};
+
+union braid_gid {
+  uint8_t raw[16];
+  struct {
+    uint64_t subnet_prefix;
+    uint64_t interface_id;
+  } global;
+};
+
+enum braid_mtu {
+  BRAID_MTU_256 = 1,
+  BRAID_MTU_512 = 2,
+  BRAID_MTU_1024 = 3,
+  BRAID_MTU_2048 = 4,
+  BRAID_MTU_4096 = 5,
+};
+
+enum braid_port_state {
+  BRAID_PORT_DOWN = 1,
+  BRAID_PORT_ACTIVE = 4,
+};
+
+struct braid_device_attr {
+  char fw_ver[64];
+  uint64_t max_mr_size;
+  uint32_t vendor_id;
+  uint32_t vendor_part_id;
+  int max_qp;
+  int max_qp_wr;
+  int max_sge;
+  int max_cq;
+  int max_cqe;
+  int max_mr;
+  int max_pd;
+  int max_qp_rd_atom;
+  int max_qp_init_rd_atom;
+  uint8_t phys_port_cnt;
+};
+
+struct braid_port_attr {
+  enum braid_port_state state;
+  enum braid_mtu max_mtu;
+  enum braid_mtu active_mtu;
+  int gid_tbl_len;
+  uint32_t max_msg_sz;
+  uint8_t link_layer; /* 2: Ethernet, as IBV_LINK_LAYER_ETHERNET */
+  uint32_t link_mtu;  /* Ethernet MTU of the DPDK port */
+};
+
+enum braid_wc_status {
+  BRAID_WC_SUCCESS = 0,
+  BRAID_WC_LOC_LEN_ERR = 1,
+  BRAID_WC_LOC_QP_OP_ERR = 2,
+  BRAID_WC_LOC_PROT_ERR = 4,
+  BRAID_WC_WR_FLUSH_ERR = 5,
+  BRAID_WC_BAD_RESP_ERR = 7,
+  BRAID_WC_REM_INV_REQ_ERR = 9,
+  BRAID_WC_REM_ACCESS_ERR = 10,
+  BRAID_WC_REM_OP_ERR = 11,
+  BRAID_WC_RETRY_EXC_ERR = 12,
+  BRAID_WC_RNR_RETRY_EXC_ERR = 13,
+  BRAID_WC_GENERAL_ERR = 21,
+};
+
+enum braid_wc_opcode {
+  BRAID_WC_SEND = 0,
+  BRAID_WC_RDMA_WRITE = 1,
+  BRAID_WC_RDMA_READ = 2,
+  BRAID_WC_RECV = 128,
+  BRAID_WC_RECV_RDMA_WITH_IMM = 129,
+};
+
+enum braid_wc_flags {
+  BRAID_WC_WITH_IMM = 1 << 1,
+};
+
+struct braid_wc {
+  uint64_t wr_id;
+  enum braid_wc_status status;
+  enum braid_wc_opcode opcode;
+  uint32_t vendor_err;
+  uint32_t byte_len;
+  uint32_t imm_data; /* network byte order, as libibverbs */
+  uint32_t qp_num;
+  uint32_t src_qp;
+  unsigned int wc_flags;
+};
+
+struct braid_sge {
+  uint64_t addr;
+  uint32_t length;
+  uint32_t lkey;
+};
+
+enum braid_wr_opcode {
+  BRAID_WR_RDMA_WRITE = 0,
+  BRAID_WR_RDMA_WRITE_WITH_IMM = 1,
+  BRAID_WR_SEND = 2,
+  BRAID_WR_SEND_WITH_IMM = 3,
+  BRAID_WR_RDMA_READ = 4,
+};
+
+enum braid_send_flags {
+  BRAID_SEND_FENCE = 1,
+  BRAID_SEND_SIGNALED = 1 << 1,
+  BRAID_SEND_SOLICITED = 1 << 2,
+  BRAID_SEND_INLINE = 1 << 3,
+};
+
+struct braid_send_wr {
+  uint64_t wr_id;
+  struct braid_send_wr* next;
+  struct braid_sge* sg_list;
+  int num_sge;
+  enum braid_wr_opcode opcode;
+  unsigned int send_flags;
+  uint32_t imm_data; /* network byte order, as libibverbs */
+  struct {
+    uint64_t remote_addr;
+    uint32_t rkey;
+  } rdma;
+};
+
+struct braid_recv_wr {
+  uint64_t wr_id;
+  struct braid_recv_wr* next;
+  struct braid_sge* sg_list;
+  int num_sge;
+};
+
+enum braid_qp_type {
+  BRAID_QPT_RC = 2,
+};
+
+enum braid_qp_state {
+  BRAID_QPS_RESET = 0,
+  BRAID_QPS_INIT = 1,
+  BRAID_QPS_RTR = 2,
+  BRAID_QPS_RTS = 3,
+  BRAID_QPS_SQD = 4,
+  BRAID_QPS_SQE = 5,
+  BRAID_QPS_ERR = 6,
+};
+
+enum braid_qp_attr_mask {
+  BRAID_QP_STATE = 1 << 0,
+  BRAID_QP_CUR_STATE = 1 << 1,
+  BRAID_QP_ACCESS_FLAGS = 1 << 3,
+  BRAID_QP_PKEY_INDEX = 1 << 4,
+  BRAID_QP_PORT = 1 << 5,
+  BRAID_QP_AV = 1 << 7,
+  BRAID_QP_PATH_MTU = 1 << 8,
+  BRAID_QP_TIMEOUT = 1 << 9,
+  BRAID_QP_RETRY_CNT = 1 << 10,
+  BRAID_QP_RNR_RETRY = 1 << 11,
+  BRAID_QP_RQ_PSN = 1 << 12,
+  BRAID_QP_MAX_QP_RD_ATOMIC = 1 << 13,
+  BRAID_QP_MIN_RNR_TIMER = 1 << 15,
+  BRAID_QP_SQ_PSN = 1 << 16,
+  BRAID_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
+  BRAID_QP_CAP = 1 << 19,
+  BRAID_QP_DEST_QPN = 1 << 20,
+};
+
+struct braid_qp_cap {
+  uint32_t max_send_wr;
+  uint32_t max_recv_wr;
+  uint32_t max_send_sge;
+  uint32_t max_recv_sge;
+  uint32_t max_inline_data;
+};
+
+struct braid_qp_init_attr {
+  void* qp_context;
+  struct braid_cq* send_cq;
+  struct braid_cq* recv_cq;
+  struct braid_qp_cap cap;
+  enum braid_qp_type qp_type;
+  int sq_sig_all;
+};
+
+struct braid_ah_attr {
+  union braid_gid dgid; /* the peer's IPv4-mapped GID (::ffff:a.b.c.d) */
+  uint8_t port_num;
+};
+
+struct braid_qp_attr {
+  enum braid_qp_state qp_state;
+  enum braid_qp_state cur_qp_state;
+  enum braid_mtu path_mtu;
+  uint32_t qkey;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t dest_qp_num;
+  unsigned int qp_access_flags;
+  struct braid_qp_cap cap;
+  struct braid_ah_attr ah_attr;
+  uint16_t pkey_index;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t min_rnr_timer;
+  uint8_t port_num;
+  uint8_t timeout;   /* 4.096 us * 2^timeout, as InfiniBand; 0: default */
+  uint8_t retry_cnt; /* 0..7 */
+  uint8_t rnr_retry; /* 0..7, 7 = infinite */
+};
+
+/* Device. */
+struct braid_context* braid_open_device(const struct braid_device_config* config);
+int braid_close_device(struct braid_context* context);
+const char* braid_last_error(void);
+int braid_query_device(struct braid_context* context, struct braid_device_attr* attr);
+int braid_query_port(struct braid_context* context, uint8_t port_num, struct braid_port_attr* attr);
+int braid_query_gid(struct braid_context* context, uint8_t port_num, int index,
+                    union braid_gid* gid);
+/* Drives the engine once (receive, timers, transmit); returns frames moved. */
+int braid_progress(struct braid_context* context);
+
+/* Protection domains and memory regions. */
+struct braid_pd* braid_alloc_pd(struct braid_context* context);
+int braid_dealloc_pd(struct braid_pd* pd);
+
+struct braid_mr {
+  struct braid_context* context;
+  struct braid_pd* pd;
+  void* addr;
+  size_t length;
+  uint32_t lkey;
+  uint32_t rkey;
+};
+struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, int access);
+int braid_dereg_mr(struct braid_mr* mr);
+
+/* Completion queues and channels. */
+struct braid_comp_channel* braid_create_comp_channel(struct braid_context* context);
+int braid_destroy_comp_channel(struct braid_comp_channel* channel);
+/* A file descriptor that becomes readable when an armed CQ gets a completion. */
+int braid_comp_channel_fd(struct braid_comp_channel* channel);
+struct braid_cq* braid_create_cq(struct braid_context* context, int cqe, void* cq_context,
+                                 struct braid_comp_channel* channel, int comp_vector);
+int braid_destroy_cq(struct braid_cq* cq);
+int braid_poll_cq(struct braid_cq* cq, int num_entries, struct braid_wc* wc);
+int braid_req_notify_cq(struct braid_cq* cq, int solicited_only);
+/* After the channel fd is readable: which CQ fired (and its cq_context). */
+int braid_get_cq_event(struct braid_comp_channel* channel, struct braid_cq** cq, void** cq_context);
+void braid_ack_cq_events(struct braid_cq* cq, unsigned int nevents);
+
+/* Queue pairs (RC). */
+struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr* attr);
+int braid_destroy_qp(struct braid_qp* qp);
+int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* attr, int attr_mask);
+int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* attr, int attr_mask,
+                   struct braid_qp_init_attr* init_attr);
+uint32_t braid_qp_num(const struct braid_qp* qp);
+int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad_wr);
+int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad_wr);
+
+/* GID helpers: the IPv4-mapped IPv6 address ::ffff:a.b.c.d. */
+void braid_gid_from_ipv4(uint32_t ipv4_host_order, union braid_gid* gid);
+int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ipv4_host_order);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* BRAID_VERBS_H */

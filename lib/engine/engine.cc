@@ -1,0 +1,150 @@
+#include "engine/engine.h"
+
+#include <cstring>
+
+#include "net/arp.h"
+#include "wire/byte_order.h"
+
+namespace braid {
+
+struct Engine::Arp {
+  explicit Arp(const net::ArpConfig& c) : arp(c) {}
+  net::Arp arp;
+  uint8_t frame[net::kArpFrameSize];
+};
+
+Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
+    : io_(std::move(io)),
+      cfg_(cfg),
+      endpoint_(EndpointConfig{io_->mac(), cfg.ip, cfg.udp_port, cfg.crc_trailer, 0xff, 1000}),
+      rx_(cfg.burst),
+      tx_(cfg.burst) {
+  net::ArpConfig ac;
+  ac.mac = io_->mac();
+  ac.ip = cfg.ip;
+  ac.gateway = cfg.gateway;
+  ac.prefix_len = static_cast<uint8_t>(cfg.gateway != 0 ? cfg.prefix_len : 0);
+  arp_ = std::make_unique<Arp>(ac);
+  // Announce ourselves so peers that already wait for us learn our MAC.
+  const size_t n = arp_->arp.announce(arp_->frame, sizeof(arp_->frame));
+  if (n > 0) send_raw(arp_->frame, static_cast<uint32_t>(n));
+}
+
+Engine::~Engine() = default;
+
+void Engine::send_raw(const uint8_t* frame, uint32_t len) {
+  TxFrame f;
+  if (io_->tx_alloc(&f, 1) != 1) {
+    ++stats_.tx_no_buffer;
+    return;
+  }
+  if (f.cap < len) {
+    io_->tx_free(&f, 1);
+    return;
+  }
+  std::memcpy(f.data, frame, len);
+  f.len = len;
+  stats_.tx_frames += io_->tx_burst(&f, 1);
+}
+
+void Engine::on_arp(const uint8_t* frame, uint32_t len, TimeNs now) {
+  ++stats_.arp_frames;
+  const size_t n = arp_->arp.on_frame(frame, len, now, arp_->frame, sizeof(arp_->frame));
+  if (n > 0) send_raw(arp_->frame, static_cast<uint32_t>(n));
+}
+
+void Engine::send_arp_requests(TimeNs now) {
+  size_t n;
+  while ((n = arp_->arp.poll(now, arp_->frame, sizeof(arp_->frame))) > 0) {
+    send_raw(arp_->frame, static_cast<uint32_t>(n));
+  }
+}
+
+void Engine::add_neighbor(uint32_t ip, const wire::MacAddr& mac) {
+  arp_->arp.neighbors().add_static(ip, mac);
+}
+
+bool Engine::lookup_neighbor(uint32_t ip, wire::MacAddr* mac) {
+  const TimeNs t = now();
+  const uint32_t hop = arp_->arp.next_hop(ip);
+  if (arp_->arp.lookup(hop, t, mac)) return true;
+  arp_->arp.resolve(hop, t);
+  return false;
+}
+
+bool Engine::resolve_neighbor(uint32_t ip, wire::MacAddr* mac, TimeNs timeout_ns) {
+  const TimeNs deadline = now() + timeout_ns;
+  const uint32_t hop = arp_->arp.next_hop(ip);
+  while (!lookup_neighbor(ip, mac)) {
+    if (arp_->arp.state(hop) == net::NeighborState::kFailed || now() >= deadline) return false;
+    poll();
+  }
+  return true;
+}
+
+void Engine::route_when_resolved(uint16_t local_id, uint32_t peer_ip) {
+  pending_routes_.push_back(PendingRoute{local_id, peer_ip});
+  arp_->arp.resolve(arp_->arp.next_hop(peer_ip), now());
+}
+
+void Engine::update_routes(TimeNs now) {
+  for (size_t i = 0; i < pending_routes_.size();) {
+    const PendingRoute r = pending_routes_[i];
+    Connection* c = endpoint_.connection(r.local_id);
+    wire::MacAddr mac{};
+    const uint32_t hop = arp_->arp.next_hop(r.ip);
+    bool done = c == nullptr;
+    if (!done && arp_->arp.lookup(hop, now, &mac)) {
+      c->set_remote_mac(mac);
+      done = true;
+    } else if (!done && arp_->arp.state(hop) == net::NeighborState::kFailed) {
+      c->set_error(WcStatus::kRetryExcErr);  // no ARP reply: the peer is unreachable
+      done = true;
+    }
+    if (done) {
+      pending_routes_[i] = pending_routes_.back();
+      pending_routes_.pop_back();
+    } else {
+      ++i;
+    }
+  }
+}
+
+uint32_t Engine::poll() {
+  ++stats_.polls;
+  const TimeNs t = now();
+  uint32_t moved = 0;
+  const uint16_t n = io_->rx_burst(rx_.data(), cfg_.burst);
+  for (uint16_t i = 0; i < n; ++i) {
+    const RxFrame& f = rx_[i];
+    if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
+      on_arp(f.data, f.len, t);
+    } else {
+      endpoint_.receive(f.data, f.len, t);
+    }
+  }
+  if (n > 0) io_->rx_release(rx_.data(), n);
+  stats_.rx_frames += n;
+  moved += n;
+  endpoint_.advance(t);
+  if (arp_->arp.next_timer() <= t) send_arp_requests(t);
+  if (!pending_routes_.empty()) update_routes(t);
+  if (!endpoint_.wants_to_send()) return moved;
+  const uint16_t k = io_->tx_alloc(tx_.data(), cfg_.burst);
+  if (k == 0) {
+    ++stats_.tx_no_buffer;
+    return moved;
+  }
+  uint16_t filled = 0;
+  while (filled < k) {
+    TxFrame& f = tx_[filled];
+    f.len = endpoint_.transmit(f.data, f.cap, t);
+    if (f.len == 0) break;
+    ++filled;
+  }
+  if (filled < k) io_->tx_free(tx_.data() + filled, static_cast<uint16_t>(k - filled));
+  if (filled > 0) stats_.tx_frames += io_->tx_burst(tx_.data(), filled);
+  return moved + filled;
+}
+
+}  // namespace braid

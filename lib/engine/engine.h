@@ -1,0 +1,83 @@
+// The engine: the poll loop that ties one Endpoint (the sans-IO protocol
+// core) to one packet I/O backend. Each poll() moves a burst of received
+// frames into the core (ARP to the neighbour table), runs due timers, and
+// moves a burst of frames the core wants to send out. It owns the clock.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/endpoint.h"
+#include "packet_io.h"
+
+namespace braid {
+
+struct EngineConfig {
+  uint32_t ip = 0;  // host order
+  uint16_t udp_port = wire::kUetUdpPort;
+  uint32_t prefix_len = 24;
+  uint32_t gateway = 0;  // 0: none
+  bool crc_trailer = false;
+  uint16_t burst = 32;
+};
+
+struct EngineStats {
+  uint64_t polls = 0;
+  uint64_t rx_frames = 0;
+  uint64_t tx_frames = 0;
+  uint64_t arp_frames = 0;
+  uint64_t tx_no_buffer = 0;  // the backend had no free transmit buffer
+};
+
+class Engine {
+ public:
+  Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg);
+  ~Engine();
+
+  // One iteration; returns frames moved (received + sent).
+  uint32_t poll();
+  TimeNs now() const {
+    return static_cast<TimeNs>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+  }
+
+  // Neighbours: static entries, and resolution of a peer's MAC.
+  void add_neighbor(uint32_t ip, const wire::MacAddr& mac);
+  // True (and *mac) when known; otherwise starts resolving it.
+  bool lookup_neighbor(uint32_t ip, wire::MacAddr* mac);
+  // Polls until the peer's MAC is known or timeout_ns passes.
+  bool resolve_neighbor(uint32_t ip, wire::MacAddr* mac, TimeNs timeout_ns);
+  // The connection `local_id` sends to `peer_ip` once its MAC is resolved;
+  // if resolution fails the connection fails (RETRY_EXC_ERR).
+  void route_when_resolved(uint16_t local_id, uint32_t peer_ip);
+
+  Endpoint& endpoint() { return endpoint_; }
+  PacketIo& io() { return *io_; }
+  const EngineConfig& config() const { return cfg_; }
+  const EngineStats& stats() const { return stats_; }
+
+ private:
+  void on_arp(const uint8_t* frame, uint32_t len, TimeNs now);
+  void send_arp_requests(TimeNs now);
+  void send_raw(const uint8_t* frame, uint32_t len);
+  void update_routes(TimeNs now);
+  struct PendingRoute {
+    uint16_t local_id;
+    uint32_t ip;
+  };
+  std::vector<PendingRoute> pending_routes_;
+
+  std::unique_ptr<PacketIo> io_;
+  EngineConfig cfg_;
+  Endpoint endpoint_;
+  struct Arp;
+  std::unique_ptr<Arp> arp_;
+  std::vector<RxFrame> rx_;
+  std::vector<TxFrame> tx_;
+  EngineStats stats_;
+};
+
+}  // namespace braid

@@ -1,0 +1,99 @@
+// braid_open_device: configuration, neighbours, engine.
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cstring>
+#include <sstream>
+#include <string>
+
+#include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
+
+namespace braid {
+
+namespace {
+
+bool parse_ipv4(const char* s, uint32_t* out) {
+  in_addr a{};
+  if (s == nullptr || inet_pton(AF_INET, s, &a) != 1) return false;
+  *out = ntohl(a.s_addr);
+  return true;
+}
+
+bool parse_mac(const std::string& s, wire::MacAddr* out) {
+  unsigned v[6];
+  if (std::sscanf(s.c_str(), "%x:%x:%x:%x:%x:%x", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) {
+    return false;
+  }
+  for (int i = 0; i < 6; ++i) {
+    if (v[i] > 255) return false;
+    (*out)[i] = static_cast<uint8_t>(v[i]);
+  }
+  return true;
+}
+
+braid_context* fail(int err, const std::string& why) {
+  set_last_error(why);
+  errno = err;
+  return nullptr;
+}
+
+}  // namespace
+
+braid_context* open_device(const braid_device_config* config, std::unique_ptr<PacketIo> io) {
+  if (config == nullptr) return fail(EINVAL, "open_device: no configuration");
+  auto c = std::make_unique<braid_context>();
+  c->config = *config;
+  auto own = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
+  c->port_spec = own(config->port);
+  c->ipv4 = own(config->ipv4);
+  c->gateway = own(config->gateway);
+  c->neighbors = own(config->neighbors);
+  c->eal_args = own(config->eal_args);
+  c->config.port = c->port_spec.c_str();
+  c->config.ipv4 = c->ipv4.c_str();
+  c->config.gateway = c->gateway.empty() ? nullptr : c->gateway.c_str();
+  c->config.neighbors = c->neighbors.empty() ? nullptr : c->neighbors.c_str();
+  c->config.eal_args = c->eal_args.empty() ? nullptr : c->eal_args.c_str();
+  if (c->config.mtu == 0) c->config.mtu = 1500;
+  if (c->config.entropies == 0) c->config.entropies = 16;
+  if (c->config.entropies > 256) return fail(EINVAL, "open_device: entropies must be 1..256");
+  if (c->config.udp_port == 0) c->config.udp_port = wire::kUetUdpPort;
+  if (c->config.prefix_len == 0) c->config.prefix_len = 24;
+  if (!parse_ipv4(config->ipv4, &c->ip)) {
+    return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
+  }
+  uint32_t gateway = 0;
+  if (config->gateway != nullptr && !parse_ipv4(config->gateway, &gateway)) {
+    return fail(EINVAL, "open_device: gateway is not an IPv4 address");
+  }
+  if (io == nullptr) {
+    std::string error;
+    io = open_dpdk_port(c->config, &error);
+    if (io == nullptr) return fail(ENODEV, error);
+  }
+  EngineConfig ec;
+  ec.ip = c->ip;
+  ec.udp_port = c->config.udp_port;
+  ec.prefix_len = static_cast<uint32_t>(c->config.prefix_len);
+  ec.gateway = gateway;
+  c->engine = std::make_unique<Engine>(std::move(io), ec);
+  // Static neighbours: "ip=mac,ip=mac".
+  std::stringstream ss(c->neighbors);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    const size_t eq = item.find('=');
+    uint32_t ip = 0;
+    wire::MacAddr mac{};
+    if (eq == std::string::npos || !parse_ipv4(item.substr(0, eq).c_str(), &ip) ||
+        !parse_mac(item.substr(eq + 1), &mac)) {
+      return fail(EINVAL, "open_device: neighbors must look like 198.18.0.2=02:00:00:00:00:02");
+    }
+    c->engine->add_neighbor(ip, mac);
+  }
+  if (c->config.progress_thread) start_progress_thread(c.get());
+  return c.release();
+}
+
+}  // namespace braid

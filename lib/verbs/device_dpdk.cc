@@ -1,0 +1,65 @@
+// Opening a verbs device on a DPDK port: EAL bootstrap (once per process)
+// and the ethdev port named in the configuration.
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dpdk/eal.h"
+#include "dpdk/ethdev_port.h"
+#include "verbs/device_io.h"
+
+namespace braid {
+
+namespace {
+
+bool looks_like_pci(const std::string& s) {
+  // dddd:bb:dd.f or bb:dd.f
+  return s.find(':') != std::string::npos && s.find('.') != std::string::npos &&
+         s.find(',') == std::string::npos && s.rfind("net_", 0) != 0;
+}
+
+}  // namespace
+
+std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std::string* error) {
+  const std::string spec = config.port == nullptr ? "" : config.port;
+  if (spec.empty()) {
+    *error =
+        "open_device: no port given (a vdev spec such as "
+        "net_memif0,role=client,socket=/tmp/m.sock, "
+        "or a PCI address)";
+    return nullptr;
+  }
+  dpdk::EalConfig eal;
+  std::string port_name = spec;
+  const bool vdev = spec.rfind("net_", 0) == 0;
+  if (vdev) {
+    eal.vdevs.push_back(spec);
+    port_name = spec.substr(0, spec.find(','));
+  } else if (looks_like_pci(spec)) {
+    eal.extra_args.push_back("-a");
+    eal.extra_args.push_back(spec);
+  }
+  if (config.eal_args != nullptr) {
+    std::istringstream in(config.eal_args);
+    std::string arg;
+    while (in >> arg) eal.extra_args.push_back(arg);
+  }
+  eal.lcore = config.lcore;
+  if (!dpdk::Eal::initialized()) {
+    const dpdk::Status s = dpdk::Eal::init(eal);
+    if (!s.ok()) {
+      *error = s.error;
+      return nullptr;
+    }
+  }
+  dpdk::EthdevPortConfig pc;
+  pc.name = port_name;
+  pc.mtu = config.mtu == 0 ? 1500 : config.mtu;
+  // The passive side of memif and vhost-user waits for its peer to appear.
+  const bool passive =
+      spec.find("role=server") != std::string::npos || spec.rfind("net_vhost", 0) == 0;
+  pc.require_link_up = !passive;
+  return dpdk::EthdevPort::open(pc, error);
+}
+
+}  // namespace braid

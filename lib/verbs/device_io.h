@@ -1,0 +1,30 @@
+// Opening a verbs device: parsing its configuration and binding an engine to
+// a packet I/O backend (DPDK by default, any PacketIo for tests).
+#pragma once
+
+#include <memory>
+
+#include "braid/verbs.h"
+#include "packet_io.h"
+#include "wire/pds.h"
+#include "wire/ses.h"
+
+namespace braid {
+
+inline constexpr uint32_t wire_l2() {
+  return wire::kEthernetSize;
+}
+// RDMA payload per packet for an Ethernet (IP) MTU.
+inline uint32_t max_payload(uint32_t link_mtu) {
+  const uint32_t hdr =
+      wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize + wire::kSesStandardSize;
+  return link_mtu > hdr + 64 ? link_mtu - hdr : 64;
+}
+
+// io == nullptr: open the DPDK port named in the configuration.
+braid_context* open_device(const braid_device_config* config, std::unique_ptr<PacketIo> io);
+
+// The DPDK backend (device_dpdk.cc); sets *error on failure.
+std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std::string* error);
+
+}  // namespace braid

@@ -1,0 +1,674 @@
+// Braid's verbs C API over the engine and the protocol core.
+#include "braid/verbs.h"
+
+#include <arpa/inet.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+#include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
+
+namespace {
+
+thread_local std::string g_last_error;
+
+int fail(int err, std::string why) {
+  g_last_error = std::move(why);
+  return err;
+}
+
+template <typename T>
+T* fail_null(int err, std::string why) {
+  g_last_error = std::move(why);
+  errno = err;
+  return nullptr;
+}
+
+// Takes the device lock only when a progress thread runs.
+class Guard {
+ public:
+  explicit Guard(braid_context* c) : c_(c) {
+    if (c_->threaded) c_->lock.lock();
+  }
+  ~Guard() {
+    if (c_->threaded) c_->lock.unlock();
+  }
+
+ private:
+  braid_context* c_;
+};
+
+void signal_armed_cqs(braid_context* c) {
+  for (braid_cq* cq : c->cqs) {
+    if (!cq->armed || cq->channel == nullptr || cq->ring.size() == 0) continue;
+    cq->armed = false;
+    cq->channel->fired.push_back(cq);
+    const uint64_t one = 1;
+    if (write(cq->channel->fd, &one, sizeof(one)) < 0) {
+      // The counter saturating is the only failure: the fd is readable anyway.
+    }
+  }
+}
+
+int progress_locked(braid_context* c) {
+  const int n = static_cast<int>(c->engine->poll());
+  signal_armed_cqs(c);
+  return n;
+}
+
+void progress_loop(braid_context* c) {
+  while (!c->stop.load(std::memory_order_relaxed)) {
+    std::lock_guard<std::mutex> g(c->lock);
+    progress_locked(c);
+  }
+}
+
+// Local key check for a work request's buffers: every SGE must lie inside a
+// region of the QP's PD with the access the operation needs.
+bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32_t need,
+            braid::SgList* out) {
+  if (n < 0 || static_cast<uint32_t>(n) > braid::kMaxSge) return false;
+  out->num = 0;
+  for (int i = 0; i < n; ++i) {
+    uint8_t* p = nullptr;
+    if (sges[i].length > 0 &&
+        c->engine->endpoint().memory().resolve(sges[i].lkey, sges[i].addr, sges[i].length, need,
+                                               pd->id, &p) != braid::AccessError::kNone) {
+      return false;
+    }
+    out->sge[out->num++] = braid::Sge{p, sges[i].length};
+  }
+  return true;
+}
+
+// InfiniBand's RNR timer encoding (min_rnr_timer), in nanoseconds.
+braid::TimeNs rnr_delay_ns(uint8_t code) {
+  static const uint32_t kUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                   160,    240,   320,   480,    640,    960,    1280,   1920,
+                                   2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                   40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return braid::TimeNs{kUs[code & 31]} * 1000;
+}
+
+}  // namespace
+
+namespace braid {
+void set_last_error(const std::string& why) {
+  g_last_error = why;
+}
+void start_progress_thread(braid_context* c) {
+  if (c->threaded) return;
+  c->threaded = true;
+  c->progress = std::thread(progress_loop, c);
+}
+}  // namespace braid
+
+extern "C" {
+
+const char* braid_last_error(void) {
+  return g_last_error.c_str();
+}
+
+void braid_gid_from_ipv4(uint32_t ip, union braid_gid* gid) {
+  std::memset(gid->raw, 0, sizeof(gid->raw));
+  gid->raw[10] = 0xff;
+  gid->raw[11] = 0xff;
+  gid->raw[12] = static_cast<uint8_t>(ip >> 24);
+  gid->raw[13] = static_cast<uint8_t>(ip >> 16);
+  gid->raw[14] = static_cast<uint8_t>(ip >> 8);
+  gid->raw[15] = static_cast<uint8_t>(ip);
+}
+
+int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ip) {
+  for (int i = 0; i < 10; ++i) {
+    if (gid->raw[i] != 0) return EINVAL;
+  }
+  if (gid->raw[10] != 0xff || gid->raw[11] != 0xff) return EINVAL;
+  *ip = (uint32_t{gid->raw[12]} << 24) | (uint32_t{gid->raw[13]} << 16) |
+        (uint32_t{gid->raw[14]} << 8) | gid->raw[15];
+  return 0;
+}
+
+struct braid_context* braid_open_device(const struct braid_device_config* config) {
+  return braid::open_device(config, nullptr);
+}
+
+int braid_close_device(struct braid_context* c) {
+  if (c == nullptr) return EINVAL;
+  if (c->open_objects != 0) {
+    return fail(EBUSY, std::to_string(c->open_objects) + " objects still exist on this device");
+  }
+  if (c->progress.joinable()) {
+    c->stop = true;
+    c->progress.join();
+  }
+  delete c;
+  return 0;
+}
+
+int braid_progress(struct braid_context* c) {
+  Guard g(c);
+  return progress_locked(c);
+}
+
+int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
+  if (c == nullptr || a == nullptr) return EINVAL;
+  std::memset(a, 0, sizeof(*a));
+  std::snprintf(a->fw_ver, sizeof(a->fw_ver), "braid-0.1");
+  a->max_mr_size = ~uint64_t{0};
+  a->vendor_id = 0;
+  a->vendor_part_id = 0;
+  a->max_qp = 65535;
+  a->max_qp_wr = 32768;
+  a->max_sge = braid::kMaxSge;
+  a->max_cq = 65535;
+  a->max_cqe = 1 << 20;
+  a->max_mr = 1 << 20;
+  a->max_pd = 1 << 20;
+  a->max_qp_rd_atom = 16;
+  a->max_qp_init_rd_atom = 16;
+  a->phys_port_cnt = 1;
+  return 0;
+}
+
+static braid_mtu ib_mtu_for(uint32_t payload) {
+  if (payload >= 4096) return BRAID_MTU_4096;
+  if (payload >= 2048) return BRAID_MTU_2048;
+  if (payload >= 1024) return BRAID_MTU_1024;
+  if (payload >= 512) return BRAID_MTU_512;
+  return BRAID_MTU_256;
+}
+
+int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_attr* a) {
+  if (c == nullptr || a == nullptr || port != 1) return EINVAL;
+  Guard g(c);
+  std::memset(a, 0, sizeof(*a));
+  const uint32_t link_mtu = c->engine->io().max_frame() - braid::wire_l2();
+  a->state = c->engine->io().link_up() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
+  a->link_mtu = link_mtu;
+  a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu));
+  a->gid_tbl_len = 1;
+  a->max_msg_sz = 0x7fffffff;
+  a->link_layer = 2;
+  return 0;
+}
+
+int braid_query_gid(struct braid_context* c, uint8_t port, int index, union braid_gid* gid) {
+  if (c == nullptr || gid == nullptr || port != 1 || index != 0) return EINVAL;
+  braid_gid_from_ipv4(c->ip, gid);
+  return 0;
+}
+
+struct braid_pd* braid_alloc_pd(struct braid_context* c) {
+  if (c == nullptr) return fail_null<braid_pd>(EINVAL, "no device");
+  Guard g(c);
+  ++c->open_objects;
+  return new braid_pd{c, c->next_pd++};
+}
+
+int braid_dealloc_pd(struct braid_pd* pd) {
+  if (pd == nullptr) return EINVAL;
+  braid_context* c = pd->context;
+  Guard g(c);
+  --c->open_objects;
+  delete pd;
+  return 0;
+}
+
+struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, int access) {
+  if (pd == nullptr || (addr == nullptr && length > 0)) {
+    return fail_null<braid_mr>(EINVAL, "reg_mr: no PD or no address");
+  }
+  constexpr int kKnown = BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE |
+                         BRAID_ACCESS_REMOTE_READ | BRAID_ACCESS_REMOTE_ATOMIC |
+                         BRAID_ACCESS_RELAXED_ORDERING;
+  if ((access & ~kKnown) != 0) return fail_null<braid_mr>(EINVAL, "reg_mr: unknown access flags");
+  // As libibverbs: remote write needs local write.
+  if ((access & BRAID_ACCESS_REMOTE_WRITE) && !(access & BRAID_ACCESS_LOCAL_WRITE)) {
+    return fail_null<braid_mr>(EINVAL, "reg_mr: REMOTE_WRITE needs LOCAL_WRITE");
+  }
+  braid_context* c = pd->context;
+  Guard g(c);
+  const uint32_t core_access =
+      static_cast<uint32_t>(access) &
+      (braid::kAccessLocalWrite | braid::kAccessRemoteWrite | braid::kAccessRemoteRead);
+  const uint32_t key =
+      c->engine->endpoint().memory().register_region(addr, length, core_access, pd->id);
+  if (key == 0) return fail_null<braid_mr>(ENOMEM, "reg_mr: memory-region table full");
+  ++c->open_objects;
+  return new braid_mr{c, pd, addr, length, key, key};
+}
+
+int braid_dereg_mr(struct braid_mr* mr) {
+  if (mr == nullptr) return EINVAL;
+  braid_context* c = mr->context;
+  Guard g(c);
+  if (!c->engine->endpoint().memory().deregister(mr->lkey)) return EINVAL;
+  --c->open_objects;
+  delete mr;
+  return 0;
+}
+
+struct braid_comp_channel* braid_create_comp_channel(struct braid_context* c) {
+  if (c == nullptr) return fail_null<braid_comp_channel>(EINVAL, "no device");
+  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (fd < 0) return fail_null<braid_comp_channel>(errno, "eventfd failed");
+  // Events need someone to make progress while the application sleeps.
+  braid::start_progress_thread(c);
+  Guard g(c);
+  ++c->open_objects;
+  return new braid_comp_channel{c, fd, {}};
+}
+
+int braid_destroy_comp_channel(struct braid_comp_channel* ch) {
+  if (ch == nullptr) return EINVAL;
+  braid_context* c = ch->context;
+  Guard g(c);
+  for (braid_cq* cq : c->cqs) {
+    if (cq->channel == ch) return fail(EBUSY, "a CQ still uses this channel");
+  }
+  close(ch->fd);
+  --c->open_objects;
+  delete ch;
+  return 0;
+}
+
+int braid_comp_channel_fd(struct braid_comp_channel* ch) {
+  return ch == nullptr ? -1 : ch->fd;
+}
+
+struct braid_cq* braid_create_cq(struct braid_context* c, int cqe, void* cq_context,
+                                 struct braid_comp_channel* channel, int comp_vector) {
+  (void)comp_vector;
+  if (c == nullptr || cqe < 1 || cqe > (1 << 20)) {
+    return fail_null<braid_cq>(EINVAL, "create_cq: cqe must be 1..2^20");
+  }
+  Guard g(c);
+  auto* cq = new braid_cq(c, static_cast<uint32_t>(cqe), cq_context, channel);
+  c->cqs.push_back(cq);
+  ++c->open_objects;
+  return cq;
+}
+
+int braid_destroy_cq(struct braid_cq* cq) {
+  if (cq == nullptr) return EINVAL;
+  braid_context* c = cq->context;
+  Guard g(c);
+  if (cq->users > 0) return fail(EBUSY, "destroy_cq: QPs still use this CQ");
+  c->cqs.erase(std::remove(c->cqs.begin(), c->cqs.end(), cq), c->cqs.end());
+  if (cq->channel != nullptr) {
+    auto& f = cq->channel->fired;
+    f.erase(std::remove(f.begin(), f.end(), cq), f.end());
+  }
+  --c->open_objects;
+  delete cq;
+  return 0;
+}
+
+int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
+  if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
+  braid_context* c = cq->context;
+  Guard g(c);
+  if (cq->ring.size() == 0 && !c->threaded) progress_locked(c);
+  braid::WorkCompletion wc[64];
+  int got = 0;
+  while (got < n) {
+    const uint32_t k = cq->ring.poll(wc, static_cast<uint32_t>(std::min(n - got, 64)));
+    if (k == 0) break;
+    for (uint32_t i = 0; i < k; ++i) {
+      braid_wc& w = out[got + static_cast<int>(i)];
+      std::memset(&w, 0, sizeof(w));
+      w.wr_id = wc[i].wr_id;
+      w.status = static_cast<braid_wc_status>(wc[i].status);
+      w.opcode = static_cast<braid_wc_opcode>(wc[i].opcode);
+      w.byte_len = wc[i].byte_len;
+      w.qp_num = wc[i].qp_num;
+      if (wc[i].has_imm) {
+        w.imm_data = htonl(wc[i].imm_data);
+        w.wc_flags = BRAID_WC_WITH_IMM;
+      }
+    }
+    got += static_cast<int>(k);
+  }
+  return got;
+}
+
+int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
+  (void)solicited_only;
+  if (cq == nullptr || cq->channel == nullptr) return EINVAL;
+  Guard g(cq->context);
+  cq->armed = true;
+  return 0;
+}
+
+int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void** cq_context) {
+  if (ch == nullptr || cq == nullptr || cq_context == nullptr) return EINVAL;
+  uint64_t v;
+  for (;;) {
+    {
+      Guard g(ch->context);
+      if (!ch->fired.empty()) {
+        *cq = ch->fired.front();
+        ch->fired.pop_front();
+        *cq_context = (*cq)->cq_context;
+        ++(*cq)->events;
+        return 0;
+      }
+    }
+    // Blocking semantics, as ibv_get_cq_event: wait for the fd.
+    fd_set rd;
+    FD_ZERO(&rd);
+    FD_SET(ch->fd, &rd);
+    if (select(ch->fd + 1, &rd, nullptr, nullptr, nullptr) < 0 && errno != EINTR) return errno;
+    if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN) return errno;
+  }
+}
+
+void braid_ack_cq_events(struct braid_cq* cq, unsigned int n) {
+  if (cq != nullptr) cq->acked += n;
+}
+
+uint32_t braid_qp_num(const struct braid_qp* qp) {
+  return qp == nullptr ? 0 : qp->qp_num;
+}
+
+struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr* a) {
+  if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
+    return fail_null<braid_qp>(EINVAL, "create_qp: PD and both CQs are required");
+  }
+  if (a->qp_type != BRAID_QPT_RC) {
+    return fail_null<braid_qp>(EOPNOTSUPP, "create_qp: only RC queue pairs are supported");
+  }
+  if (a->cap.max_send_sge > braid::kMaxSge || a->cap.max_recv_sge > braid::kMaxSge ||
+      a->cap.max_send_wr > 32768 || a->cap.max_recv_wr > (1u << 20) ||
+      a->cap.max_inline_data > 1024) {
+    return fail_null<braid_qp>(EINVAL, "create_qp: capabilities beyond the device's limits");
+  }
+  braid_context* c = pd->context;
+  Guard g(c);
+  uint32_t qpn = 0;
+  for (uint32_t i = 1; i < 65536; ++i) {
+    if (!c->qpn_used[i]) {
+      qpn = i;
+      break;
+    }
+  }
+  if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
+  c->qpn_used[qpn] = true;
+  auto* qp = new braid_qp{};
+  qp->context = c;
+  qp->pd = pd;
+  qp->send_cq = a->send_cq;
+  qp->recv_cq = a->recv_cq;
+  qp->qp_context = a->qp_context;
+  qp->qp_num = qpn;
+  qp->init = *a;
+  qp->init.cap.max_send_wr = std::max<uint32_t>(a->cap.max_send_wr, 1);
+  qp->init.cap.max_recv_wr = std::max<uint32_t>(a->cap.max_recv_wr, 1);
+  qp->sq_sig_all = a->sq_sig_all != 0;
+  qp->inline_buf.resize(size_t{qp->init.cap.max_send_wr} * a->cap.max_inline_data);
+  ++a->send_cq->users;
+  ++a->recv_cq->users;
+  ++c->open_objects;
+  return qp;
+}
+
+int braid_destroy_qp(struct braid_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  if (qp->conn != nullptr)
+    c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
+  c->qpn_used[qp->qp_num] = false;
+  --qp->send_cq->users;
+  --qp->recv_cq->users;
+  --c->open_objects;
+  delete qp;
+  return 0;
+}
+
+static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  constexpr int kNeed = BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN;
+  if ((mask & kNeed) != kNeed) {
+    return fail(EINVAL, "modify_qp RTR needs AV, PATH_MTU, DEST_QPN and RQ_PSN");
+  }
+  uint32_t peer_ip = 0;
+  if (braid_gid_to_ipv4(&a->ah_attr.dgid, &peer_ip) != 0) {
+    return fail(EINVAL, "modify_qp RTR: the destination GID is not an IPv4-mapped address");
+  }
+  if (a->dest_qp_num == 0 || a->dest_qp_num > 65535) {
+    return fail(EINVAL, "modify_qp RTR: destination QP number out of range");
+  }
+  braid_context* c = qp->context;
+  braid::Engine& e = *c->engine;
+  // The MAC comes from ARP. A short wait covers a peer that answers at once;
+  // otherwise the QP goes to RTR now and sends once the reply arrives (the
+  // peer may be busy in its own connection set-up).
+  braid::wire::MacAddr mac{};
+  const bool known = e.resolve_neighbor(peer_ip, &mac, 2'000'000ull);
+  braid::ConnectionConfig cc;
+  cc.await_remote_mac = !known;
+  cc.local_id = static_cast<uint16_t>(qp->qp_num);
+  cc.remote_id = static_cast<uint16_t>(a->dest_qp_num);
+  cc.qp_num = qp->qp_num;
+  cc.remote_mac = mac;
+  cc.remote_ip = peer_ip;
+  cc.rx_psn = a->rq_psn & 0xffffff;
+  cc.tx_psn = 0;
+  cc.pd = qp->pd->id;
+  const uint32_t link_mtu = e.io().max_frame() - braid::wire_l2();
+  const uint32_t ib_mtu = 128u << std::clamp<int>(a->path_mtu, 1, 5);
+  cc.mtu = std::min(ib_mtu, braid::max_payload(link_mtu));
+  cc.sq_depth = qp->init.cap.max_send_wr;
+  cc.rq_depth = qp->init.cap.max_recv_wr;
+  cc.entropy.count = c->config.entropies;
+  cc.max_rd_atomic = 16;
+  qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring, &qp->recv_cq->ring);
+  if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
+  if (!known) e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
+  for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(id, sgl);
+  qp->early_recvs.clear();
+  qp->attr.dest_qp_num = a->dest_qp_num;
+  qp->attr.rq_psn = a->rq_psn;
+  qp->attr.path_mtu = a->path_mtu;
+  qp->attr.ah_attr = a->ah_attr;
+  if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
+  return 0;
+}
+
+static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  if (!(mask & BRAID_QP_SQ_PSN)) return fail(EINVAL, "modify_qp RTS needs SQ_PSN");
+  if (!qp->conn->set_send_psn(a->sq_psn & 0xffffff)) {
+    return fail(EINVAL, "modify_qp RTS: the send queue has already started");
+  }
+  const uint8_t retry = (mask & BRAID_QP_RETRY_CNT) ? a->retry_cnt : 7;
+  const uint8_t rnr = (mask & BRAID_QP_RNR_RETRY) ? a->rnr_retry : 7;
+  const uint8_t timeout = (mask & BRAID_QP_TIMEOUT) ? a->timeout : 14;
+  // The InfiniBand timeout caps Braid's adaptive RTO (4.096 us * 2^timeout).
+  const braid::TimeNs rto_max =
+      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
+  qp->conn->set_retry(std::min<uint8_t>(retry, 7), std::min<uint8_t>(rnr, 7),
+                      rnr_delay_ns(qp->attr.min_rnr_timer), rto_max);
+  qp->attr.sq_psn = a->sq_psn;
+  qp->attr.retry_cnt = retry;
+  qp->attr.rnr_retry = rnr;
+  qp->attr.timeout = timeout;
+  return 0;
+}
+
+int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
+  if (qp == nullptr || a == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  if (!(mask & BRAID_QP_STATE)) return fail(EINVAL, "modify_qp: QP_STATE missing");
+  const braid_qp_state from = qp->state, to = a->qp_state;
+  int rc = 0;
+  if (to == BRAID_QPS_ERR) {
+    if (qp->conn != nullptr) qp->conn->set_error(braid::WcStatus::kWrFlushErr);
+  } else if (to == BRAID_QPS_RESET) {
+    if (qp->conn != nullptr) {
+      c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
+      qp->conn = nullptr;
+    }
+    qp->early_recvs.clear();
+  } else if (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) {
+    if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+  } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_INIT) {
+  } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR) {
+    rc = to_rtr(qp, a, mask);
+  } else if (from == BRAID_QPS_RTR && to == BRAID_QPS_RTS) {
+    rc = to_rts(qp, a, mask);
+  } else if (from == BRAID_QPS_RTS && to == BRAID_QPS_RTS) {
+  } else {
+    return fail(EINVAL, "modify_qp: transition not allowed");
+  }
+  if (rc != 0) return rc;
+  qp->state = to;
+  qp->attr.qp_state = to;
+  return 0;
+}
+
+int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
+                   struct braid_qp_init_attr* init) {
+  (void)mask;
+  if (qp == nullptr || a == nullptr) return EINVAL;
+  Guard g(qp->context);
+  *a = qp->attr;
+  a->qp_state = a->cur_qp_state =
+      qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError ? BRAID_QPS_ERR
+                                                                                 : qp->state;
+  a->cap = qp->init.cap;
+  if (init != nullptr) *init = qp->init;
+  return 0;
+}
+
+int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  for (; wr != nullptr; wr = wr->next) {
+    braid::SgList sgl;
+    int rc = 0;
+    if (qp->state == BRAID_QPS_RESET) {
+      rc = fail(EINVAL, "post_recv: QP in RESET");
+    } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
+      rc = fail(EINVAL, "post_recv: more SGEs than max_recv_sge");
+    } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite, &sgl)) {
+      rc = fail(EINVAL, "post_recv: a buffer is outside its MR or lacks LOCAL_WRITE");
+    } else if (qp->conn == nullptr) {
+      if (qp->early_recvs.size() >= qp->init.cap.max_recv_wr) {
+        rc = fail(ENOMEM, "post_recv: receive queue full");
+      } else {
+        qp->early_recvs.emplace_back(wr->wr_id, sgl);
+      }
+    } else {
+      switch (qp->conn->post_recv(wr->wr_id, sgl)) {
+        case braid::PostError::kOk:
+          break;
+        case braid::PostError::kQueueFull:
+          rc = fail(ENOMEM, "post_recv: receive queue full");
+          break;
+        default:
+          rc = fail(EINVAL, "post_recv: QP in error");
+          break;
+      }
+    }
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+  }
+  if (!c->threaded) progress_locked(c);
+  return 0;
+}
+
+int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  for (; wr != nullptr; wr = wr->next) {
+    int rc = 0;
+    braid::SendRequest req;
+    req.wr_id = wr->wr_id;
+    req.signaled = qp->sq_sig_all || (wr->send_flags & BRAID_SEND_SIGNALED);
+    req.remote_addr = wr->rdma.remote_addr;
+    req.rkey = wr->rdma.rkey;
+    req.imm_data = ntohl(wr->imm_data);
+    uint32_t need = 0;
+    // Read as an int: a C caller may pass any value, and an out-of-range
+    // enum must not be loaded as one.
+    int opcode;
+    std::memcpy(&opcode, &wr->opcode, sizeof(opcode));
+    switch (opcode) {
+      case BRAID_WR_RDMA_WRITE:
+        req.opcode = braid::Opcode::kWrite;
+        break;
+      case BRAID_WR_RDMA_WRITE_WITH_IMM:
+        req.opcode = braid::Opcode::kWriteImm;
+        break;
+      case BRAID_WR_SEND:
+        req.opcode = braid::Opcode::kSend;
+        break;
+      case BRAID_WR_SEND_WITH_IMM:
+        req.opcode = braid::Opcode::kSendImm;
+        break;
+      case BRAID_WR_RDMA_READ:
+        req.opcode = braid::Opcode::kRead;
+        need = braid::kAccessLocalWrite;
+        break;
+      default:
+        rc = fail(EINVAL, "post_send: opcode not supported");
+    }
+    if (rc == 0 && qp->state != BRAID_QPS_RTS) rc = fail(EINVAL, "post_send: QP not in RTS");
+    if (rc == 0 && (wr->send_flags & BRAID_SEND_INLINE) && req.opcode != braid::Opcode::kRead) {
+      // Copy now: the application may reuse its buffer when this returns.
+      uint64_t total = 0;
+      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+      if (wr->num_sge < 0 || total > qp->init.cap.max_inline_data) {
+        rc = fail(EINVAL, "post_send: inline data larger than max_inline_data");
+      } else {
+        const size_t cap = qp->init.cap.max_inline_data;
+        uint8_t* slot =
+            qp->inline_buf.data() + (qp->inline_slot++ % qp->init.cap.max_send_wr) * cap;
+        size_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                      wr->sg_list[i].length);
+          off += wr->sg_list[i].length;
+        }
+        req.local.num = 1;
+        req.local.sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+      }
+    } else if (rc == 0 && !to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, need, &req.local)) {
+      rc = fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
+    }
+    if (rc == 0) {
+      switch (qp->conn->post_send(req)) {
+        case braid::PostError::kOk:
+          break;
+        case braid::PostError::kQueueFull:
+          rc = fail(ENOMEM, "post_send: send queue full");
+          break;
+        case braid::PostError::kInvalid:
+          rc = fail(EINVAL, "post_send: invalid work request");
+          break;
+        case braid::PostError::kConnectionError:
+          rc = fail(EINVAL, "post_send: QP in error");
+          break;
+      }
+    }
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+  }
+  if (!c->threaded) progress_locked(c);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,79 @@
+// The objects behind Braid's verbs C API (include/braid/verbs.h).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "braid/verbs.h"
+#include "core/completion_queue.h"
+#include "core/connection.h"
+#include "engine/engine.h"
+
+struct braid_context {
+  braid_device_config config{};
+  std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
+  uint32_t ip = 0;
+  std::unique_ptr<braid::Engine> engine;
+  // Run-to-completion by default; with a progress thread every entry point
+  // takes `lock`.
+  bool threaded = false;
+  std::mutex lock;
+  std::thread progress;
+  std::atomic<bool> stop{false};
+  uint32_t next_pd = 1;
+  std::vector<bool> qpn_used = std::vector<bool>(65536, false);
+  std::vector<braid_cq*> cqs;
+  int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
+};
+
+namespace braid {
+void set_last_error(const std::string& why);
+void start_progress_thread(braid_context* c);
+}  // namespace braid
+
+struct braid_pd {
+  braid_context* context;
+  uint32_t id;
+};
+
+struct braid_comp_channel {
+  braid_context* context;
+  int fd;  // eventfd
+  std::deque<braid_cq*> fired;
+};
+
+struct braid_cq {
+  braid_context* context;
+  braid::CompletionQueue ring;
+  void* cq_context;
+  braid_comp_channel* channel;
+  bool armed = false;
+  unsigned events = 0, acked = 0;
+  int users = 0;  // QPs using it
+  braid_cq(braid_context* c, uint32_t n, void* ctx, braid_comp_channel* ch)
+      : context(c), ring(n), cq_context(ctx), channel(ch) {}
+};
+
+struct braid_qp {
+  braid_context* context;
+  braid_pd* pd;
+  braid_cq* send_cq;
+  braid_cq* recv_cq;
+  void* qp_context;
+  uint32_t qp_num;
+  braid_qp_state state = BRAID_QPS_RESET;
+  braid_qp_init_attr init{};
+  braid_qp_attr attr{};
+  bool sq_sig_all = false;
+  braid::Connection* conn = nullptr;  // from RTR on
+  // Receives posted in INIT, before the connection exists.
+  std::vector<std::pair<uint64_t, braid::SgList>> early_recvs;
+  // Inline data is copied here at post time (one slot per send WQE).
+  std::vector<uint8_t> inline_buf;
+  uint32_t inline_slot = 0;
+};

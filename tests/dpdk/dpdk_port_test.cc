@@ -1,0 +1,479 @@
+// Tests for the DPDK ethdev backend (drivers/dpdk). The EAL runs on plain
+// memory (--no-huge -m 256, --no-pci), so no hugepages, NIC or network
+// interface is needed. Two ports made in this process from a pair of rings
+// (rte_eth_from_rings) are joined crosswise, A's TX ring being B's RX ring
+// and back: a real PMD with real mbufs, passing pointers. A net_ring0 vdev
+// is a port looped back to itself. Frames are compared byte for byte; every
+// buffer handed out must come back to its pool.
+//
+// The EAL arguments are also built for imagined machines (with and without
+// hugepages), which needs no DPDK at all.
+
+#include <gtest/gtest.h>
+#include <rte_dev.h>
+#include <rte_eth_ring.h>
+#include <rte_ethdev.h>
+#include <rte_ring.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "dpdk/eal.h"
+#include "dpdk/ethdev_port.h"
+
+namespace braid::dpdk {
+namespace {
+
+// rte_eth_from_rings("braid_a") names its port "net_ring_braid_a".
+constexpr char kPortA[] = "net_ring_braid_a";
+constexpr char kPortB[] = "net_ring_braid_b";
+constexpr char kLoopVdev[] = "net_ring0";
+// Each ring PMD queue is one rte_ring; it holds one slot less than its size.
+constexpr unsigned kRingSize = 1024;
+
+bool g_eal_up = false;
+std::string g_eal_error;
+
+class DpdkEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    EalConfig config;
+    config.memory = EalMemoryMode::kNoHuge;
+    config.memory_mb = 256;
+    config.no_pci = true;
+    config.vdevs = {kLoopVdev};
+    if (Status st = Eal::init(config); !st.ok()) {
+      g_eal_error = st.error;
+      return;
+    }
+    rte_ring* ab =
+        rte_ring_create("braid_ab", kRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    rte_ring* ba =
+        rte_ring_create("braid_ba", kRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
+    if (!ab || !ba || rte_eth_from_rings("braid_a", &ba, 1, &ab, 1, SOCKET_ID_ANY) < 0 ||
+        rte_eth_from_rings("braid_b", &ab, 1, &ba, 1, SOCKET_ID_ANY) < 0) {
+      g_eal_error = "cannot make the ring ports";
+      return;
+    }
+    g_eal_up = true;
+  }
+  void TearDown() override { Eal::shutdown(); }
+};
+
+class EthdevPortTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!g_eal_up) GTEST_FAIL() << "EAL not up: " << g_eal_error;
+  }
+
+  static std::unique_ptr<EthdevPort> open(const std::string& name, uint32_t mtu = 1500,
+                                          uint32_t mbufs = 0) {
+    EthdevPortConfig c;
+    c.name = name;
+    c.mtu = mtu;
+    c.mbufs = mbufs;
+    std::string error;
+    auto port = EthdevPort::open(c, &error);
+    EXPECT_TRUE(port) << error;
+    return port;
+  }
+
+  // Receives until `want` frames arrived or a bounded number of empty polls:
+  // the ring PMD delivers at once, so empty polls mean nothing is coming.
+  static std::vector<std::vector<uint8_t>> receive(EthdevPort& port, size_t want) {
+    std::vector<std::vector<uint8_t>> got;
+    RxFrame rx[64];
+    for (int empty = 0; got.size() < want && empty < 100;) {
+      const uint16_t n = port.rx_burst(rx, 64);
+      if (n == 0) {
+        ++empty;
+        continue;
+      }
+      for (uint16_t i = 0; i < n; ++i) got.emplace_back(rx[i].data, rx[i].data + rx[i].len);
+      port.rx_release(rx, n);
+    }
+    return got;
+  }
+
+  // A frame of `len` bytes that differs from every other one in the test.
+  static std::vector<uint8_t> pattern(uint32_t len, uint32_t seed) {
+    std::vector<uint8_t> f(len);
+    for (uint32_t i = 0; i < len; ++i) f[i] = static_cast<uint8_t>(seed * 131 + i * 7 + (i >> 8));
+    return f;
+  }
+
+  // Sends the frames in one burst; returns how many were queued.
+  static uint16_t send(EthdevPort& port, const std::vector<std::vector<uint8_t>>& frames) {
+    std::vector<TxFrame> tx(frames.size());
+    const auto n = static_cast<uint16_t>(frames.size());
+    EXPECT_EQ(port.tx_alloc(tx.data(), n), n);
+    for (uint16_t i = 0; i < n; ++i) {
+      EXPECT_GE(tx[i].cap, frames[i].size());
+      std::memcpy(tx[i].data, frames[i].data(), frames[i].size());
+      tx[i].len = static_cast<uint32_t>(frames[i].size());
+    }
+    return port.tx_burst(tx.data(), n);
+  }
+};
+
+TEST_F(EthdevPortTest, BurstCrossesTheRingPairByteExact) {
+  auto a = open(kPortA);
+  auto b = open(kPortB);
+  ASSERT_TRUE(a && b);
+  EXPECT_TRUE(a->link_up());
+  EXPECT_EQ(a->max_frame(), 1514u);
+  const uint32_t a_start = a->pool_available();
+
+  std::vector<std::vector<uint8_t>> frames;
+  for (uint32_t i = 0; i < 32; ++i) frames.push_back(pattern(60 + i * 45, i));
+  frames.push_back(pattern(a->max_frame(), 99));
+  ASSERT_EQ(send(*a, frames), frames.size());
+
+  const auto got = receive(*b, frames.size());
+  ASSERT_EQ(got.size(), frames.size());
+  for (size_t i = 0; i < frames.size(); ++i) EXPECT_EQ(got[i], frames[i]) << "frame " << i;
+  EXPECT_TRUE(receive(*a, 1).empty());  // nothing came back the other way
+
+  EXPECT_EQ(a->stats().tx_frames, frames.size());
+  EXPECT_EQ(a->stats().tx_dropped, 0u);
+  EXPECT_EQ(b->stats().rx_frames, frames.size());
+  EXPECT_EQ(b->stats().rx_missed, 0u);
+  // B released A's mbufs: they went home to A's pool.
+  EXPECT_EQ(a->pool_available(), a_start);
+
+  // And the other way.
+  ASSERT_EQ(send(*b, {pattern(100, 7)}), 1u);
+  const auto back = receive(*a, 1);
+  ASSERT_EQ(back.size(), 1u);
+  EXPECT_EQ(back[0], pattern(100, 7));
+}
+
+TEST_F(EthdevPortTest, TxAllocAndFreeReturnEveryBuffer) {
+  auto a = open(kPortA, 1500, 1023);
+  ASSERT_TRUE(a);
+  const uint32_t start = a->pool_available();
+  EXPECT_EQ(start, 1023u);
+
+  std::vector<TxFrame> held(start + 10);
+  ASSERT_EQ(a->tx_alloc(held.data(), 64), 64);
+  EXPECT_EQ(a->pool_available(), start - 64);
+  for (int i = 0; i < 64; ++i) {
+    EXPECT_EQ(held[i].len, 0u);
+    EXPECT_GE(held[i].cap, a->max_frame());
+  }
+  a->tx_free(held.data(), 64);
+  EXPECT_EQ(a->pool_available(), start);
+
+  // Exhaust the pool: the last call gets the remainder, then nothing.
+  uint32_t total = 0;
+  for (uint16_t n; (n = a->tx_alloc(held.data() + total, EthdevPort::kMaxBurst)) > 0;) total += n;
+  EXPECT_EQ(total, start);
+  EXPECT_EQ(a->pool_available(), 0u);
+  for (uint32_t i = 0; i < total; i += EthdevPort::kMaxBurst) {
+    a->tx_free(held.data() + i,
+               static_cast<uint16_t>(std::min<uint32_t>(EthdevPort::kMaxBurst, total - i)));
+  }
+  EXPECT_EQ(a->pool_available(), start);
+}
+
+TEST_F(EthdevPortTest, FullRingDropsAreFreedAndCounted) {
+  auto a = open(kPortA);
+  auto b = open(kPortB);
+  ASSERT_TRUE(a && b);
+  const uint32_t start = a->pool_available();
+
+  uint32_t queued = 0, offered = 0;
+  for (int burst = 0; burst < 5; ++burst) {
+    std::vector<std::vector<uint8_t>> frames(EthdevPort::kMaxBurst, pattern(64, burst));
+    queued += send(*a, frames);
+    offered += EthdevPort::kMaxBurst;
+  }
+  EXPECT_EQ(queued, kRingSize - 1);
+  EXPECT_EQ(a->stats().tx_dropped, offered - queued);
+  EXPECT_EQ(a->stats().tx_frames, queued);
+  EXPECT_EQ(receive(*b, queued).size(), queued);
+  EXPECT_EQ(a->pool_available(), start);
+}
+
+TEST_F(EthdevPortTest, JumboMtuGetsBuffersThatHoldTheFrame) {
+  auto a = open(kPortA, 9000, 1023);
+  auto b = open(kPortB, 9000, 1023);
+  ASSERT_TRUE(a && b);
+  EXPECT_EQ(a->max_frame(), 9014u);
+  EXPECT_GE(a->mbuf_data_room(), 9000u + 18u);
+  const auto jumbo = pattern(a->max_frame(), 3);
+  ASSERT_EQ(send(*a, {jumbo}), 1u);
+  const auto got = receive(*b, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], jumbo);
+}
+
+TEST_F(EthdevPortTest, MtuLargerThanTheMbufIsRefused) {
+  EthdevPortConfig c;
+  c.name = kPortA;
+  c.mtu = 9000;
+  c.mbuf_data_room = 2048;
+  std::string error;
+  EXPECT_FALSE(EthdevPort::open(c, &error));
+  EXPECT_NE(error.find("RX buffer smaller than the MTU"), std::string::npos) << error;
+  EXPECT_NE(error.find("mbuf_data_room >= 9018"), std::string::npos) << error;
+}
+
+TEST_F(EthdevPortTest, MtuBeyondThePmdIsRefused) {
+  EthdevPortConfig c;
+  c.name = kPortA;
+  c.mtu = 70000;
+  std::string error;
+  EXPECT_FALSE(EthdevPort::open(c, &error));
+  EXPECT_NE(error.find("outside what port"), std::string::npos) << error;
+}
+
+TEST_F(EthdevPortTest, UnknownPortListsTheAvailableOnes) {
+  EthdevPortConfig c;
+  c.name = "no_such_port";
+  std::string error;
+  EXPECT_FALSE(EthdevPort::open(c, &error));
+  EXPECT_NE(error.find("no DPDK port named 'no_such_port'"), std::string::npos) << error;
+  EXPECT_NE(error.find(kPortA), std::string::npos) << error;
+  EXPECT_NE(error.find(kPortB), std::string::npos) << error;
+  EXPECT_NE(error.find(kLoopVdev), std::string::npos) << error;
+
+  c.name.clear();
+  c.port_id = RTE_MAX_ETHPORTS - 1;
+  EXPECT_FALSE(EthdevPort::open(c, &error));
+  EXPECT_NE(error.find("no DPDK port with id"), std::string::npos) << error;
+}
+
+TEST_F(EthdevPortTest, OpensByPortIdAndDescribesItself) {
+  uint16_t id = 0;
+  ASSERT_EQ(rte_eth_dev_get_port_by_name(kPortB, &id), 0);
+  EthdevPortConfig c;
+  c.port_id = id;
+  std::string error;
+  auto b = EthdevPort::open(c, &error);
+  ASSERT_TRUE(b) << error;
+  EXPECT_EQ(b->port_id(), id);
+  rte_ether_addr mac{};
+  ASSERT_EQ(rte_eth_macaddr_get(id, &mac), 0);
+  EXPECT_EQ(std::memcmp(b->mac().data(), mac.addr_bytes, 6), 0);
+  const std::string d = b->describe();
+  EXPECT_NE(d.find(kPortB), std::string::npos) << d;
+  EXPECT_NE(d.find("net_ring"), std::string::npos) << d;
+  EXPECT_NE(d.find("MTU 1500"), std::string::npos) << d;
+  EXPECT_NE(d.find("link up"), std::string::npos) << d;
+}
+
+TEST_F(EthdevPortTest, VdevFromTheEalLoopsBackToItself) {
+  auto loop = open(kLoopVdev);
+  ASSERT_TRUE(loop);
+  const std::vector<std::vector<uint8_t>> frames = {pattern(60, 1), pattern(1514, 2)};
+  ASSERT_EQ(send(*loop, frames), 2u);
+  EXPECT_EQ(receive(*loop, 2), frames);
+}
+
+// A directory of this test process's own under /tmp, removed however the
+// test ends.
+struct ScratchDir {
+  std::filesystem::path path = "/tmp/braid-test-" + std::to_string(::getpid());
+  ScratchDir() { std::filesystem::create_directories(path); }
+  ~ScratchDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
+
+// A hot-plugged memif vdev under a directory of this test's own: no server
+// is listening there, so starting the client fails at once.
+TEST_F(EthdevPortTest, MemifClientWithoutServerSaysStartTheServer) {
+  ScratchDir dir;
+  const std::string socket = (dir.path / "memif.sock").string();
+  ASSERT_EQ(rte_dev_probe(("net_memif0,role=client,id=0,socket=" + socket).c_str()), 0);
+
+  EthdevPortConfig c;
+  c.name = "net_memif0";
+  c.link_wait_ms = 100;
+  std::string error;
+  EXPECT_FALSE(EthdevPort::open(c, &error));
+  EXPECT_EQ(
+      error.find("memif: no server at " + socket + " (abstract): start the server side first"), 0u)
+      << error;
+
+  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif0"), 0);
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path));  // nothing left behind
+}
+
+// Both memif roles in this process. A server that must have its link gives
+// up after the bounded wait; opened without that, it returns at once, the
+// client's open waits for the handshake, and frames copied through memif's
+// shared rings arrive byte-exact both ways.
+TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
+  // memif binds the name in the abstract namespace (no file) and keeps it
+  // bound after the vdev is removed, so every run takes a fresh one.
+  static int run = 0;
+  ScratchDir dir;
+  const std::string socket = (dir.path / ("pair" + std::to_string(run++) + ".sock")).string();
+  ASSERT_EQ(rte_dev_probe(("net_memif1,role=server,id=1,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif2,role=client,id=1,socket=" + socket).c_str()), 0);
+  {
+    EthdevPortConfig c;
+    c.name = "net_memif1";
+    std::string error;
+    // memif reports 1518-byte frames at most, whatever its bsize=.
+    c.mtu = 9000;
+    EXPECT_FALSE(EthdevPort::open(c, &error));
+    EXPECT_NE(error.find("accepts at most 1518 B: use an MTU up to 1500"), std::string::npos)
+        << error;
+    c.mtu = 1500;
+    c.link_wait_ms = 50;
+    // Waiting for a peer that is not there ends, with the reason.
+    EXPECT_FALSE(EthdevPort::open(c, &error));
+    EXPECT_NE(error.find("still down 50 ms after start: the memif peer at " + socket +
+                         " (abstract) has not connected"),
+              std::string::npos)
+        << error;
+    c.require_link_up = false;  // its peer is not there yet
+    c.mbufs = 2047;
+    auto server = EthdevPort::open(c, &error);
+    ASSERT_TRUE(server) << error;
+    c.name = "net_memif2";
+    c.require_link_up = true;  // waits for the handshake
+    c.link_wait_ms = 2000;
+    auto client = EthdevPort::open(c, &error);
+    ASSERT_TRUE(client) << error;
+    EXPECT_TRUE(client->link_up());
+    EXPECT_TRUE(server->link_up());
+
+    std::vector<std::vector<uint8_t>> frames;
+    for (uint32_t i = 0; i < 16; ++i) frames.push_back(pattern(60 + i * 90, i));
+    ASSERT_EQ(send(*client, frames), frames.size());
+    EXPECT_EQ(receive(*server, frames.size()), frames);
+    // The client hands memif its receive slots when it polls; until then the
+    // server has nowhere to copy to.
+    EXPECT_TRUE(receive(*client, 1).empty());
+    ASSERT_EQ(send(*server, {pattern(1514, 5)}), 1u);
+    const auto back = receive(*client, 1);
+    ASSERT_EQ(back.size(), 1u);
+    EXPECT_EQ(back[0], pattern(1514, 5));
+  }
+  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif2"), 0);
+  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif1"), 0);
+}
+
+// ---- EAL arguments, built for imagined machines ----
+
+bool has(const std::vector<std::string>& v, const std::string& s) {
+  return std::find(v.begin(), v.end(), s) != v.end();
+}
+
+HugepageInfo no_hugepages() {
+  return {};
+}
+HugepageInfo mounted_hugepages() {
+  return {"/dev/hugepages", 512, 512};
+}
+
+TEST(EalArgs, AutoUsesPlainMemoryWithoutHugepages) {
+  EalConfig c;
+  c.file_prefix = "t";
+  std::vector<std::string> args;
+  EalMemoryMode mode = EalMemoryMode::kAuto;
+  ASSERT_TRUE(Eal::build_args(c, no_hugepages(), &args, &mode).ok());
+  EXPECT_EQ(mode, EalMemoryMode::kNoHuge);
+  const std::vector<std::string> want = {"braid",     "-l", "0",   "--file-prefix=t",
+                                         "--no-huge", "-m", "512", "--no-pci"};
+  EXPECT_EQ(args, want);
+}
+
+TEST(EalArgs, AutoUsesMountedHugepagesWithFreePages) {
+  EalConfig c;
+  std::vector<std::string> args;
+  EalMemoryMode mode = EalMemoryMode::kAuto;
+  ASSERT_TRUE(Eal::build_args(c, mounted_hugepages(), &args, &mode).ok());
+  EXPECT_EQ(mode, EalMemoryMode::kHugepages);
+  EXPECT_FALSE(has(args, "--no-huge"));
+  EXPECT_TRUE(has(args, "--file-prefix=braid-" + std::to_string(::getpid())));
+
+  HugepageInfo none_free = mounted_hugepages();
+  none_free.mount_free = 0;
+  ASSERT_TRUE(Eal::build_args(c, none_free, &args, &mode).ok());
+  EXPECT_EQ(mode, EalMemoryMode::kNoHuge);
+}
+
+TEST(EalArgs, ExplicitModesTheMachineCannotDoAreRefusedWithTheFix) {
+  EalConfig c;
+  std::vector<std::string> args;
+  c.memory = EalMemoryMode::kHugepages;
+  Status st = Eal::build_args(c, no_hugepages(), &args);
+  EXPECT_EQ(st.error.find("no hugepages mounted and memory mode 'hugepages' requested: mount "
+                          "hugetlbfs"),
+            0u)
+      << st.error;
+  EXPECT_NE(st.error.find("--memory=no-huge"), std::string::npos);
+
+  c.memory = EalMemoryMode::kInMemory;
+  st = Eal::build_args(c, no_hugepages(), &args);
+  EXPECT_NE(st.error.find("'in-memory' needs free hugepages"), std::string::npos) << st.error;
+  ASSERT_TRUE(Eal::build_args(c, mounted_hugepages(), &args).ok());
+  EXPECT_TRUE(has(args, "--in-memory"));
+
+  c.memory = EalMemoryMode::kAuto;
+  c.extra_args = {"--no-huge"};
+  EXPECT_FALSE(Eal::build_args(c, no_hugepages(), &args).ok());
+}
+
+TEST(EalArgs, VhostUserStyleVdevsGetSingleFileSegments) {
+  std::vector<std::string> args;
+  for (const char* vdev : {"net_virtio_user0,path=/tmp/v.sock", "net_vhost0,iface=/tmp/v.sock",
+                           "net_memif0,role=client,zero-copy=yes"}) {
+    EalConfig c;
+    c.vdevs = {vdev};
+    ASSERT_TRUE(Eal::build_args(c, mounted_hugepages(), &args).ok());
+    EXPECT_TRUE(has(args, std::string("--vdev=") + vdev));
+    EXPECT_EQ(std::count(args.begin(), args.end(), "--single-file-segments"), 1) << vdev;
+  }
+  EalConfig c;
+  c.vdevs = {"net_memif0,role=client"};
+  ASSERT_TRUE(Eal::build_args(c, mounted_hugepages(), &args).ok());
+  EXPECT_FALSE(has(args, "--single-file-segments"));
+
+  // Given through extra_args: recognised, and not added twice.
+  c.vdevs.clear();
+  c.extra_args = {"--vdev", "net_virtio_user1,path=/x", "--single-file-segments"};
+  ASSERT_TRUE(Eal::build_args(c, mounted_hugepages(), &args).ok());
+  EXPECT_EQ(std::count(args.begin(), args.end(), "--single-file-segments"), 1);
+}
+
+TEST(EalArgs, AnAllowedPciDeviceTurnsOffNoPci) {
+  EalConfig c;
+  c.extra_args = {"-a", "0000:00:04.0"};
+  std::vector<std::string> args;
+  ASSERT_TRUE(Eal::build_args(c, no_hugepages(), &args).ok());
+  EXPECT_FALSE(has(args, "--no-pci"));
+  EXPECT_TRUE(has(args, "0000:00:04.0"));
+  c.no_pci = true;
+  EXPECT_FALSE(Eal::build_args(c, no_hugepages(), &args).ok());
+}
+
+TEST(EalArgs, MemoryModeNamesRoundTrip) {
+  for (EalMemoryMode m : {EalMemoryMode::kAuto, EalMemoryMode::kInMemory, EalMemoryMode::kNoHuge,
+                          EalMemoryMode::kHugepages}) {
+    EalMemoryMode back = EalMemoryMode::kAuto;
+    ASSERT_TRUE(parse_memory_mode(memory_mode_name(m), &back));
+    EXPECT_EQ(back, m);
+  }
+  EalMemoryMode back;
+  EXPECT_FALSE(parse_memory_mode("huge", &back));
+}
+
+}  // namespace
+}  // namespace braid::dpdk
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  ::testing::AddGlobalTestEnvironment(new braid::dpdk::DpdkEnvironment);
+  return RUN_ALL_TESTS();
+}
