@@ -1,5 +1,6 @@
 #include "dpdk/eal.h"
 
+#include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -431,6 +432,26 @@ void Eal::shutdown() {
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
   }
+}
+
+}  // namespace braid::dpdk
+
+namespace braid::dpdk {
+
+Status Eal::probe_vdev(const std::string& spec) {
+  if (!initialized()) return Status::failure("probe_vdev: the EAL is not initialised");
+  const std::string name = spec.substr(0, spec.find(','));
+  uint16_t port = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) return Status{};
+  const int rc = rte_dev_probe(spec.c_str());
+  if (rc != 0) {
+    return Status::failure("cannot add port " + spec + ": " + rte_strerror(-rc) +
+                           " (check the vdev arguments; a memif client needs its server first)");
+  }
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) != 0) {
+    return Status::failure("port " + name + " did not appear after probing " + spec);
+  }
+  return Status{};
 }
 
 }  // namespace braid::dpdk

@@ -68,6 +68,9 @@ class Eal {
   // cannot be initialised twice, so a second call is an error.
   static Status init(const EalConfig& config);
   static bool initialized();
+  // Adds a vdev after init (hotplug), e.g. a second device in one process.
+  // Succeeds at once if a port of that name already exists.
+  static Status probe_vdev(const std::string& spec);
   // The arguments init passed to rte_eal_init (empty before).
   static const std::vector<std::string>& args();
   // The memory mode init resolved `auto` to.

@@ -1,5 +1,6 @@
 // Opening a verbs device on a DPDK port: EAL bootstrap (once per process)
 // and the ethdev port named in the configuration.
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -47,6 +48,16 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
   eal.lcore = config.lcore;
   if (!dpdk::Eal::initialized()) {
     const dpdk::Status s = dpdk::Eal::init(eal);
+    if (!s.ok()) {
+      *error = s.error;
+      return nullptr;
+    }
+    // The EAL lives until the process ends (it cannot start twice); then its
+    // runtime directory goes too.
+    std::atexit([] { dpdk::Eal::shutdown(); });
+  } else if (vdev) {
+    // A further device in the same process: add its port to the running EAL.
+    const dpdk::Status s = dpdk::Eal::probe_vdev(spec);
     if (!s.ok()) {
       *error = s.error;
       return nullptr;

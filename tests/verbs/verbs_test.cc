@@ -1,10 +1,14 @@
-// The verbs API end to end over a software cable: two devices in one
-// process, each with its own engine, driven run-to-completion by the test.
+// The verbs API end to end between two devices in one process, each with
+// its own engine, driven run-to-completion by the test: over a software cable
+// (pipe) and over DPDK (a memif server and client: real PMD, real mbufs).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "braid/verbs.h"
@@ -24,18 +28,36 @@ struct Side {
   braid_mr* mr = nullptr;
 };
 
-class VerbsPair : public ::testing::Test {
+enum class Backend { kPipe, kMemif };
+
+class VerbsPair : public ::testing::TestWithParam<Backend> {
  protected:
   void SetUp() override {
-    const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
-    auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
-    pipe_a = ia.get();
     braid_device_config ca{};
     ca.ipv4 = "198.18.0.1";
     braid_device_config cb{};
     cb.ipv4 = "198.18.0.2";
-    a.ctx = braid::open_device(&ca, std::move(ia));
-    b.ctx = braid::open_device(&cb, std::move(ib));
+    if (GetParam() == Backend::kPipe) {
+      const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
+      auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+      a.ctx = braid::open_device(&ca, std::move(ia));
+      b.ctx = braid::open_device(&cb, std::move(ib));
+    } else {
+      // One memif link per test: fresh ids and socket names.
+      static int n = 0;
+      const int id = n++;
+      const std::string sock =
+          "/tmp/braid-verbs-" + std::to_string(getpid()) + "-" + std::to_string(id) + ".sock";
+      port_a = "net_memif" + std::to_string(2 * id) + ",role=server,id=" + std::to_string(id) +
+               ",socket=" + sock;
+      port_b = "net_memif" + std::to_string(2 * id + 1) + ",role=client,id=" + std::to_string(id) +
+               ",socket=" + sock;
+      ca.port = port_a.c_str();
+      cb.port = port_b.c_str();
+      a.ctx = braid_open_device(&ca);
+      ASSERT_NE(a.ctx, nullptr) << braid_last_error();
+      b.ctx = braid_open_device(&cb);
+    }
     ASSERT_NE(a.ctx, nullptr) << braid_last_error();
     ASSERT_NE(b.ctx, nullptr) << braid_last_error();
     for (Side* s : {&a, &b}) setup(*s, 1 << 20);
@@ -120,10 +142,10 @@ class VerbsPair : public ::testing::Test {
   }
 
   Side a, b;
-  braid::PipeIo* pipe_a = nullptr;
+  std::string port_a, port_b;
 };
 
-TEST_F(VerbsPair, QueriesDescribeAnEthernetRoceLikePort) {
+TEST_P(VerbsPair, QueriesDescribeAnEthernetRoceLikePort) {
   braid_port_attr pa{};
   ASSERT_EQ(braid_query_port(a.ctx, 1, &pa), 0);
   EXPECT_EQ(pa.state, BRAID_PORT_ACTIVE);
@@ -137,7 +159,7 @@ TEST_F(VerbsPair, QueriesDescribeAnEthernetRoceLikePort) {
   EXPECT_EQ(braid_query_port(a.ctx, 2, &pa), EINVAL);
 }
 
-TEST_F(VerbsPair, WriteWithImmAndSendArriveByteExact) {
+TEST_P(VerbsPair, WriteWithImmAndSendArriveByteExact) {
   std::mt19937 g(1);
   for (size_t i = 0; i < 300000; ++i) a.buf[i] = static_cast<uint8_t>(g());
   braid_recv_wr rwr{};
@@ -191,7 +213,7 @@ TEST_F(VerbsPair, WriteWithImmAndSendArriveByteExact) {
   EXPECT_EQ(0, std::memcmp(a.buf.data() + 200000, b.buf.data() + 500000, 70000));
 }
 
-TEST_F(VerbsPair, ReadAndInlineSend) {
+TEST_P(VerbsPair, ReadAndInlineSend) {
   for (size_t i = 0; i < 5000; ++i) b.buf[i] = static_cast<uint8_t>(i * 7);
   braid_sge s = sge(a, 10000, 5000);
   braid_send_wr w{};
@@ -231,7 +253,7 @@ TEST_F(VerbsPair, ReadAndInlineSend) {
   EXPECT_EQ(0, std::memcmp(b.buf.data() + 9000, "inline payload", 15));
 }
 
-TEST_F(VerbsPair, BadRkeyGivesRemoteAccessErrorAndLeavesTargetUntouched) {
+TEST_P(VerbsPair, BadRkeyGivesRemoteAccessErrorAndLeavesTargetUntouched) {
   const std::vector<uint8_t> before = b.buf;
   braid_sge s = sge(a, 0, 4096);
   braid_send_wr w{};
@@ -253,7 +275,7 @@ TEST_F(VerbsPair, BadRkeyGivesRemoteAccessErrorAndLeavesTargetUntouched) {
   EXPECT_EQ(at.qp_state, BRAID_QPS_ERR);
 }
 
-TEST_F(VerbsPair, LocalKeyAndStateChecksRejectBadWorkRequests) {
+TEST_P(VerbsPair, LocalKeyAndStateChecksRejectBadWorkRequests) {
   braid_sge s = sge(a, 0, 64);
   s.lkey ^= 0x1000;
   braid_send_wr w{};
@@ -270,5 +292,11 @@ TEST_F(VerbsPair, LocalKeyAndStateChecksRejectBadWorkRequests) {
   EXPECT_EQ(braid_post_send(a.qp, &w, &bad), EINVAL);
   EXPECT_EQ(braid_close_device(a.ctx), EBUSY);  // objects still open
 }
+
+INSTANTIATE_TEST_SUITE_P(Backends, VerbsPair, ::testing::Values(Backend::kPipe, Backend::kMemif),
+                         [](const auto& info) {
+                           return info.param == Backend::kPipe ? std::string("pipe")
+                                                               : std::string("memif");
+                         });
 
 }  // namespace
