@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Runs a Braid perftest-style tool as two processes on one host, joined by a
+# virtual NIC pair, one core each: the server on core 0, the client on core 1.
+#   scripts/loopback.sh [--path virtio|memif] <tool> [tool arguments...]
+# e.g. scripts/loopback.sh braid_write_bw -s 65536 -n 5000
+#      scripts/loopback.sh --path memif braid_write_lat
+# virtio: vhost-user (server side) <-> virtio-user (client side).
+# memif:  memif server <-> memif client.
+# No hugepages are needed. Tools come from build/release/apps/perftest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+path=virtio
+if [[ "${1:-}" == "--path" ]]; then
+  path="$2"
+  shift 2
+fi
+tool="${1:?usage: $0 [--path virtio|memif] <tool> [args...]}"
+shift
+bin="build/release/apps/perftest/$tool"
+[[ -x "$bin" ]] || { echo "loopback: $bin not built (cmake --build --preset release)" >&2; exit 1; }
+
+run_dir=$(mktemp -d /tmp/braid-loopback.XXXXXX)
+tcp_port=$((20000 + RANDOM % 20000))
+case "$path" in
+  virtio)
+    sock="$run_dir/vhost.sock"
+    server_port="net_vhost0,iface=$sock,queues=1"
+    client_port="net_virtio_user0,path=$sock,queues=1"
+    ;;
+  memif)
+    sock="$run_dir/memif.sock"
+    server_port="net_memif0,role=server,id=0,socket=$sock,socket-abstract=no"
+    client_port="net_memif0,role=client,id=0,socket=$sock,socket-abstract=no"
+    ;;
+  *)
+    echo "loopback: unknown path '$path' (virtio or memif)" >&2
+    exit 2
+    ;;
+esac
+
+server_log="$run_dir/server.log"
+cleanup() {
+  [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+common=(--timeout 60 -p "$tcp_port")
+"$bin" "${common[@]}" --lcore 0 --dev-port "$server_port" --ip 198.18.0.1 "$@" >"$server_log" 2>&1 &
+server_pid=$!
+# The server creates the socket the client attaches to.
+for _ in $(seq 1 200); do
+  [[ -S "$sock" ]] && break
+  kill -0 "$server_pid" 2>/dev/null || break
+  sleep 0.05
+done
+if [[ ! -S "$sock" ]]; then
+  echo "loopback: the server did not create $sock; its output:" >&2
+  cat "$server_log" >&2
+  exit 1
+fi
+set +e
+"$bin" "${common[@]}" --lcore 1 --dev-port "$client_port" --ip 198.18.0.2 "$@" 127.0.0.1
+client_rc=$?
+wait "$server_pid"
+server_rc=$?
+server_pid=
+set -e
+echo
+echo "---- server (198.18.0.1) ----"
+cat "$server_log"
+if [[ $client_rc -ne 0 || $server_rc -ne 0 ]]; then
+  echo "loopback: client exited $client_rc, server $server_rc" >&2
+  exit 1
+fi
