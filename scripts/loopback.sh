@@ -6,7 +6,8 @@
 #      scripts/loopback.sh --path memif braid_write_lat
 # virtio: vhost-user (server side) <-> virtio-user (client side).
 # memif:  memif server <-> memif client.
-# No hugepages are needed. Tools come from build/release/apps/perftest.
+# No hugepages are needed. Tools come from $BRAID_BUILD_DIR (default
+# build/release)/apps/perftest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 path=virtio
@@ -16,7 +17,8 @@ if [[ "${1:-}" == "--path" ]]; then
 fi
 tool="${1:?usage: $0 [--path virtio|memif] <tool> [args...]}"
 shift
-bin="build/release/apps/perftest/$tool"
+build_dir="${BRAID_BUILD_DIR:-build/release}"
+bin="$build_dir/apps/perftest/$tool"
 [[ -x "$bin" ]] || { echo "loopback: $bin not built (cmake --build --preset release)" >&2; exit 1; }
 
 run_dir=$(mktemp -d /tmp/braid-loopback.XXXXXX)

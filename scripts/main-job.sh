@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
-# Braid's main job: builds the optimised tree and runs the perftest-style
-# write-bandwidth benchmark between two Braid endpoints over a simulated lossy
-# 4-path fabric, sprayed over 64 entropies and, for contrast, on one path.
-# Extra arguments go to braid_sim_write_bw (try --help).
+# Braid's main job: builds the optimised tree, then runs braid_write_bw and
+# braid_write_lat between two processes on this host, one core each, joined
+# by vhost-user <-> virtio-user (DPDK virtual NICs, no hugepages needed).
+# Extra arguments go to both tools (perftest flags, e.g. -s 4096 or -a).
+#   BRAID_PATH=memif scripts/main-job.sh     # the same over memif
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release --target braid_sim_write_bw
+cmake --build --preset release --target braid_write_bw braid_write_lat
+path="${BRAID_PATH:-virtio}"
 echo
-echo "== Braid: per-packet spraying over 64 entropies =="
-build/release/apps/braid_sim_write_bw --verify "$@"
+echo "== braid_write_bw over $path (client output, then the server's) =="
+scripts/loopback.sh --path "$path" braid_write_bw "$@"
 echo
-echo "== Baseline: the same connection pinned to one path (RoCEv2-like) =="
-build/release/apps/braid_sim_write_bw --verify --entropies 1 "$@"
+echo "== braid_write_lat over $path =="
+scripts/loopback.sh --path "$path" braid_write_lat "$@"

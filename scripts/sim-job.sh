@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The simulated fabric: perftest-style RDMA WRITE bandwidth between two Braid
+# endpoints over a lossy 4-path ECMP fabric in virtual time, sprayed over 64
+# entropies and, for contrast, pinned to one path. Arguments go to
+# braid_sim_write_bw (try --help).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+cmake --preset release >/dev/null
+cmake --build --preset release --target braid_sim_write_bw
+echo
+echo "== Braid: per-packet spraying over 64 entropies =="
+build/release/apps/braid_sim_write_bw --verify "$@"
+echo
+echo "== Baseline: the same connection pinned to one path (RoCEv2-like) =="
+build/release/apps/braid_sim_write_bw --verify --entropies 1 "$@"
