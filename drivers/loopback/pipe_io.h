@@ -31,8 +31,13 @@ class PipeIo : public PacketIo {
   PacketIoStats stats() const override { return stats_; }
   std::string describe() const override { return "pipe"; }
 
-  // Test hook: frames sent from this end are dropped while set.
+  // Test hooks: frames sent from this end are dropped while cut; inject()
+  // puts any bytes on the wire towards the other end, as if sent.
   void set_cut(bool cut) { cut_ = cut; }
+  void inject(const uint8_t* frame, size_t len) {
+    std::lock_guard<std::mutex> g(out_->lock);
+    out_->frames.emplace_back(frame, frame + len);
+  }
 
  private:
   struct Wire {

@@ -14,6 +14,7 @@
 #include "braid/verbs.h"
 #include "loopback/pipe_io.h"
 #include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
 
 namespace {
 
@@ -40,6 +41,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     if (GetParam() == Backend::kPipe) {
       const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
       auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+      pipe_a = ia.get();
+      pipe_b = ib.get();
       a.ctx = braid::open_device(&ca, std::move(ia));
       b.ctx = braid::open_device(&cb, std::move(ib));
     } else {
@@ -143,7 +146,12 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
 
   Side a, b;
   std::string port_a, port_b;
+  braid::PipeIo* pipe_a = nullptr;  // pipe backend only
+  braid::PipeIo* pipe_b = nullptr;
 };
+
+// Tests that need to reach into the cable: the software backend only.
+class VerbsPipe : public VerbsPair {};
 
 TEST_P(VerbsPair, QueriesDescribeAnEthernetRoceLikePort) {
   braid_port_attr pa{};
@@ -292,6 +300,87 @@ TEST_P(VerbsPair, LocalKeyAndStateChecksRejectBadWorkRequests) {
   EXPECT_EQ(braid_post_send(a.qp, &w, &bad), EINVAL);
   EXPECT_EQ(braid_close_device(a.ctx), EBUSY);  // objects still open
 }
+
+TEST_P(VerbsPipe, MalformedAndForeignFramesAreDroppedAndCountedWhileTrafficFlows) {
+  std::mt19937_64 g(7);
+  for (size_t i = 0; i < 600000; ++i) a.buf[i] = static_cast<uint8_t>(g());
+  braid_sge s = sge(a, 0, 600000);
+  braid_send_wr w{};
+  w.wr_id = 1;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = BRAID_WR_RDMA_WRITE;
+  w.send_flags = BRAID_SEND_SIGNALED;
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  w.rdma.rkey = b.mr->rkey;
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  // A flood of junk towards B: random bytes, truncations and bit flips of a
+  // real Braid frame header, other EtherTypes, foreign UDP ports.
+  std::vector<uint8_t> frame(1514);
+  for (int i = 0; i < 3000; ++i) {
+    const size_t len = 1 + g() % 1514;
+    for (size_t k = 0; k < len; ++k) frame[k] = static_cast<uint8_t>(g());
+    if (i % 3 == 0 && len > 14) {  // our MAC and IPv4: reaches the decoder
+      const uint8_t hdr[14] = {2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1, 0x08, 0x00};
+      std::memcpy(frame.data(), hdr, 14);
+    }
+    pipe_a->inject(frame.data(), len);
+    if (i % 100 == 0) braid_progress(b.ctx);
+  }
+  auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), 600000));
+  const auto& st = b.ctx->engine->endpoint().stats();
+  EXPECT_GE(st.dropped() + b.ctx->engine->stats().arp_frames, 2900u);
+  EXPECT_GT(st.drops_for(braid::wire::DropReason::kNotIpv4), 0u);
+}
+
+TEST_P(VerbsPipe, DeadPeerEndsInRetryExceededAndANewQpWorksAfterwards) {
+  pipe_b->set_cut(true);  // the peer falls silent
+  braid_sge s = sge(a, 0, 100000);
+  braid_send_wr w{};
+  w.wr_id = 1;
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = BRAID_WR_RDMA_WRITE;
+  w.send_flags = BRAID_SEND_SIGNALED;
+  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  w.rdma.rkey = b.mr->rkey;
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  std::vector<braid_wc> wa;
+  braid_wc wc[4];
+  // Retry budget: 8 RTOs, each at most 4.096 us * 2^10 = 4.2 ms.
+  for (int i = 0; i < 20'000'000 && wa.empty(); ++i) {
+    const int k = braid_poll_cq(a.cq, 4, wc);
+    wa.insert(wa.end(), wc, wc + std::max(k, 0));
+  }
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_RETRY_EXC_ERR);
+  // The survivor replaces its QP; the peer comes back and does the same.
+  pipe_b->set_cut(false);
+  for (Side* x : {&a, &b}) {
+    ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+    braid_qp_init_attr ia{};
+    ia.send_cq = x->cq;
+    ia.recv_cq = x->cq;
+    ia.cap = {128, 128, 1, 1, 64};
+    ia.qp_type = BRAID_QPT_RC;
+    x->qp = braid_create_qp(x->pd, &ia);
+    ASSERT_NE(x->qp, nullptr);
+  }
+  while (braid_poll_cq(b.cq, 4, wc) > 0) {
+  }
+  connect();
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), 100000));
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),
+                         [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Backends, VerbsPair, ::testing::Values(Backend::kPipe, Backend::kMemif),
                          [](const auto& info) {
