@@ -254,6 +254,7 @@ class Connection {
   bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
   bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
   bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
+  static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);
   void release_read_responses();
   void on_in_order_advance();
   void execute_reads();

@@ -136,6 +136,21 @@ bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
   return true;
 }
 
+// What a packet tells the receive WQE it belongs to: the immediate (on the
+// first packet) and where the message ends (on the last), for completion.
+void Connection::note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm) {
+  if (s.som() && (s.flags & wire::kSesFlagHd)) {
+    w.has_imm = true;
+    w.imm = static_cast<uint32_t>(s.header_data);
+  }
+  if (s.eom()) {
+    w.eom_seen = true;
+    w.eom_psn = psn;
+    w.byte_len = s.request_length;
+    w.rdma_imm = rdma_imm;
+  }
+}
+
 bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
   const wire::SesRequest& s = pkt.ses;
   const uint32_t len = pkt.payload_len;
@@ -173,19 +188,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       }
       if (len > 0) std::memcpy(base + msg_offset, pkt.payload, len);
       stats_.bytes_placed += len;
-      if (imm) {
-        RecvWqe& w = rq_[rsn & rq_mask_];
-        if (s.som() && (s.flags & wire::kSesFlagHd)) {
-          w.has_imm = true;
-          w.imm = static_cast<uint32_t>(s.header_data);
-        }
-        if (s.eom()) {
-          w.eom_seen = true;
-          w.eom_psn = pkt.req.psn;
-          w.byte_len = s.request_length;
-          w.rdma_imm = true;
-        }
-      }
+      if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
       return true;
     }
     case wire::SesOpcode::kSend: {
@@ -195,8 +198,8 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       if (s.buffer_offset != msg_offset) return invalid();
       if (s.request_length > w.length) {
         // The message does not fit the posted buffer: the receive completes
-        // in error, the sender learns it from the NACK, both QPs stop.
-        // The receive completes with LOC_LEN_ERR; our own sends are flushed.
+        // with LOC_LEN_ERR, our own sends are flushed, the sender learns it
+        // from the NACK.
         w.status = WcStatus::kLocLenErr;
         invalid();
         set_error(WcStatus::kWrFlushErr);
@@ -204,16 +207,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
       stats_.bytes_placed += len;
-      if (s.som() && (s.flags & wire::kSesFlagHd)) {
-        w.has_imm = true;
-        w.imm = static_cast<uint32_t>(s.header_data);
-      }
-      if (s.eom()) {
-        w.eom_seen = true;
-        w.eom_psn = pkt.req.psn;
-        w.byte_len = s.request_length;
-        w.rdma_imm = false;
-      }
+      note_receive(w, s, pkt.req.psn, false);
       return true;
     }
     case wire::SesOpcode::kRead: {
