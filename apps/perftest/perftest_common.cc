@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -464,6 +465,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: seconds to wait for the peer to connect or answer, and for a stalled "
                  "run (default 60)")
       ->check(CLI::Range(1, 86400));
+  // A dead peer must end the run with an error report, not a signal: DPDK's
+  // vhost-user and memif control sockets write to the peer without
+  // MSG_NOSIGNAL.
+  std::signal(SIGPIPE, SIG_IGN);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
