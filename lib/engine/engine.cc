@@ -1,5 +1,6 @@
 #include "engine/engine.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "net/arp.h"
@@ -129,22 +130,38 @@ uint32_t Engine::poll() {
   endpoint_.advance(t);
   if (arp_->arp.next_timer() <= t) send_arp_requests(t);
   if (!pending_routes_.empty()) update_routes(t);
-  if (!endpoint_.wants_to_send()) return moved;
-  const uint16_t k = io_->tx_alloc(tx_.data(), cfg_.burst);
-  if (k == 0) {
-    ++stats_.tx_no_buffer;
-    return moved;
-  }
+  return moved + transmit_at(t);
+}
+
+uint32_t Engine::transmit() {
+  return transmit_at(now());
+}
+
+uint32_t Engine::transmit_at(TimeNs t) {
+  // Buffers are taken 8 at a time, so one ready packet does not cost a whole
+  // burst of allocations and frees; the frames still leave in one tx_burst
+  // (a virtio kick is per burst).
   uint16_t filled = 0;
-  while (filled < k) {
-    TxFrame& f = tx_[filled];
-    f.len = endpoint_.transmit(f.data, f.cap, t);
-    if (f.len == 0) break;
-    ++filled;
+  while (filled < cfg_.burst && endpoint_.wants_to_send()) {
+    const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(8, cfg_.burst - filled));
+    const uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
+    if (k == 0) {
+      ++stats_.tx_no_buffer;
+      break;
+    }
+    uint16_t used = 0;
+    while (used < k) {
+      TxFrame& f = tx_[filled + used];
+      f.len = endpoint_.transmit(f.data, f.cap, t);
+      if (f.len == 0) break;
+      ++used;
+    }
+    if (used < k) io_->tx_free(tx_.data() + filled + used, static_cast<uint16_t>(k - used));
+    filled = static_cast<uint16_t>(filled + used);
+    if (used < k) break;
   }
-  if (filled < k) io_->tx_free(tx_.data() + filled, static_cast<uint16_t>(k - filled));
   if (filled > 0) stats_.tx_frames += io_->tx_burst(tx_.data(), filled);
-  return moved + filled;
+  return filled;
 }
 
 }  // namespace braid

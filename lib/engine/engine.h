@@ -38,6 +38,9 @@ class Engine {
 
   // One iteration; returns frames moved (received + sent).
   uint32_t poll();
+  // Sends what the core has ready, nothing else (after a post: the
+  // doorbell). Returns frames sent.
+  uint32_t transmit();
   TimeNs now() const {
     return static_cast<TimeNs>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -64,6 +67,7 @@ class Engine {
   void send_arp_requests(TimeNs now);
   void send_raw(const uint8_t* frame, uint32_t len);
   void update_routes(TimeNs now);
+  uint32_t transmit_at(TimeNs now);
   struct PendingRoute {
     uint16_t local_id;
     uint32_t ip;

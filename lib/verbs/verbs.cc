@@ -583,7 +583,7 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
       return rc;
     }
   }
-  if (!c->threaded) progress_locked(c);
+  if (!c->threaded) c->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
@@ -667,7 +667,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       return rc;
     }
   }
-  if (!c->threaded) progress_locked(c);
+  if (!c->threaded) c->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
