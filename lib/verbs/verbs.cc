@@ -86,6 +86,21 @@ bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32
   return true;
 }
 
+// The errno of a refused post, with the reason for braid_last_error().
+int post_error(braid::PostError e, const char* what) {
+  switch (e) {
+    case braid::PostError::kOk:
+      return 0;
+    case braid::PostError::kQueueFull:
+      return fail(ENOMEM, std::string(what) + ": queue full");
+    case braid::PostError::kInvalid:
+      return fail(EINVAL, std::string(what) + ": invalid work request");
+    case braid::PostError::kConnectionError:
+      break;
+  }
+  return fail(EINVAL, std::string(what) + ": QP in error");
+}
+
 // InfiniBand's RNR timer encoding (min_rnr_timer), in nanoseconds.
 braid::TimeNs rnr_delay_ns(uint8_t code) {
   static const uint32_t kUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
@@ -567,16 +582,7 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
         qp->early_recvs.emplace_back(wr->wr_id, sgl);
       }
     } else {
-      switch (qp->conn->post_recv(wr->wr_id, sgl)) {
-        case braid::PostError::kOk:
-          break;
-        case braid::PostError::kQueueFull:
-          rc = fail(ENOMEM, "post_recv: receive queue full");
-          break;
-        default:
-          rc = fail(EINVAL, "post_recv: QP in error");
-          break;
-      }
+      rc = post_error(qp->conn->post_recv(wr->wr_id, sgl), "post_recv");
     }
     if (rc != 0) {
       if (bad != nullptr) *bad = wr;
@@ -648,19 +654,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       rc = fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
     }
     if (rc == 0) {
-      switch (qp->conn->post_send(req)) {
-        case braid::PostError::kOk:
-          break;
-        case braid::PostError::kQueueFull:
-          rc = fail(ENOMEM, "post_send: send queue full");
-          break;
-        case braid::PostError::kInvalid:
-          rc = fail(EINVAL, "post_send: invalid work request");
-          break;
-        case braid::PostError::kConnectionError:
-          rc = fail(EINVAL, "post_send: QP in error");
-          break;
-      }
+      rc = post_error(qp->conn->post_send(req), "post_send");
     }
     if (rc != 0) {
       if (bad != nullptr) *bad = wr;

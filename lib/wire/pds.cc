@@ -123,16 +123,7 @@ size_t decode_ctrl(const uint8_t* p, size_t len, CtrlHeader* h) {
   h->probe_opaque = load_be16(p + 2);
   h->psn = load_be32(p + 4);
   h->spdcid = load_be16(p + 8);
-  const uint16_t last = load_be16(p + 10);
-  if (h->pro.flags & kReqFlagSyn) {
-    h->dpdcid = 0;
-    h->pdc_info = static_cast<uint8_t>(last >> 12);
-    h->psn_offset = last & 0xfff;
-  } else {
-    h->dpdcid = last;
-    h->pdc_info = 0;
-    h->psn_offset = 0;
-  }
+  decode_pdc_word(load_be16(p + 10), h->pro.flags, &h->dpdcid, &h->pdc_info, &h->psn_offset);
   return kCtrlSize;
 }
 
@@ -141,11 +132,7 @@ size_t encode_ctrl(uint8_t* p, const CtrlHeader& h) {
   store_be16(p + 2, h.probe_opaque);
   store_be32(p + 4, h.psn);
   store_be16(p + 8, h.spdcid);
-  if (h.pro.flags & kReqFlagSyn) {
-    store_be16(p + 10, static_cast<uint16_t>((h.pdc_info << 12) | (h.psn_offset & 0xfff)));
-  } else {
-    store_be16(p + 10, h.dpdcid);
-  }
+  store_be16(p + 10, encode_pdc_word(h.pro.flags, h.dpdcid, h.pdc_info, h.psn_offset));
   return kCtrlSize;
 }
 

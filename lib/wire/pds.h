@@ -201,6 +201,21 @@ size_t decode_ctrl(const uint8_t* p, size_t len, CtrlHeader* h);
 size_t encode_ctrl(uint8_t* p, const CtrlHeader& h);
 size_t decode_unreliable(const uint8_t* p, size_t len, UnreliableHeader* h);
 
+// Bytes 10..11 of requests and CTRL: the destination PDC id, or with SYN
+// (no destination PDC yet) pdc_info (4 bits) and psn_offset (12 bits).
+inline void decode_pdc_word(uint16_t w, uint8_t flags, uint16_t* dpdcid, uint8_t* pdc_info,
+                            uint16_t* psn_offset) {
+  const bool syn = flags & kReqFlagSyn;
+  *dpdcid = syn ? 0 : w;
+  *pdc_info = syn ? static_cast<uint8_t>(w >> 12) : 0;
+  *psn_offset = syn ? w & 0xfff : 0;
+}
+inline uint16_t encode_pdc_word(uint8_t flags, uint16_t dpdcid, uint8_t pdc_info,
+                                uint16_t psn_offset) {
+  return (flags & kReqFlagSyn) ? static_cast<uint16_t>((pdc_info << 12) | (psn_offset & 0xfff))
+                               : dpdcid;
+}
+
 inline bool has_cc_extension(uint8_t type) {
   return type == static_cast<uint8_t>(PdsType::kRudCcReq) ||
          type == static_cast<uint8_t>(PdsType::kRodCcReq);
@@ -214,16 +229,7 @@ inline size_t decode_request(const uint8_t* p, size_t len, RequestHeader* h) {
   h->clear_psn_offset = load_be16(p + 2);
   h->psn = load_be32(p + 4);
   h->spdcid = load_be16(p + 8);
-  const uint16_t last = load_be16(p + 10);
-  if (h->pro.flags & kReqFlagSyn) {
-    h->dpdcid = 0;
-    h->pdc_info = static_cast<uint8_t>(last >> 12);
-    h->psn_offset = last & 0xfff;
-  } else {
-    h->dpdcid = last;
-    h->pdc_info = 0;
-    h->psn_offset = 0;
-  }
+  decode_pdc_word(load_be16(p + 10), h->pro.flags, &h->dpdcid, &h->pdc_info, &h->psn_offset);
   if (!cc) {
     h->ccc_id = 0;
     h->credit_target = 0;
@@ -239,11 +245,7 @@ inline size_t encode_request(uint8_t* p, const RequestHeader& h) {
   store_be16(p + 2, h.clear_psn_offset);
   store_be32(p + 4, h.psn);
   store_be16(p + 8, h.spdcid);
-  if (h.pro.flags & kReqFlagSyn) {
-    store_be16(p + 10, static_cast<uint16_t>((h.pdc_info << 12) | (h.psn_offset & 0xfff)));
-  } else {
-    store_be16(p + 10, h.dpdcid);
-  }
+  store_be16(p + 10, encode_pdc_word(h.pro.flags, h.dpdcid, h.pdc_info, h.psn_offset));
   if (!has_cc_extension(h.pro.type)) return kRequestSize;
   p[12] = h.ccc_id;
   store_be24(p + 13, h.credit_target);
