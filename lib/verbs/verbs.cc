@@ -597,6 +597,9 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
+  // An idle QP sends at once (latency); one with work under way leaves the
+  // frames for the next poll, which sends them in one burst with the rest.
+  const bool was_idle = qp->conn != nullptr && qp->conn->outstanding_sends() == 0;
   for (; wr != nullptr; wr = wr->next) {
     int rc = 0;
     braid::SendRequest req;
@@ -661,7 +664,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       return rc;
     }
   }
-  if (!c->threaded) c->engine->transmit();  // the doorbell: send now
+  if (!c->threaded && was_idle) c->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
