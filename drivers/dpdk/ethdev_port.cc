@@ -372,15 +372,25 @@ uint16_t EthdevPort::rx_burst(RxFrame* frames, uint16_t n) {
   return out;
 }
 
-void EthdevPort::rx_release(RxFrame* frames, uint16_t n) {
-  rte_mbuf* mbufs[kMaxBurst];
+namespace {
+
+// Returns the mbufs behind received or unsent frames to their pool in bulk.
+template <typename Frame>
+void free_frames(Frame* frames, uint16_t n) {
+  rte_mbuf* mbufs[EthdevPort::kMaxBurst];
   while (n > 0) {
-    const uint16_t k = std::min(n, kMaxBurst);
+    const uint16_t k = std::min(n, EthdevPort::kMaxBurst);
     for (uint16_t i = 0; i < k; ++i) mbufs[i] = static_cast<rte_mbuf*>(frames[i].handle);
     rte_pktmbuf_free_bulk(mbufs, k);
     frames += k;
     n -= k;
   }
+}
+
+}  // namespace
+
+void EthdevPort::rx_release(RxFrame* frames, uint16_t n) {
+  free_frames(frames, n);
 }
 
 uint16_t EthdevPort::tx_alloc(TxFrame* frames, uint16_t n) {
@@ -427,14 +437,7 @@ uint16_t EthdevPort::tx_burst(TxFrame* frames, uint16_t n) {
 }
 
 void EthdevPort::tx_free(TxFrame* frames, uint16_t n) {
-  rte_mbuf* mbufs[kMaxBurst];
-  while (n > 0) {
-    const uint16_t k = std::min(n, kMaxBurst);
-    for (uint16_t i = 0; i < k; ++i) mbufs[i] = static_cast<rte_mbuf*>(frames[i].handle);
-    rte_pktmbuf_free_bulk(mbufs, k);
-    frames += k;
-    n -= k;
-  }
+  free_frames(frames, n);
 }
 
 bool EthdevPort::link_up() const {
