@@ -156,7 +156,8 @@ void send_stop(EthdevPort& port) {
       build_header(tx[i].data, kMinFrame, port.mac(), kStopPort);
       tx[i].len = static_cast<uint32_t>(kMinFrame);
     }
-    port.tx_burst(tx, n);
+    const uint16_t sent = port.tx_burst(tx, n);
+    if (sent < n) port.tx_free(tx + sent, static_cast<uint16_t>(n - sent));
     const auto t = Clock::now();
     while (since(t) < 0.002) {
     }
@@ -235,6 +236,7 @@ int run_blast(EthdevPort& port, const Options& o, Clock::time_point start) {
     // The ring is full: back off briefly rather than hammer the indices the
     // receiver is reading (and allocate frames only to free them again).
     if (sent < n) {
+      port.tx_free(tx + sent, static_cast<uint16_t>(n - sent));
       for (int spin = 0; spin < 64; ++spin) __builtin_ia32_pause();
     }
     if ((++iter & 63) != 0) continue;
@@ -274,7 +276,9 @@ int run_echo(EthdevPort& port, const Options& o, Clock::time_point start) {
       }
       port.rx_release(rx, n);
       if (got > k) port.tx_free(tx + k, static_cast<uint16_t>(got - k));
-      echoed += port.tx_burst(tx, k);
+      const uint16_t sent = port.tx_burst(tx, k);
+      if (sent < k) port.tx_free(tx + sent, static_cast<uint16_t>(k - sent));
+      echoed += sent;
     }
     if ((++iter & 1023) == 0 && since(start) > o.timeout) break;
   }
@@ -301,7 +305,10 @@ int run_ping(EthdevPort& port, const Options& o, Clock::time_point start) {
     std::memcpy(tx.data + kSeqOffset, &seq, 8);
     tx.len = o.size;
     const Clock::time_point t0 = Clock::now();
-    if (port.tx_burst(&tx, 1) != 1) continue;
+    if (port.tx_burst(&tx, 1) != 1) {
+      port.tx_free(&tx, 1);
+      continue;
+    }
     bool back = false;
     while (!back) {
       const uint16_t n = port.rx_burst(rx, kBurst);

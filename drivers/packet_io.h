@@ -30,8 +30,9 @@ struct TxFrame {
 struct PacketIoStats {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
-  uint64_t tx_dropped = 0;  // the backend could not queue them (ring full)
-  uint64_t rx_missed = 0;   // dropped by the NIC (backend's count, if any)
+  uint64_t tx_dropped = 0;    // queued frames the backend then lost
+  uint64_t tx_ring_full = 0;  // frames tx_burst handed back (ring full)
+  uint64_t rx_missed = 0;     // dropped by the NIC (backend's count, if any)
 };
 
 class PacketIo {
@@ -43,8 +44,9 @@ class PacketIo {
   virtual void rx_release(RxFrame* frames, uint16_t n) = 0;
   // Up to n empty transmit buffers.
   virtual uint16_t tx_alloc(TxFrame* frames, uint16_t n) = 0;
-  // Sends frames[0..n); takes ownership of all n (frames it cannot queue are
-  // freed and counted in tx_dropped). Returns how many were queued.
+  // Queues frames[0..n) in order and returns how many were queued: always a
+  // prefix. The rest (the ring is full) stay the caller's, to send again
+  // later or tx_free.
   virtual uint16_t tx_burst(TxFrame* frames, uint16_t n) = 0;
   // Returns buffers from tx_alloc that will not be sent.
   virtual void tx_free(TxFrame* frames, uint16_t n) = 0;

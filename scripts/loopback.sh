@@ -21,6 +21,15 @@ build_dir="${BRAID_BUILD_DIR:-build/release}"
 bin="$build_dir/apps/perftest/$tool"
 [[ -x "$bin" ]] || { echo "loopback: $bin not built (cmake --build --preset release)" >&2; exit 1; }
 
+# The link MTU the tool is asked for (--link-mtu N or --link-mtu=N).
+link_mtu=1500
+prev=
+for a in "$@"; do
+  [[ "$prev" == --link-mtu ]] && link_mtu="$a"
+  [[ "$a" == --link-mtu=* ]] && link_mtu="${a#--link-mtu=}"
+  prev="$a"
+done
+
 run_dir=$(mktemp -d /tmp/braid-loopback.XXXXXX)
 tcp_port=$((20000 + RANDOM % 20000))
 case "$path" in
@@ -33,6 +42,11 @@ case "$path" in
     sock="$run_dir/memif.sock"
     server_port="net_memif0,role=server,id=0,socket=$sock,socket-abstract=no"
     client_port="net_memif0,role=client,id=0,socket=$sock,socket-abstract=no"
+    # Jumbo frames need memif buffers that hold a whole frame, on both ends.
+    if [[ "$link_mtu" =~ ^[0-9]+$ && "$link_mtu" -gt 1500 ]]; then
+      server_port+=",bsize=10240"
+      client_port+=",bsize=10240"
+    fi
     ;;
   *)
     echo "loopback: unknown path '$path' (virtio or memif)" >&2

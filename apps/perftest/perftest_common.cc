@@ -253,7 +253,7 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
       }
       for (int k = 0; k < n; ++k) {
         if (wc[k].status != BRAID_WC_SUCCESS) {
-          print_completion_error(wc[k], side, totscnt, totccnt);
+          print_completion_error(s.context(), wc[k], side, totscnt, totccnt);
           return 1;
         }
         // RC completes in order: a signaled completion covers every
@@ -278,7 +278,7 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
       }
       for (int k = 0; k < n; ++k) {
         if (wc[k].status != BRAID_WC_SUCCESS) {
-          print_completion_error(wc[k], side, 0, rcnt);
+          print_completion_error(s.context(), wc[k], side, 0, rcnt);
           return 1;
         }
         if (rcnt == 0) t_first_rx = now_ns();
@@ -461,6 +461,8 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
       ->check(CLI::Range(576, 9216));
   app.add_option("--udp-port", o.udp_port, "Braid: UDP destination port (default 4793)");
   app.add_flag("--verify", o.verify, "Braid: check the transferred data byte for byte");
+  app.add_flag("--stats", o.stats,
+               "Braid: print transport counters (retransmits, losses, drops) after the run");
   app.add_option("--timeout", o.timeout_s,
                  "Braid: seconds to wait for the peer to connect or answer, and for a stalled "
                  "run (default 60)")
@@ -589,12 +591,30 @@ void print_result_line() {
       "---------------------------------------------------------------------------------------");
 }
 
-void print_completion_error(const braid_wc& wc, const char* side, uint64_t posted,
-                            uint64_t completed) {
+void print_completion_error(braid_context* ctx, const braid_wc& wc, const char* side,
+                            uint64_t posted, uint64_t completed) {
   std::fprintf(stderr, " Completion with error at %s:\n", side);
   std::fprintf(stderr, " Failed status %d (%s): wr_id %" PRIu64 " syndrom 0x%x\n",
                static_cast<int>(wc.status), wc_status_str(wc.status), wc.wr_id, wc.vendor_err);
   std::fprintf(stderr, "scnt=%" PRIu64 ", ccnt=%" PRIu64 "\n", posted, completed);
+  if (wc.status != BRAID_WC_RETRY_EXC_ERR || ctx == nullptr) return;
+  // Why nothing came back: the peer, or our own port.
+  braid_port_attr port{};
+  braid_port_stats stats{};
+  if (braid_query_port(ctx, 1, &port) != 0 || braid_query_port_stats(ctx, &stats) != 0) return;
+  if (stats.tx_stalled_ms > 0) {
+    std::fprintf(stderr,
+                 " The port's TX ring has taken no frame for %" PRIu64
+                 " ms: the link is stalled (the peer stopped polling, or a virtio-user port "
+                 "shares memory the vhost side cannot map)\n",
+                 stats.tx_stalled_ms);
+  } else if (port.state != BRAID_PORT_ACTIVE) {
+    std::fprintf(stderr, " The port's link is down: the peer detached\n");
+  } else {
+    std::fprintf(stderr,
+                 " The peer stopped answering (process gone, or no route to it) while the "
+                 "port stayed up\n");
+  }
 }
 
 // --- Session -----------------------------------------------------------------
@@ -980,7 +1000,7 @@ int Session::wait_completion(braid_cq* cq, braid_wc* wc, DurationClock* clock, c
     const int n = braid_poll_cq(cq, 1, wc);
     if (n > 0) {
       if (wc->status != BRAID_WC_SUCCESS) {
-        print_completion_error(*wc, side, 0, 0);
+        print_completion_error(ctx_, *wc, side, 0, 0);
         return 1;
       }
       return 0;
@@ -996,6 +1016,48 @@ int Session::wait_completion(braid_cq* cq, braid_wc* wc, DurationClock* clock, c
       return 1;
     }
   }
+}
+
+void Session::print_stats() const {
+  braid_qp_stats sum{};
+  for (braid_qp* qp : qps_) {
+    braid_qp_stats q{};
+    if (braid_query_qp_stats(qp, &q) != 0) continue;
+    sum.data_packets_sent += q.data_packets_sent;
+    sum.retransmits += q.retransmits;
+    sum.data_packets_received += q.data_packets_received;
+    sum.duplicates += q.duplicates;
+    sum.acks_sent += q.acks_sent;
+    sum.acks_received += q.acks_received;
+    sum.nacks_sent += q.nacks_sent;
+    sum.nacks_received += q.nacks_received;
+    sum.lost_inferred += q.lost_inferred;
+    sum.lost_nacked += q.lost_nacked;
+    sum.lost_timeout += q.lost_timeout;
+    sum.timeouts += q.timeouts;
+    sum.rnr_nacks_sent += q.rnr_nacks_sent;
+    sum.rnr_nacks_received += q.rnr_nacks_received;
+    sum.access_errors += q.access_errors;
+  }
+  braid_port_stats port{};
+  braid_query_port_stats(ctx_, &port);
+  std::printf(" Transport (%d QPs): data packets sent %" PRIu64 ", retransmitted %" PRIu64
+              ", received %" PRIu64 ", duplicates %" PRIu64 "\n",
+              o_.num_qps, sum.data_packets_sent, sum.retransmits, sum.data_packets_received,
+              sum.duplicates);
+  std::printf(" Lost: inferred %" PRIu64 ", nacked %" PRIu64 ", timed out %" PRIu64
+              " (timer expirations %" PRIu64 "); ACKs sent %" PRIu64 " received %" PRIu64
+              "; NACKs sent %" PRIu64 " received %" PRIu64 "; RNR sent %" PRIu64
+              " received %" PRIu64 "; access errors %" PRIu64 "\n",
+              sum.lost_inferred, sum.lost_nacked, sum.lost_timeout, sum.timeouts, sum.acks_sent,
+              sum.acks_received, sum.nacks_sent, sum.nacks_received, sum.rnr_nacks_sent,
+              sum.rnr_nacks_received, sum.access_errors);
+  std::printf(" Port: frames received %" PRIu64 ", sent %" PRIu64 ", refused by the stack %" PRIu64
+              ", missed by the NIC %" PRIu64 ", lost on send %" PRIu64 "; TX ring full %" PRIu64
+              " times, no TX buffer %" PRIu64 " times\n",
+              port.rx_frames, port.tx_frames, port.rx_dropped, port.rx_missed, port.tx_dropped,
+              port.tx_ring_full, port.tx_no_buffer);
+  print_result_line();
 }
 
 // --- Bandwidth test ----------------------------------------------------------
@@ -1080,6 +1142,7 @@ int run_bw_main(Verb verb, int argc, char** argv) {
                   sizes.back());
     }
   }
+  if (o.stats) s.print_stats();
   return intact ? 0 : 1;
 }
 
@@ -1123,6 +1186,7 @@ int run_lat_main(Verb verb, int argc, char** argv, const LatencyOps& ops) {
   print_result_line();
   if (s.barrier()) return 1;
   if (o.verify && !passive) std::printf(" Data verification: OK\n");
+  if (o.stats) s.print_stats();
   return 0;
 }
 

@@ -59,6 +59,7 @@ struct Options {
   uint16_t entropies = 0;
   uint16_t udp_port = 0;
   bool verify = false;
+  bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;
 
   bool is_server() const { return host.empty(); }
@@ -143,6 +144,8 @@ class Session {
   int exchange_text(const std::string& mine, std::string* theirs);
 
   const Options& opts() const { return o_; }
+  // Transport counters summed over the QPs, and the port's (--stats).
+  void print_stats() const;
   braid_context* context() const { return ctx_; }
   braid_cq* send_cq() const { return send_cq_; }
   braid_cq* recv_cq() const { return recv_cq_; }
@@ -190,8 +193,9 @@ std::vector<uint64_t> message_sizes(const Options& o);
 
 // perftest's tables.
 void print_result_line();
-void print_completion_error(const braid_wc& wc, const char* side, uint64_t posted,
-                            uint64_t completed);
+// With the port's condition when the transport gave up (RETRY_EXC_ERR).
+void print_completion_error(braid_context* ctx, const braid_wc& wc, const char* side,
+                            uint64_t posted, uint64_t completed);
 
 // The bandwidth tools (ib_write_bw, ib_read_bw, ib_send_bw).
 int run_bw_main(Verb verb, int argc, char** argv);

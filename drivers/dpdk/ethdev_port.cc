@@ -12,7 +12,9 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -132,6 +134,61 @@ std::string missing_single_file_segments(const rte_eth_dev_info& info) {
          "EalConfig::vdevs)";
 }
 
+struct JumboCheck {
+  bool applies = false;  // the PMD carries frames beyond what it reports
+  std::string error;     // ...but not as configured: cause and fix
+};
+
+// memif and AF_PACKET in DPDK 22.11 report 1518 B as their largest frame
+// (ethdev then refuses any larger MTU) although they carry larger frames
+// when their buffers hold them: memif's bsize (split buffers otherwise,
+// which corrupt and lose frames) and AF_PACKET's framesz, on a kernel
+// interface whose own MTU allows them. For those, ethdev keeps its MTU at
+// the PMD's limit and Braid sizes frames itself. frame 0: only whether the
+// exception applies.
+JumboCheck jumbo_beyond_reported_limit(const rte_eth_dev_info& info, uint32_t frame,
+                                       const std::string& label) {
+  JumboCheck out;
+  const std::string driver = info.driver_name ? info.driver_name : "";
+  if (is_driver(driver, "net_memif")) {
+    out.applies = true;
+    if (frame == 0) return out;
+    const unsigned long bsize = std::strtoul(devarg(info, "bsize", "2048").c_str(), nullptr, 10);
+    if (bsize < frame) {
+      out.error = label + ": frames of " + std::to_string(frame) + " B need memif buffers that " +
+                  "hold them, but bsize is " + std::to_string(bsize) +
+                  ": add bsize=10240 to the memif arguments of both peers";
+    }
+    return out;
+  }
+  if (is_driver(driver, "net_af_packet")) {
+    out.applies = true;
+    if (frame == 0) return out;
+    // A PACKET_MMAP frame starts with its tpacket2 header and address.
+    constexpr uint32_t kTpacketOverhead = 64;
+    const unsigned long framesz =
+        std::strtoul(devarg(info, "framesz", "2048").c_str(), nullptr, 10);
+    if (framesz < frame + kTpacketOverhead) {
+      out.error = label + ": frames of " + std::to_string(frame) + " B need AF_PACKET framesz >= " +
+                  std::to_string((frame + kTpacketOverhead + 15) / 16 * 16) + " (now " +
+                  std::to_string(framesz) +
+                  "): set framesz (a multiple of 16) and blocksz (a multiple of framesz)";
+      return out;
+    }
+    const std::string iface = devarg(info, "iface");
+    std::ifstream sysfs("/sys/class/net/" + iface + "/mtu");
+    uint32_t kernel_mtu = 0;
+    if (!iface.empty() && (sysfs >> kernel_mtu) && kernel_mtu + kDefaultFrameOverhead < frame) {
+      out.error = label + ": the kernel interface " + iface + " has MTU " +
+                  std::to_string(kernel_mtu) + ", too small for frames of " +
+                  std::to_string(frame) + " B: ip link set dev " + iface + " mtu " +
+                  std::to_string(frame - kDefaultFrameOverhead);
+    }
+    return out;
+  }
+  return out;
+}
+
 std::string offload_names(uint64_t offloads, bool rx) {
   std::string out;
   for (uint64_t bit = 1; bit != 0 && bit <= offloads; bit <<= 1) {
@@ -198,18 +255,25 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   if (info.max_mtu != UINT16_MAX && info.max_rx_pktlen > info.max_mtu) {
     overhead = info.max_rx_pktlen - info.max_mtu;
   }
-  if (config.mtu < info.min_mtu || config.mtu > info.max_mtu) {
+  if (config.mtu < info.min_mtu ||
+      (config.mtu > info.max_mtu && !jumbo_beyond_reported_limit(info, 0, label).applies)) {
     return fail("MTU " + std::to_string(config.mtu) + " is outside what " + label + " allows (" +
                 std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu) +
                 "): use an MTU in that range");
   }
   const uint32_t frame = config.mtu + overhead;
+  // The MTU ethdev is told; Braid sizes its frames to config.mtu.
+  uint32_t ethdev_mtu = config.mtu;
   if (frame > info.max_rx_pktlen) {
-    // memif and AF_PACKET in DPDK 22.11 report 1518 B although they can
-    // carry larger frames; ethdev refuses any larger MTU for them.
-    return fail("MTU " + std::to_string(config.mtu) + " needs frames of " + std::to_string(frame) +
-                " B but " + label + " accepts at most " + std::to_string(info.max_rx_pktlen) +
-                " B: use an MTU up to " + std::to_string(info.max_rx_pktlen - overhead));
+    const JumboCheck jumbo = jumbo_beyond_reported_limit(info, frame, label);
+    if (!jumbo.applies) {
+      return fail("MTU " + std::to_string(config.mtu) + " needs frames of " +
+                  std::to_string(frame) + " B but " + label + " accepts at most " +
+                  std::to_string(info.max_rx_pktlen) + " B: use an MTU up to " +
+                  std::to_string(info.max_rx_pktlen - overhead));
+    }
+    if (!jumbo.error.empty()) return fail(jumbo.error);
+    ethdev_mtu = std::min<uint32_t>(info.max_mtu, info.max_rx_pktlen - overhead);
   }
   if (config.mbuf_data_room != 0 && config.mbuf_data_room < frame) {
     return fail("RX buffer smaller than the MTU on " + label + ": an mbuf holds " +
@@ -260,7 +324,7 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   // so their absence costs nothing but CPU.
   rte_eth_conf conf{};
   conf.rxmode.mq_mode = RTE_ETH_MQ_RX_NONE;
-  conf.rxmode.mtu = config.mtu;
+  conf.rxmode.mtu = ethdev_mtu;
   conf.txmode.mq_mode = RTE_ETH_MQ_TX_NONE;
   p->rx_offloads_ = info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
   p->tx_offloads_ =
@@ -275,10 +339,10 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   }
   // configure recorded the MTU; set_mtu makes PMDs that apply it only there
   // program it. PMDs without the operation keep the recorded value.
-  if (int ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(config.mtu)); ret != 0) {
+  if (int ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(ethdev_mtu)); ret != 0) {
     uint16_t now = 0;
-    if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != config.mtu) {
-      return fail(label + " refused MTU " + std::to_string(config.mtu) + " (" + rte_strerror(-ret) +
+    if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != ethdev_mtu) {
+      return fail(label + " refused MTU " + std::to_string(ethdev_mtu) + " (" + rte_strerror(-ret) +
                   "); the PMD reports a maximum of " + std::to_string(info.max_mtu) +
                   ": use an MTU up to that");
     }
@@ -424,11 +488,11 @@ uint16_t EthdevPort::tx_burst(TxFrame* frames, uint16_t n) {
       mbufs[i] = m;
     }
     const uint16_t sent = rte_eth_tx_burst(port_id_, 0, mbufs, k);
-    if (unlikely(sent < k)) {
-      rte_pktmbuf_free_bulk(mbufs + sent, k - sent);
-      tx_dropped_ += k - sent;
-    }
     queued += sent;
+    if (unlikely(sent < k)) {
+      tx_ring_full_ += k - sent;
+      break;  // the rest stay the caller's
+    }
     frames += k;
     n -= k;
   }
@@ -449,10 +513,13 @@ PacketIoStats EthdevPort::stats() const {
   PacketIoStats s;
   s.rx_frames = rx_frames_;
   s.tx_frames = tx_frames_;
-  s.tx_dropped = tx_dropped_;
+  s.tx_ring_full = tx_ring_full_;
   s.rx_missed = rx_chained_dropped_;
   rte_eth_stats st{};
-  if (rte_eth_stats_get(port_id_, &st) == 0) s.rx_missed += st.imissed + st.rx_nombuf;
+  if (rte_eth_stats_get(port_id_, &st) == 0) {
+    s.rx_missed += st.imissed + st.rx_nombuf;
+    s.tx_dropped = st.oerrors;
+  }
   return s;
 }
 

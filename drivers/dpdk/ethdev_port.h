@@ -71,6 +71,8 @@ class EthdevPort final : public PacketIo {
   // Free buffers in the pool (caches included): diagnostics and tests.
   uint32_t pool_available() const;
   uint64_t rx_chained_dropped() const { return rx_chained_dropped_; }
+  // Frames tx_burst handed back because the TX ring was full.
+  uint64_t tx_ring_full() const { return tx_ring_full_; }
 
   // Most frames one rx_burst / tx_alloc call handles.
   static constexpr uint16_t kMaxBurst = 256;
@@ -94,7 +96,7 @@ class EthdevPort final : public PacketIo {
 
   uint64_t rx_frames_ = 0;
   uint64_t tx_frames_ = 0;
-  uint64_t tx_dropped_ = 0;
+  uint64_t tx_ring_full_ = 0;
   uint64_t rx_chained_dropped_ = 0;
 };
 

@@ -39,6 +39,10 @@ uint16_t PipeIo::tx_alloc(TxFrame* frames, uint16_t n) {
 }
 
 uint16_t PipeIo::tx_burst(TxFrame* frames, uint16_t n) {
+  if (tx_stuck_) {
+    stats_.tx_ring_full += n;
+    return 0;
+  }
   std::lock_guard<std::mutex> g(out_->lock);
   for (uint16_t i = 0; i < n; ++i) {
     std::unique_ptr<std::vector<uint8_t>> buf(static_cast<std::vector<uint8_t>*>(frames[i].handle));

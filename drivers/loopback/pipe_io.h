@@ -34,6 +34,9 @@ class PipeIo : public PacketIo {
   // Test hooks: frames sent from this end are dropped while cut; inject()
   // puts any bytes on the wire towards the other end, as if sent.
   void set_cut(bool cut) { cut_ = cut; }
+  // While stuck, the TX ring takes nothing (tx_burst hands every frame
+  // back): a link that is up but has stalled.
+  void set_tx_stuck(bool stuck) { tx_stuck_ = stuck; }
   void inject(const uint8_t* frame, size_t len) {
     std::lock_guard<std::mutex> g(out_->lock);
     out_->frames.emplace_back(frame, frame + len);
@@ -53,6 +56,7 @@ class PipeIo : public PacketIo {
   std::shared_ptr<Wire> in_, out_;
   std::vector<std::vector<uint8_t>> held_;  // received, not yet released
   bool cut_ = false;
+  bool tx_stuck_ = false;
   PacketIoStats stats_;
 };
 

@@ -75,6 +75,9 @@ enum braid_mtu {
   BRAID_MTU_4096 = 5,
 };
 
+/* DOWN: the link is down (a memif or vhost-user port until its peer
+ * attaches), or up but stalled: its TX ring has taken no frame for a second
+ * while frames wait (a peer that stopped polling). */
 enum braid_port_state {
   BRAID_PORT_DOWN = 1,
   BRAID_PORT_ACTIVE = 4,
@@ -314,6 +317,38 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* attr, int attr_mas
 uint32_t braid_qp_num(const struct braid_qp* qp);
 int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad_wr);
 int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad_wr);
+
+/* Transport counters (Braid's own; libibverbs has no equivalent). They only
+ * grow; a QP's are zero before RTR. Same locking rules as the call that
+ * takes the object. */
+struct braid_qp_stats {
+  uint64_t data_packets_sent;     /* first transmissions */
+  uint64_t retransmits;           /* data packets sent again */
+  uint64_t data_packets_received; /* new data packets accepted */
+  uint64_t duplicates;            /* data packets received twice */
+  uint64_t acks_sent, acks_received;
+  uint64_t nacks_sent, nacks_received;
+  uint64_t lost_inferred; /* declared lost from SACK and per-path gaps */
+  uint64_t lost_nacked;   /* declared lost by a NACK of a trimmed packet */
+  uint64_t lost_timeout;  /* declared lost when the retransmit timer expired */
+  uint64_t timeouts;      /* retransmit timer expirations */
+  uint64_t rnr_nacks_sent, rnr_nacks_received;
+  uint64_t access_errors; /* remote accesses refused (this QP the target) */
+  uint64_t bytes_placed;  /* payload bytes written into local memory */
+};
+int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
+
+struct braid_port_stats {
+  uint64_t rx_frames, tx_frames;
+  uint64_t rx_dropped;   /* frames the stack refused: malformed, foreign, bad CRC... */
+  uint64_t rx_missed;    /* frames the NIC dropped (no buffer, ring full) */
+  uint64_t tx_dropped;   /* frames the NIC lost after taking them */
+  uint64_t tx_ring_full; /* frames the full TX ring handed back, sent later */
+  uint64_t tx_no_buffer; /* sends deferred for lack of a transmit buffer */
+  uint64_t arp_frames;   /* ARP frames sent */
+  uint64_t tx_stalled_ms; /* how long the TX ring has taken nothing while frames wait */
+};
+int braid_query_port_stats(struct braid_context* context, struct braid_port_stats* stats);
 
 /* GID helpers: the IPv4-mapped IPv6 address ::ffff:a.b.c.d. */
 void braid_gid_from_ipv4(uint32_t ipv4_host_order, union braid_gid* gid);

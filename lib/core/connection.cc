@@ -323,6 +323,17 @@ void Connection::on_rto(TimeNs now) {
       inflight_bytes_ += charge(r);
       mark_lost(r, LossKind::kTimeout, now);
       if (state_ != ConnectionState::kActive) return;
+    } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now) {
+      // Queued for retransmission and still not sent a whole RTO after its
+      // last transmission: the port takes nothing (a stalled TX ring). It
+      // spends the retry budget like a timeout, or the QP would wait on a
+      // dead port forever.
+      if (!expired) ++stats_.timeouts;
+      expired = true;
+      if (++r.retries > cfg_.retry_limit) {
+        set_error(WcStatus::kRetryExcErr);
+        return;
+      }
     }
   }
   if (!expired) {

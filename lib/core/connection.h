@@ -44,8 +44,11 @@ struct ConnectionConfig {
   uint32_t max_rd_atomic = 16;     // outstanding READs, each way
   uint32_t ack_every = 8;          // coalesce up to this many packets per ACK
   TimeNs ack_delay_ns = 10'000;    // ... or this long
-  TimeNs rto_initial_ns = 1'000'000;
-  TimeNs rto_min_ns = 200'000;
+  // A software stack shares cores: a peer descheduled for a millisecond or
+  // a TX ring a thousand frames deep must not look like loss (SACKs and
+  // per-path gaps find real loss long before the timer).
+  TimeNs rto_initial_ns = 2'000'000;
+  TimeNs rto_min_ns = 2'000'000;
   TimeNs rto_max_ns = 50'000'000;
   uint8_t retry_limit = 7;      // retransmissions of one packet before RETRY_EXC_ERR
   uint8_t rnr_retry_limit = 7;  // 7 = infinite, as in InfiniBand

@@ -31,7 +31,9 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
   if (n > 0) send_raw(arp_->frame, static_cast<uint32_t>(n));
 }
 
-Engine::~Engine() = default;
+Engine::~Engine() {
+  if (tx_held_ > 0) io_->tx_free(tx_.data(), tx_held_);
+}
 
 void Engine::send_raw(const uint8_t* frame, uint32_t len) {
   TxFrame f;
@@ -45,7 +47,12 @@ void Engine::send_raw(const uint8_t* frame, uint32_t len) {
   }
   std::memcpy(f.data, frame, len);
   f.len = len;
-  stats_.tx_frames += io_->tx_burst(&f, 1);
+  if (io_->tx_burst(&f, 1) == 1) {
+    ++stats_.tx_frames;
+  } else {
+    io_->tx_free(&f, 1);  // ARP retries on its own timer
+    ++stats_.tx_ring_full;
+  }
 }
 
 void Engine::on_arp(const uint8_t* frame, uint32_t len, TimeNs now) {
@@ -138,10 +145,14 @@ uint32_t Engine::transmit() {
 }
 
 uint32_t Engine::transmit_at(TimeNs t) {
+  // Frames a full TX ring handed back (tx_[0..tx_held_)) leave first, in
+  // order; while any are left no new frame is built, so a slow NIC holds
+  // the transport back instead of losing what it sent.
+  uint16_t filled = tx_held_;
+  if (filled == cfg_.burst) return flush_tx(filled, t);
   // Buffers are taken 8 at a time, so one ready packet does not cost a whole
   // burst of allocations and frees; the frames still leave in one tx_burst
   // (a virtio kick is per burst).
-  uint16_t filled = 0;
   while (filled < cfg_.burst && endpoint_.wants_to_send()) {
     const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(8, cfg_.burst - filled));
     const uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
@@ -160,8 +171,26 @@ uint32_t Engine::transmit_at(TimeNs t) {
     filled = static_cast<uint16_t>(filled + used);
     if (used < k) break;
   }
-  if (filled > 0) stats_.tx_frames += io_->tx_burst(tx_.data(), filled);
-  return filled;
+  return filled > 0 ? flush_tx(filled, t) : 0;
+}
+
+uint32_t Engine::flush_tx(uint16_t filled, TimeNs t) {
+  const uint16_t sent = io_->tx_burst(tx_.data(), filled);
+  stats_.tx_frames += sent;
+  tx_held_ = static_cast<uint16_t>(filled - sent);
+  if (sent > 0 || tx_held_ == 0) tx_blocked_since_ = kNever;
+  if (tx_held_ > 0) {
+    stats_.tx_ring_full += tx_held_;
+    if (sent == 0 && tx_blocked_since_ == kNever) tx_blocked_since_ = t;
+    std::memmove(tx_.data(), tx_.data() + sent, tx_held_ * sizeof(TxFrame));
+  }
+  return sent;
+}
+
+TimeNs Engine::tx_blocked_ns() const {
+  if (tx_held_ == 0 || tx_blocked_since_ == kNever) return 0;
+  const TimeNs t = now();
+  return t > tx_blocked_since_ ? t - tx_blocked_since_ : 0;
 }
 
 }  // namespace braid

@@ -29,6 +29,7 @@ struct EngineStats {
   uint64_t tx_frames = 0;
   uint64_t arp_frames = 0;
   uint64_t tx_no_buffer = 0;  // the backend had no free transmit buffer
+  uint64_t tx_ring_full = 0;  // frames the TX ring handed back, sent later
 };
 
 class Engine {
@@ -61,6 +62,14 @@ class Engine {
   PacketIo& io() { return *io_; }
   const EngineConfig& config() const { return cfg_; }
   const EngineStats& stats() const { return stats_; }
+  // How long the TX ring has taken no frame while frames wait (0: it
+  // drains). A link that stays up while its ring stops draining has
+  // stalled: a peer that stopped polling, or virtio-user sharing memory
+  // the vhost side cannot map.
+  TimeNs tx_blocked_ns() const;
+  // Longer than this, the port counts as stalled (reported DOWN).
+  TimeNs tx_stall_ns = 1'000'000'000;
+  bool tx_stalled() const { return tx_blocked_ns() > tx_stall_ns; }
 
  private:
   void on_arp(const uint8_t* frame, uint32_t len, TimeNs now);
@@ -68,6 +77,7 @@ class Engine {
   void send_raw(const uint8_t* frame, uint32_t len);
   void update_routes(TimeNs now);
   uint32_t transmit_at(TimeNs now);
+  uint32_t flush_tx(uint16_t filled, TimeNs now);
   struct PendingRoute {
     uint16_t local_id;
     uint32_t ip;
@@ -81,6 +91,8 @@ class Engine {
   std::unique_ptr<Arp> arp_;
   std::vector<RxFrame> rx_;
   std::vector<TxFrame> tx_;
+  uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
+  TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing
   EngineStats stats_;
 };
 

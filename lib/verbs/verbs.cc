@@ -204,7 +204,8 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   Guard g(c);
   std::memset(a, 0, sizeof(*a));
   const uint32_t link_mtu = c->engine->io().max_frame() - braid::wire_l2();
-  a->state = c->engine->io().link_up() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
+  a->state =
+      c->engine->io().link_up() && !c->engine->tx_stalled() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
   a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu));
   a->gid_tbl_len = 1;
@@ -559,6 +560,48 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
                                                                                  : qp->state;
   a->cap = qp->init.cap;
   if (init != nullptr) *init = qp->init;
+  return 0;
+}
+
+int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
+  if (qp == nullptr || out == nullptr) return EINVAL;
+  Guard g(qp->context);
+  std::memset(out, 0, sizeof(*out));
+  if (qp->conn == nullptr) return 0;
+  const braid::ConnectionStats& s = qp->conn->stats();
+  out->data_packets_sent = s.data_sent;
+  out->retransmits = s.retransmits;
+  out->data_packets_received = s.data_received;
+  out->duplicates = s.duplicates;
+  out->acks_sent = s.acks_sent;
+  out->acks_received = s.acks_received;
+  out->nacks_sent = s.nacks_sent;
+  out->nacks_received = s.nacks_received;
+  out->lost_inferred = s.lost_inferred;
+  out->lost_nacked = s.lost_nacked;
+  out->lost_timeout = s.lost_timeout;
+  out->timeouts = s.timeouts;
+  out->rnr_nacks_sent = s.rnr_nacks;
+  out->rnr_nacks_received = s.rnr_nacks_received;
+  out->access_errors = s.access_errors;
+  out->bytes_placed = s.bytes_placed;
+  return 0;
+}
+
+int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out) {
+  if (c == nullptr || out == nullptr) return EINVAL;
+  Guard g(c);
+  const braid::PacketIoStats io = c->engine->io().stats();
+  const braid::EngineStats& e = c->engine->stats();
+  out->rx_frames = io.rx_frames;
+  out->tx_frames = io.tx_frames;
+  out->rx_dropped = c->engine->endpoint().stats().dropped();
+  out->rx_missed = io.rx_missed;
+  out->tx_dropped = io.tx_dropped;
+  out->tx_ring_full = e.tx_ring_full;
+  out->tx_stalled_ms = c->engine->tx_blocked_ns() / 1'000'000;
+  out->tx_no_buffer = e.tx_no_buffer;
+  out->arp_frames = e.arp_frames;
   return 0;
 }
 

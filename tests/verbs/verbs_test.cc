@@ -140,6 +140,18 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     }
     return out;
   }
+  // A signaled WRITE of *s to the start of b's buffer.
+  braid_send_wr write_to_b(braid_sge* s, uint64_t wr_id) {
+    braid_send_wr w{};
+    w.wr_id = wr_id;
+    w.sg_list = s;
+    w.num_sge = 1;
+    w.opcode = BRAID_WR_RDMA_WRITE;
+    w.send_flags = BRAID_SEND_SIGNALED;
+    w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+    w.rdma.rkey = b.mr->rkey;
+    return w;
+  }
   braid_sge sge(Side& s, size_t off, uint32_t len) {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
@@ -305,14 +317,7 @@ TEST_P(VerbsPipe, MalformedAndForeignFramesAreDroppedAndCountedWhileTrafficFlows
   std::mt19937_64 g(7);
   for (size_t i = 0; i < 600000; ++i) a.buf[i] = static_cast<uint8_t>(g());
   braid_sge s = sge(a, 0, 600000);
-  braid_send_wr w{};
-  w.wr_id = 1;
-  w.sg_list = &s;
-  w.num_sge = 1;
-  w.opcode = BRAID_WR_RDMA_WRITE;
-  w.send_flags = BRAID_SEND_SIGNALED;
-  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-  w.rdma.rkey = b.mr->rkey;
+  braid_send_wr w = write_to_b(&s, 1);
   ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
   // A flood of junk towards B: random bytes, truncations and bit flips of a
   // real Braid frame header, other EtherTypes, foreign UDP ports.
@@ -339,14 +344,7 @@ TEST_P(VerbsPipe, MalformedAndForeignFramesAreDroppedAndCountedWhileTrafficFlows
 TEST_P(VerbsPipe, DeadPeerEndsInRetryExceededAndANewQpWorksAfterwards) {
   pipe_b->set_cut(true);  // the peer falls silent
   braid_sge s = sge(a, 0, 100000);
-  braid_send_wr w{};
-  w.wr_id = 1;
-  w.sg_list = &s;
-  w.num_sge = 1;
-  w.opcode = BRAID_WR_RDMA_WRITE;
-  w.send_flags = BRAID_SEND_SIGNALED;
-  w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-  w.rdma.rkey = b.mr->rkey;
+  braid_send_wr w = write_to_b(&s, 1);
   ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
   std::vector<braid_wc> wa;
   braid_wc wc[4];
@@ -377,6 +375,76 @@ TEST_P(VerbsPipe, DeadPeerEndsInRetryExceededAndANewQpWorksAfterwards) {
   ASSERT_EQ(wa.size(), 1u);
   EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
   EXPECT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), 100000));
+}
+
+TEST_P(VerbsPipe, StalledTxRingIsReportedAndTheQpGivesUpWithinItsRetryBudget) {
+  a.ctx->engine->tx_stall_ns = 1'000'000;  // 1 ms instead of 1 s: the test waits less
+  braid_port_attr port{};
+  ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
+  EXPECT_EQ(port.state, BRAID_PORT_ACTIVE);
+
+  pipe_a->set_tx_stuck(true);  // the link stays up, the ring stops draining
+  braid_sge s = sge(a, 0, 100000);
+  braid_send_wr w = write_to_b(&s, 7);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  std::vector<braid_wc> wa;
+  braid_wc wc[4];
+  bool seen_down = false;
+  // Retry budget: 8 RTOs, each at most 4.2 ms (timeout 10).
+  for (int i = 0; i < 20'000'000 && wa.empty(); ++i) {
+    const int k = braid_poll_cq(a.cq, 4, wc);
+    wa.insert(wa.end(), wc, wc + std::max(k, 0));
+    if (!seen_down && (i & 1023) == 0) {
+      ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
+      seen_down = port.state == BRAID_PORT_DOWN;
+    }
+  }
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_RETRY_EXC_ERR) << wa[0].wr_id << " op " << wa[0].opcode;
+  EXPECT_TRUE(seen_down);
+  braid_port_stats st{};
+  ASSERT_EQ(braid_query_port_stats(a.ctx, &st), 0);
+  EXPECT_GT(st.tx_stalled_ms, 0u);
+  EXPECT_GT(st.tx_ring_full, 0u);
+  EXPECT_EQ(st.tx_dropped, 0u);  // held, not lost
+  // Nothing reached the peer while the ring was stuck.
+  braid_qp_stats qs{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.data_packets_received, 0u);
+
+  // The ring drains again: the frames it held leave, the port is ACTIVE.
+  pipe_a->set_tx_stuck(false);
+  braid_progress(a.ctx);
+  ASSERT_EQ(braid_query_port_stats(a.ctx, &st), 0);
+  EXPECT_EQ(st.tx_stalled_ms, 0u);
+  ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
+  EXPECT_EQ(port.state, BRAID_PORT_ACTIVE);
+}
+
+TEST_P(VerbsPair, TransportCountersFollowTheTraffic) {
+  braid_qp_stats before{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &before), 0);
+  braid_sge s = sge(a, 0, 50000);
+  braid_send_wr w = write_to_b(&s, 3);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  const auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  ASSERT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  braid_qp_stats sa{}, sb{};
+  ASSERT_EQ(braid_query_qp_stats(a.qp, &sa), 0);
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &sb), 0);
+  EXPECT_GT(sa.data_packets_sent, 0u);
+  EXPECT_EQ(sb.data_packets_received - before.data_packets_received,
+            sa.data_packets_sent);  // a clean cable: every packet once
+  EXPECT_EQ(sb.bytes_placed - before.bytes_placed, 50000u);
+  EXPECT_GT(sa.acks_received, 0u);
+  braid_port_stats pa{}, pb{};
+  ASSERT_EQ(braid_query_port_stats(a.ctx, &pa), 0);
+  ASSERT_EQ(braid_query_port_stats(b.ctx, &pb), 0);
+  EXPECT_GE(pa.tx_frames, sa.data_packets_sent);
+  EXPECT_GE(pb.rx_frames, sb.data_packets_received);
+  EXPECT_EQ(braid_query_qp_stats(nullptr, &sa), EINVAL);
+  EXPECT_EQ(braid_query_port_stats(a.ctx, nullptr), EINVAL);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),
