@@ -52,6 +52,9 @@ struct Options {
   uint32_t samples = 10000;
   uint32_t mtu = 1500;
   double timeout = 60.0;  // hard bound on the whole run
+  // blast writes each frame's payload from a 64 KiB source and sink copies
+  // it out to a 64 KiB destination, as a transport carrying user data must.
+  bool copy = false;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -59,7 +62,8 @@ struct Options {
                "raw_blaster: %s\n"
                "usage: braid_raw_blaster --mode blast|sink|ping|echo --port <vdev spec>\n"
                "       [--lcore N] [--size frame bytes (64)] [--seconds S (5)]\n"
-               "       [--samples N (10000)] [--mtu M (1500)] [--timeout S (60)]\n",
+               "       [--samples N (10000)] [--mtu M (1500)] [--timeout S (60)]\n"
+               "       [--copy 1: blast fills payloads from memory, sink copies them out]\n",
                why);
   std::exit(2);
 }
@@ -86,6 +90,8 @@ Options parse(int argc, char** argv) {
       o.mtu = static_cast<uint32_t>(std::strtoul(v, nullptr, 10));
     } else if (flag == "--timeout") {
       o.timeout = std::strtod(v, nullptr);
+    } else if (flag == "--copy") {
+      o.copy = std::atoi(v) != 0;
     } else {
       usage("unknown flag");
     }
@@ -171,7 +177,13 @@ bool wait_link(EthdevPort& port, Clock::time_point start, double timeout) {
   return true;
 }
 
+// The user memory --copy moves payloads from and to.
+constexpr size_t kUserBuffer = 65536;
+
 int run_sink(EthdevPort& port, const Options& o, Clock::time_point start) {
+  std::vector<uint8_t> user(kUserBuffer + 16384);
+  size_t user_off = 0;
+  const size_t payload = o.size - kMinFrame;
   RxFrame rx[kBurst];
   uint64_t counted = 0, other = 0;
   bool started = false;
@@ -187,6 +199,10 @@ int run_sink(EthdevPort& port, const Options& o, Clock::time_point start) {
       for (uint16_t i = 0; i < n; ++i) {
         if (rx[i].len == o.size && our_port(rx[i]) == kDataPort) {
           ++counted;
+          if (o.copy) {
+            std::memcpy(user.data() + user_off, rx[i].data + kMinFrame, payload);
+            user_off = user_off + payload >= kUserBuffer ? 0 : user_off + payload;
+          }
         } else {
           ++other;
         }
@@ -203,9 +219,10 @@ int run_sink(EthdevPort& port, const Options& o, Clock::time_point start) {
   const bool ok = started && elapsed >= o.seconds;
   const double mpps = elapsed > 0 ? counted / elapsed / 1e6 : 0;
   const double gbps = elapsed > 0 ? counted * o.size * 8.0 / elapsed / 1e9 : 0;
-  std::printf("RESULT mode=sink size=%u frames=%" PRIu64 " other=%" PRIu64
+  std::printf("RESULT mode=sink size=%u copy=%d frames=%" PRIu64 " other=%" PRIu64
               " seconds=%.3f mpps=%.3f gbps=%.3f rx_missed=%" PRIu64 " ok=%d\n",
-              o.size, counted, other, elapsed, mpps, gbps, port.stats().rx_missed, ok ? 1 : 0);
+              o.size, o.copy ? 1 : 0, counted, other, elapsed, mpps, gbps, port.stats().rx_missed,
+              ok ? 1 : 0);
   return ok ? 0 : 1;
 }
 
@@ -223,11 +240,18 @@ int run_blast(EthdevPort& port, const Options& o, Clock::time_point start) {
   // the mbuf held.
   uint8_t header[kMinFrame];
   build_header(header, o.size, port.mac(), kDataPort);
+  std::vector<uint8_t> user(kUserBuffer + 16384, 0x5a);
+  size_t user_off = 0;
+  const size_t payload = o.size - kMinFrame;
   while (!stopped) {
     const uint16_t n = port.tx_alloc(tx, kBurst);
     for (uint16_t i = 0; i < n; ++i) {
       std::memcpy(tx[i].data, header, kSeqOffset);
       std::memcpy(tx[i].data + kSeqOffset, &seq, 8);
+      if (o.copy) {
+        std::memcpy(tx[i].data + kMinFrame, user.data() + user_off, payload);
+        user_off = user_off + payload >= kUserBuffer ? 0 : user_off + payload;
+      }
       ++seq;
       tx[i].len = o.size;
     }
@@ -247,9 +271,10 @@ int run_blast(EthdevPort& port, const Options& o, Clock::time_point start) {
   }
   const double elapsed = since(t0);
   const auto st = port.stats();
-  std::printf("RESULT mode=blast size=%u sent=%" PRIu64 " dropped=%" PRIu64
+  std::printf("RESULT mode=blast size=%u copy=%d sent=%" PRIu64 " ring_full=%" PRIu64
               " seconds=%.3f mpps=%.3f stopped_by_sink=%d\n",
-              o.size, queued, st.tx_dropped, elapsed, queued / elapsed / 1e6, stopped ? 1 : 0);
+              o.size, o.copy ? 1 : 0, queued, st.tx_ring_full, elapsed, queued / elapsed / 1e6,
+              stopped ? 1 : 0);
   return stopped ? 0 : 1;
 }
 

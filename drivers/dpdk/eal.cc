@@ -1,15 +1,19 @@
 #include "dpdk/eal.h"
 
+#include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 namespace braid::dpdk {
 namespace {
@@ -419,9 +423,42 @@ bool Eal::has_arg(std::string_view flag) {
   return false;
 }
 
+namespace {
+
+// Waits until the EAL's interrupt thread has run an alarm set now: events
+// it had already been handed (a memif peer's disconnect, a callback
+// unregistration left pending) are behind it. Bounded: the thread may be
+// gone already.
+void drain_interrupt_thread_impl() {
+  for (int round = 0; round < 2; ++round) {
+    std::atomic<bool> fired{false};
+    auto cb = [](void* arg) { static_cast<std::atomic<bool>*>(arg)->store(true); };
+    if (rte_eal_alarm_set(1, cb, &fired) != 0) return;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    while (!fired.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::yield();
+    }
+    if (!fired.load()) {
+      rte_eal_alarm_cancel(cb, &fired);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
 void Eal::shutdown() {
   EalState& s = state();
   if (!s.initialized) return;
+  // Ports first, then let the interrupt thread finish what closing them
+  // started: rte_eal_cleanup frees memory its handlers still use (memif's
+  // control channel), which crashed at exit now and then.
+  uint16_t port = 0;
+  RTE_ETH_FOREACH_DEV(port) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
+  }
+  drain_interrupts();
   rte_eal_cleanup();
   s.initialized = false;
   s.shut_down = true;
@@ -437,6 +474,25 @@ void Eal::shutdown() {
 }  // namespace braid::dpdk
 
 namespace braid::dpdk {
+
+void Eal::drain_interrupts() {
+  if (initialized()) drain_interrupt_thread_impl();
+}
+
+Status Eal::remove_vdev(const std::string& name) {
+  if (!initialized()) return Status::failure("remove_vdev: the EAL is not initialised");
+  uint16_t port = 0;
+  if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) {
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
+  }
+  drain_interrupts();
+  if (const int rc = rte_eal_hotplug_remove("vdev", name.c_str()); rc != 0) {
+    return Status::failure("removing vdev " + name + " failed: " + rte_strerror(-rc));
+  }
+  drain_interrupts();
+  return Status{};
+}
 
 Status Eal::probe_vdev(const std::string& spec) {
   if (!initialized()) return Status::failure("probe_vdev: the EAL is not initialised");

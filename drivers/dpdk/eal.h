@@ -71,6 +71,12 @@ class Eal {
   // Adds a vdev after init (hotplug), e.g. a second device in one process.
   // Succeeds at once if a port of that name already exists.
   static Status probe_vdev(const std::string& spec);
+  // Stops and closes the vdev's port and removes the device, after the
+  // EAL's interrupt thread has finished the events its closing raised
+  // (removing a memif while a disconnect of it is pending crashes DPDK).
+  static Status remove_vdev(const std::string& name);
+  // Returns once the interrupt thread has handled what it had been handed.
+  static void drain_interrupts();
   // The arguments init passed to rte_eal_init (empty before).
   static const std::vector<std::string>& args();
   // The memory mode init resolved `auto` to.

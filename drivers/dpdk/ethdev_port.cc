@@ -109,7 +109,7 @@ std::string link_down_hint(const rte_eth_dev_info& info) {
            " has not connected: start it, or open with require_link_up=false and poll link_up()";
   }
   if (is_driver(driver, "net_vhost") || is_driver(driver, "net_virtio_user")) {
-    return "the vhost-user peer has not connected: start it, or open with "
+    return "the vhost-user peer has not connected (or went away): start it, or open with "
            "require_link_up=false and poll link_up()";
   }
   return "check the cable or the peer, or open with require_link_up=false and poll link_up()";
@@ -401,7 +401,13 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 }
 
 EthdevPort::~EthdevPort() {
-  if (started_) rte_eth_dev_stop(port_id_);
+  if (started_) {
+    rte_eth_dev_stop(port_id_);
+    // Stopping a memif or vhost port raises events (its peer's disconnect)
+    // that the interrupt thread handles with the port's state: let it, so
+    // the next close or removal does not pull that state from under it.
+    Eal::drain_interrupts();
+  }
   release_pool();
 }
 

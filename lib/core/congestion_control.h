@@ -17,7 +17,7 @@ enum class CcAlgorithm : uint8_t {
 
 struct CcConfig {
   CcAlgorithm algorithm = CcAlgorithm::kFixedWindow;
-  uint32_t window_bytes = 256 * 1024;
+  uint32_t window_bytes = 1024 * 1024;
   uint64_t pacing_rate_bps = 0;  // 0: not paced
 };
 

@@ -478,8 +478,13 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.tx_psn = 0;
   cc.pd = qp->pd->id;
   const uint32_t link_mtu = e.io().max_frame() - braid::wire_l2();
+  // A path MTU below the port's is honoured to the byte. At the port's own
+  // (the largest an InfiniBand MTU can name), packets fill the link: 1416
+  // payload bytes at MTU 1500 rather than 1024, 8916 at 9000 rather than
+  // 4096. Like RoCE, both ends need the link MTU the QP was set up with.
   const uint32_t ib_mtu = 128u << std::clamp<int>(a->path_mtu, 1, 5);
-  cc.mtu = std::min(ib_mtu, braid::max_payload(link_mtu));
+  const uint32_t link_payload = braid::max_payload(link_mtu);
+  cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
   cc.entropy.count = c->config.entropies;

@@ -322,7 +322,7 @@ TEST_F(EthdevPortTest, MemifClientWithoutServerSaysStartTheServer) {
       error.find("memif: no server at " + socket + " (abstract): start the server side first"), 0u)
       << error;
 
-  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif0"), 0);
+  EXPECT_TRUE(Eal::remove_vdev("net_memif0").ok());
   EXPECT_TRUE(std::filesystem::is_empty(dir.path));  // nothing left behind
 }
 
@@ -382,8 +382,8 @@ TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
     ASSERT_EQ(back.size(), 1u);
     EXPECT_EQ(back[0], pattern(1514, 5));
   }
-  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif2"), 0);
-  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif1"), 0);
+  EXPECT_TRUE(Eal::remove_vdev("net_memif2").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif1").ok());
 }
 
 // memif carries jumbo frames although it reports 1518 B: with bsize=10240
@@ -421,8 +421,8 @@ TEST_F(EthdevPortTest, MemifJumboFramesWithLargeBuffers) {
     ASSERT_EQ(back.size(), 1u);
     EXPECT_EQ(back[0], pattern(9014, 7));
   }
-  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif4"), 0);
-  EXPECT_EQ(rte_eal_hotplug_remove("vdev", "net_memif3"), 0);
+  EXPECT_TRUE(Eal::remove_vdev("net_memif4").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif3").ok());
 }
 
 // ---- EAL arguments, built for imagined machines ----
