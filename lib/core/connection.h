@@ -150,6 +150,9 @@ class Connection {
   // finish normally, one the peer refused gets its own status, otherwise the
   // oldest incomplete one gets `status`; the rest, and every receive, flush.
   void set_error(WcStatus status);
+  // Counts the ACKs received packets asked for at once (the endpoint's
+  // statistic; the engine sends them with the application's answer).
+  void set_immediate_ack_counter(uint64_t* counter) { immediate_acks_ = counter; }
 
  private:
   // --- transmit side ---
@@ -286,6 +289,7 @@ class Connection {
   ConnectionState state_ = ConnectionState::kActive;
   bool mac_known_ = true;
   ConnectionStats stats_;
+  uint64_t* immediate_acks_ = nullptr;
 
   // Transmit state.
   std::vector<TxRecord> tx_;

@@ -23,6 +23,7 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   cfg.trim_dscp = cfg_.trim_dscp;
   if (conns_.size() <= cfg.local_id) conns_.resize(size_t{cfg.local_id} + 1);
   conns_[cfg.local_id] = std::make_unique<Connection>(cfg, &mrs_, send_cq, recv_cq, &wheel_);
+  conns_[cfg.local_id]->set_immediate_ack_counter(&stats_.immediate_acks);
   active_.push_back(cfg.local_id);
   return conns_[cfg.local_id].get();
 }

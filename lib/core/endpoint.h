@@ -28,6 +28,7 @@ struct EndpointConfig {
 struct EndpointStats {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
+  uint64_t immediate_acks = 0;  // ACKs received packets asked for at once
   std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
   uint64_t dropped() const {
     uint64_t n = 0;

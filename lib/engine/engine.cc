@@ -122,6 +122,7 @@ uint32_t Engine::poll() {
   ++stats_.polls;
   const TimeNs t = now();
   uint32_t moved = 0;
+  const uint64_t acks_asked = endpoint_.stats().immediate_acks;
   const uint16_t n = io_->rx_burst(rx_.data(), cfg_.burst);
   for (uint16_t i = 0; i < n; ++i) {
     const RxFrame& f = rx_[i];
@@ -137,6 +138,14 @@ uint32_t Engine::poll() {
   endpoint_.advance(t);
   if (arp_->arp.next_timer() <= t) send_arp_requests(t);
   if (!pending_routes_.empty()) update_routes(t);
+  // Packets that asked for an ACK at once are often the last of a message
+  // the application answers right away (a ping-pong): the transmit step
+  // waits one poll, so the ACK leaves in one burst with the answer instead
+  // of a burst of its own.
+  if (endpoint_.stats().immediate_acks != acks_asked && !tx_deferred_) {
+    tx_deferred_ = true;
+    return moved;
+  }
   return moved + transmit_at(t);
 }
 
@@ -145,6 +154,7 @@ uint32_t Engine::transmit() {
 }
 
 uint32_t Engine::transmit_at(TimeNs t) {
+  tx_deferred_ = false;
   // Frames a full TX ring handed back (tx_[0..tx_held_)) leave first, in
   // order; while any are left no new frame is built, so a slow NIC holds
   // the transport back instead of losing what it sent.

@@ -93,6 +93,7 @@ class Engine {
   std::vector<TxFrame> tx_;
   uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
   TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing
+  bool tx_deferred_ = false;          // the last poll received and sent nothing
   EngineStats stats_;
 };
 

@@ -447,6 +447,58 @@ TEST_P(VerbsPair, TransportCountersFollowTheTraffic) {
   EXPECT_EQ(braid_query_port_stats(a.ctx, nullptr), EINVAL);
 }
 
+// A packet that asks for an ACK at once (the last one queued) is often
+// answered by the application right away: its ACK waits one poll and then
+// leaves with the answer, or alone at the next poll.
+TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
+  auto tx_frames = [](Side& s) {
+    braid_port_stats st{};
+    EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
+    return st.tx_frames;
+  };
+  // Each side learns the other's MAC (ARP) first.
+  for (int i = 0; i < 4; ++i) {
+    braid_progress(a.ctx);
+    braid_progress(b.ctx);
+  }
+  braid_sge sa = sge(a, 0, 64);
+  braid_send_wr w = write_to_b(&sa, 1);
+  // Ping: b receives it; nothing leaves b in that poll.
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  uint64_t before = tx_frames(b);
+  braid_progress(b.ctx);
+  braid_qp_stats qs{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  ASSERT_EQ(qs.data_packets_received, 1u);
+  EXPECT_EQ(tx_frames(b), before);
+  // The application answers: its WRITE and the ACK leave together.
+  braid_sge sb = sge(b, 4096, 64);
+  braid_send_wr back{};
+  back.wr_id = 2;
+  back.sg_list = &sb;
+  back.num_sge = 1;
+  back.opcode = BRAID_WR_RDMA_WRITE;
+  back.send_flags = BRAID_SEND_SIGNALED;
+  back.rdma.remote_addr = reinterpret_cast<uintptr_t>(a.buf.data() + 4096);
+  back.rdma.rkey = a.mr->rkey;
+  ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
+  EXPECT_EQ(tx_frames(b), before + 2);
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.acks_sent, 1u);
+
+  // No answer: the ACK leaves alone at the next poll.
+  const auto wa = wait(a, 1);  // a's completion of WRITE 1, and b's answer lands
+  ASSERT_EQ(wa.size(), 1u);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  before = tx_frames(b);
+  braid_progress(b.ctx);  // receives the second ping (and a's ACK of the answer)
+  EXPECT_EQ(tx_frames(b), before);
+  braid_progress(b.ctx);
+  EXPECT_EQ(tx_frames(b), before + 1);
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.acks_sent, 2u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
 
