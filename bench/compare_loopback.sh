@@ -74,7 +74,12 @@ field() { # field <name> <text>: value of name=... in a RESULT line
 }
 
 braid() { # braid <tool> <args...>: the client's and server's output
-  scripts/loopback.sh --path "$path" "$@" 2>&1 || echo "compare: loopback $* failed" >&2
+  local log="$work/braid.log"
+  if ! scripts/loopback.sh --path "$path" "$@" >"$log" 2>&1; then
+    echo "compare: loopback $* failed; its output without DPDK's log lines:" >&2
+    grep -v '^EAL\|^VHOST_CONFIG\|^TELEMETRY' "$log" | tail -n 40 >&2
+  fi
+  cat "$log"
 }
 
 # First data row whose #bytes column is $1: column $2.
