@@ -250,6 +250,9 @@ struct braid_ah_attr {
 struct braid_qp_attr {
   enum braid_qp_state qp_state;
   enum braid_qp_state cur_qp_state;
+  /* Below the port's active_mtu: payload per packet to the byte. Equal to
+   * it: packets fill the link (1416 B at MTU 1500, 8916 B at 9000); both
+   * ends then need the same link MTU, as with RoCE. */
   enum braid_mtu path_mtu;
   uint32_t qkey;
   uint32_t rq_psn;
@@ -302,6 +305,7 @@ int braid_comp_channel_fd(struct braid_comp_channel* channel);
 struct braid_cq* braid_create_cq(struct braid_context* context, int cqe, void* cq_context,
                                  struct braid_comp_channel* channel, int comp_vector);
 int braid_destroy_cq(struct braid_cq* cq);
+/* Completions taken (0..num_entries), or a negative errno value. */
 int braid_poll_cq(struct braid_cq* cq, int num_entries, struct braid_wc* wc);
 int braid_req_notify_cq(struct braid_cq* cq, int solicited_only);
 /* After the channel fd is readable: which CQ fired (and its cq_context). */
@@ -340,12 +344,12 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 
 struct braid_port_stats {
   uint64_t rx_frames, tx_frames;
-  uint64_t rx_dropped;   /* frames the stack refused: malformed, foreign, bad CRC... */
-  uint64_t rx_missed;    /* frames the NIC dropped (no buffer, ring full) */
-  uint64_t tx_dropped;   /* frames the NIC lost after taking them */
-  uint64_t tx_ring_full; /* frames the full TX ring handed back, sent later */
-  uint64_t tx_no_buffer; /* sends deferred for lack of a transmit buffer */
-  uint64_t arp_frames;   /* ARP frames sent */
+  uint64_t rx_dropped;    /* frames the stack refused: malformed, foreign, bad CRC... */
+  uint64_t rx_missed;     /* frames the NIC dropped (no buffer, ring full) */
+  uint64_t tx_dropped;    /* frames the NIC lost after taking them */
+  uint64_t tx_ring_full;  /* frames the full TX ring handed back, sent later */
+  uint64_t tx_no_buffer;  /* sends deferred for lack of a transmit buffer */
+  uint64_t arp_frames;    /* ARP frames sent */
   uint64_t tx_stalled_ms; /* how long the TX ring has taken nothing while frames wait */
 };
 int braid_query_port_stats(struct braid_context* context, struct braid_port_stats* stats);
