@@ -455,8 +455,7 @@ void Eal::shutdown() {
   // control channel), which crashed at exit now and then.
   uint16_t port = 0;
   RTE_ETH_FOREACH_DEV(port) {
-    rte_eth_dev_stop(port);
-    rte_eth_dev_close(port);
+    rte_eth_dev_close(port);  // EthdevPort stopped it; a started one stays
   }
   drain_interrupts();
   rte_eal_cleanup();

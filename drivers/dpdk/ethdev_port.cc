@@ -172,7 +172,8 @@ JumboCheck jumbo_beyond_reported_limit(const rte_eth_dev_info& info, uint32_t fr
       out.error = label + ": frames of " + std::to_string(frame) + " B need AF_PACKET framesz >= " +
                   std::to_string((frame + kTpacketOverhead + 15) / 16 * 16) + " (now " +
                   std::to_string(framesz) +
-                  "): set framesz (a multiple of 16) and blocksz (a multiple of framesz)";
+                  "): set framesz (a multiple of 16) and blocksz (a multiple of framesz and of "
+                  "4096), e.g. framesz=10240,blocksz=20480";
       return out;
     }
     const std::string iface = devarg(info, "iface");
@@ -284,6 +285,13 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   uint32_t room = config.mbuf_data_room;
   if (room == 0) room = std::max(kMinDataRoom, (frame + 1023) / 1024 * 1024);
   room = std::max(room, info.min_rx_bufsize);
+  if (is_driver(p->driver_, "net_af_packet") && config.mbuf_data_room == 0) {
+    // AF_PACKET copies a whole ring frame (framesz less its 32-byte header)
+    // into one mbuf and refuses smaller ones.
+    const uint32_t framesz =
+        static_cast<uint32_t>(std::strtoul(devarg(info, "framesz", "2048").c_str(), nullptr, 10));
+    room = std::max(room, (framesz + 1023) / 1024 * 1024);
+  }
   if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
     return fail("MTU " + std::to_string(config.mtu) + " needs mbufs of " + std::to_string(room) +
                 " B, more than an mbuf can hold (" +
@@ -338,8 +346,12 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
                                : ": see the PMD's log above"));
   }
   // configure recorded the MTU; set_mtu makes PMDs that apply it only there
-  // program it. PMDs without the operation keep the recorded value.
-  if (int ret = rte_eth_dev_set_mtu(port, static_cast<uint16_t>(ethdev_mtu)); ret != 0) {
+  // program it. PMDs without the operation keep the recorded value. Not
+  // beyond the PMD's reported limit: AF_PACKET would set its kernel
+  // interface back to that limit.
+  const bool beyond_limit = ethdev_mtu != config.mtu;
+  if (int ret = beyond_limit ? 0 : rte_eth_dev_set_mtu(port, static_cast<uint16_t>(ethdev_mtu));
+      ret != 0) {
     uint16_t now = 0;
     if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != ethdev_mtu) {
       return fail(label + " refused MTU " + std::to_string(ethdev_mtu) + " (" + rte_strerror(-ret) +
