@@ -359,6 +359,27 @@ Status Eal::build_args(const EalConfig& config, const HugepageInfo& huge,
   return {};
 }
 
+namespace {
+
+// Runtime directories of Braid processes that died without shutting the EAL
+// down (killed, crashed): several MB each in /var/run/dpdk, a tmpfs, so in
+// memory. Only generated names (braid-<pid>) of processes that no longer
+// exist are removed.
+void remove_stale_runtime_dirs(const std::filesystem::path& ours) {
+  std::error_code ec;
+  const std::string prefix = "braid-";
+  for (const auto& entry : std::filesystem::directory_iterator(ours.parent_path(), ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() || name.compare(0, prefix.size(), prefix) != 0) continue;
+    const std::string pid = name.substr(prefix.size());
+    if (pid.find_first_not_of("0123456789") != std::string::npos || entry.path() == ours) continue;
+    if (std::filesystem::exists("/proc/" + pid, ec)) continue;
+    std::filesystem::remove_all(entry.path(), ec);
+  }
+}
+
+}  // namespace
+
 Status Eal::init(const EalConfig& config) {
   EalState& s = state();
   if (s.initialized || s.shut_down) {
@@ -385,6 +406,7 @@ Status Eal::init(const EalConfig& config) {
   s.own_prefix = config.file_prefix.empty();
   s.prefix = config.file_prefix.empty() ? default_prefix() : config.file_prefix;
   s.runtime_dir = rte_eal_get_runtime_dir();
+  if (s.own_prefix) remove_stale_runtime_dirs(s.runtime_dir);
 
   // A vdev whose PMD refuses to probe is only logged by the EAL, which then
   // carries on without the port; say which one and why it usually happens.

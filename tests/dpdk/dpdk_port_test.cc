@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -38,9 +39,40 @@ constexpr unsigned kRingSize = 1024;
 bool g_eal_up = false;
 std::string g_eal_error;
 
+// Runtime directories planted before the EAL starts: one of a Braid
+// process that died (its pid is free), one of a live process (ours' parent),
+// one not named by a pid. Init removes only the first.
+struct PlantedRuntimeDirs {
+  std::filesystem::path dead, alive, other;
+};
+PlantedRuntimeDirs g_planted;
+
+std::filesystem::path dpdk_runtime_base() {
+  if (::getuid() == 0) return "/var/run/dpdk";
+  const char* xdg = std::getenv("XDG_RUNTIME_DIR");
+  return std::filesystem::path(xdg ? xdg : "/tmp") / "dpdk";
+}
+
+void plant_runtime_dirs() {
+  std::ifstream max_file("/proc/sys/kernel/pid_max");
+  long pid_max = 32768;
+  max_file >> pid_max;
+  long dead = pid_max - 1;
+  while (dead > 1 && std::filesystem::exists("/proc/" + std::to_string(dead))) --dead;
+  const std::filesystem::path base = dpdk_runtime_base();
+  g_planted.dead = base / ("braid-" + std::to_string(dead));
+  g_planted.alive = base / ("braid-" + std::to_string(::getppid()));
+  g_planted.other = base / "braid-notapid";
+  for (const auto& d : {g_planted.dead, g_planted.alive, g_planted.other}) {
+    std::filesystem::create_directories(d);
+    std::ofstream(d / "config") << "x";
+  }
+}
+
 class DpdkEnvironment : public ::testing::Environment {
  public:
   void SetUp() override {
+    plant_runtime_dirs();
     EalConfig config;
     config.memory = EalMemoryMode::kNoHuge;
     config.memory_mb = 256;
@@ -61,7 +93,13 @@ class DpdkEnvironment : public ::testing::Environment {
     }
     g_eal_up = true;
   }
-  void TearDown() override { Eal::shutdown(); }
+  void TearDown() override {
+    Eal::shutdown();
+    std::error_code ec;
+    for (const auto& d : {g_planted.dead, g_planted.alive, g_planted.other}) {
+      if (!d.empty()) std::filesystem::remove_all(d, ec);
+    }
+  }
 };
 
 class EthdevPortTest : public ::testing::Test {
@@ -423,6 +461,12 @@ TEST_F(EthdevPortTest, MemifJumboFramesWithLargeBuffers) {
   }
   EXPECT_TRUE(Eal::remove_vdev("net_memif4").ok());
   EXPECT_TRUE(Eal::remove_vdev("net_memif3").ok());
+}
+
+TEST_F(EthdevPortTest, InitRemovesRuntimeDirsOfDeadBraidProcessesOnly) {
+  EXPECT_FALSE(std::filesystem::exists(g_planted.dead)) << g_planted.dead;
+  EXPECT_TRUE(std::filesystem::exists(g_planted.alive / "config")) << g_planted.alive;
+  EXPECT_TRUE(std::filesystem::exists(g_planted.other / "config")) << g_planted.other;
 }
 
 // ---- EAL arguments, built for imagined machines ----
