@@ -3,8 +3,12 @@
 # Usage (as root): scripts/install-deps.sh [--fuzz]
 set -euo pipefail
 
+# libibverbs-dev: rdma-core's verbs.h, the ABI lib/ibverbs implements;
+# perftest, ibverbs-utils: the unmodified programs its tests run;
+# iproute2: the namespace tests.
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
-      libspdlog-dev libfmt-dev libcli11-dev libdpdk-dev dpdk)
+      libspdlog-dev libfmt-dev libcli11-dev libdpdk-dev dpdk libibverbs-dev perftest
+      ibverbs-utils iproute2)
 if [[ "${1:-}" == "--fuzz" ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev)
 fi

@@ -32,27 +32,11 @@ done
 
 run_dir=$(mktemp -d /tmp/braid-loopback.XXXXXX)
 tcp_port=$((20000 + RANDOM % 20000))
-case "$path" in
-  virtio)
-    sock="$run_dir/vhost.sock"
-    server_port="net_vhost0,iface=$sock,queues=1"
-    client_port="net_virtio_user0,path=$sock,queues=1"
-    ;;
-  memif)
-    sock="$run_dir/memif.sock"
-    server_port="net_memif0,role=server,id=0,socket=$sock,socket-abstract=no"
-    client_port="net_memif0,role=client,id=0,socket=$sock,socket-abstract=no"
-    # Jumbo frames need memif buffers that hold a whole frame, on both ends.
-    if [[ "$link_mtu" =~ ^[0-9]+$ && "$link_mtu" -gt 1500 ]]; then
-      server_port+=",bsize=10240"
-      client_port+=",bsize=10240"
-    fi
-    ;;
-  *)
-    echo "loopback: unknown path '$path' (virtio or memif)" >&2
-    exit 2
-    ;;
-esac
+source scripts/lib/vnic-pair.sh
+vnic_pair "$path" "$run_dir" "$link_mtu" || {
+  echo "loopback: unknown path '$path' (virtio or memif)" >&2
+  exit 2
+}
 
 server_log="$run_dir/server.log"
 cleanup() {
@@ -64,13 +48,7 @@ trap cleanup EXIT
 common=(--timeout 60 -p "$tcp_port")
 "$bin" "${common[@]}" --lcore 0 --dev-port "$server_port" --ip 198.18.0.1 "$@" >"$server_log" 2>&1 &
 server_pid=$!
-# The server creates the socket the client attaches to.
-for _ in $(seq 1 200); do
-  [[ -S "$sock" ]] && break
-  kill -0 "$server_pid" 2>/dev/null || break
-  sleep 0.05
-done
-if [[ ! -S "$sock" ]]; then
+if ! wait_for_socket "$sock" "$server_pid"; then
   echo "loopback: the server did not create $sock; its output:" >&2
   cat "$server_log" >&2
   exit 1

@@ -1,15 +1,19 @@
 #include "dpdk/eal.h"
 
+#include <pthread.h>
 #include <rte_alarm.h>
 #include <rte_dev.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
+#include <rte_log.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -322,8 +326,15 @@ Status Eal::build_args(const EalConfig& config, const HugepageInfo& huge,
   if (resolved) *resolved = mode;
 
   args->push_back("braid");
-  args->push_back("-l");
-  args->push_back(std::to_string(config.lcore));
+  // Core placement given in the pass-through arguments (-l, --lcores, -c)
+  // replaces ours.
+  const bool placed = std::any_of(
+      config.extra_args.begin(), config.extra_args.end(),
+      [](const std::string& a) { return a == "-l" || a == "-c" || a.rfind("--lcores", 0) == 0; });
+  if (!placed) {
+    args->push_back("-l");
+    args->push_back(std::to_string(config.lcore));
+  }
   args->push_back("--file-prefix=" +
                   (config.file_prefix.empty() ? default_prefix() : config.file_prefix));
   switch (mode) {
@@ -396,7 +407,14 @@ Status Eal::init(const EalConfig& config) {
   s.argv.clear();
   for (std::string& a : s.args) s.argv.push_back(a.data());
   s.argv.push_back(nullptr);
-  const int ret = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  // DPDK's threads start here and inherit this thread's signal mask: with
+  // SIGPIPE blocked, a write of theirs to a vhost-user or memif peer that
+  // went away fails with EPIPE instead of killing the process.
+  int ret = 0;
+  {
+    SigpipeGuard no_sigpipe;
+    ret = rte_eal_init(static_cast<int>(s.args.size()), s.argv.data());
+  }
   if (ret < 0) {
     const int e = rte_errno;
     return Status::failure(eal_failure(e, s.args, mode));
@@ -469,15 +487,39 @@ void drain_interrupt_thread_impl() {
 
 }  // namespace
 
+SigpipeGuard::SigpipeGuard() {
+  static_assert(sizeof(old_) >= sizeof(sigset_t));
+  sigset_t block;
+  sigemptyset(&block);
+  sigaddset(&block, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &block, reinterpret_cast<sigset_t*>(old_));
+}
+
+SigpipeGuard::~SigpipeGuard() {
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  const timespec now{0, 0};
+  while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
+  }
+  pthread_sigmask(SIG_SETMASK, reinterpret_cast<sigset_t*>(old_), nullptr);
+}
+
 void Eal::shutdown() {
   EalState& s = state();
   if (!s.initialized) return;
+  SigpipeGuard no_sigpipe;
   // Ports first, then let the interrupt thread finish what closing them
   // started: rte_eal_cleanup frees memory its handlers still use (memif's
   // control channel), which crashed at exit now and then.
+  // Ports the program left open (it exited without closing its device)
+  // are stopped and closed too; DPDK's complaints about the ones already
+  // stopped are noise at exit.
+  rte_log_set_global_level(RTE_LOG_EMERG);
   uint16_t port = 0;
   RTE_ETH_FOREACH_DEV(port) {
-    rte_eth_dev_close(port);  // EthdevPort stopped it; a started one stays
+    rte_eth_dev_stop(port);
+    rte_eth_dev_close(port);
   }
   drain_interrupts();
   rte_eal_cleanup();

@@ -91,4 +91,19 @@ class Eal {
   static void shutdown();
 };
 
+// Blocks SIGPIPE on this thread while DPDK tears a port down (virtio-user
+// tells its vhost-user peer over a socket the peer may have closed: the
+// write would kill the process), then discards a SIGPIPE that arrived and
+// restores the thread's mask.
+class SigpipeGuard {
+ public:
+  SigpipeGuard();
+  ~SigpipeGuard();
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  unsigned long old_[16];  // sigset_t, without <signal.h> here
+};
+
 }  // namespace braid::dpdk

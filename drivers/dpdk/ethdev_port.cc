@@ -413,6 +413,7 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 }
 
 EthdevPort::~EthdevPort() {
+  SigpipeGuard no_sigpipe;
   if (started_) {
     rte_eth_dev_stop(port_id_);
     // Stopping a memif or vhost port raises events (its peer's disconnect)

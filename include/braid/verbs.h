@@ -15,8 +15,10 @@
  * braid_post_send() and braid_post_recv(), on the calling thread, with no
  * locks. All calls on one device must then come from one thread at a time.
  * With braid_device_config.progress_thread = 1 (or once a completion channel
- * is created) a dedicated thread drives the engine and every call takes the
- * device's lock, so any thread may call in.
+ * is created) every call takes the device's lock, so any thread may call
+ * in, and a dedicated thread drives the engine whenever the application has
+ * made no call for 100 us (it is blocked, or busy elsewhere); while the
+ * application calls in, its calls drive the engine and the thread sleeps.
  */
 #ifndef BRAID_VERBS_H
 #define BRAID_VERBS_H

@@ -153,6 +153,12 @@ class Connection {
   // Counts the ACKs received packets asked for at once (the endpoint's
   // statistic; the engine sends them with the application's answer).
   void set_immediate_ack_counter(uint64_t* counter) { immediate_acks_ = counter; }
+  // Makes an ACK due at once for packets received and not yet acknowledged
+  // (before the connection goes away). True when one is due.
+  bool acknowledge_now() {
+    if (unacked_packets_ > 0 && state_ == ConnectionState::kActive) ack_due_ = true;
+    return ack_due_;
+  }
 
  private:
   // --- transmit side ---

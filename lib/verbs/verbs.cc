@@ -7,8 +7,10 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <string>
+#include <thread>
 
 #include "verbs/device_io.h"
 #include "verbs/verbs_internal.h"
@@ -30,10 +32,19 @@ T* fail_null(int err, std::string why) {
 }
 
 // Takes the device lock only when a progress thread runs.
+uint64_t steady_ns() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 class Guard {
  public:
   explicit Guard(braid_context* c) : c_(c) {
-    if (c_->threaded) c_->lock.lock();
+    if (c_->threaded) {
+      c_->lock.lock();
+      c_->last_call_ns.store(steady_ns(), std::memory_order_relaxed);
+    }
   }
   ~Guard() {
     if (c_->threaded) c_->lock.unlock();
@@ -61,10 +72,27 @@ int progress_locked(braid_context* c) {
   return n;
 }
 
+// The progress thread drives the device while the application does not:
+// while it calls into the device (polling a CQ, posting) it drives the
+// engine itself and the thread sleeps instead of fighting it for the lock
+// and the core; once it has been away for a while (blocked on a socket,
+// computing), the thread spins the engine.
 void progress_loop(braid_context* c) {
+  constexpr uint64_t kAppActiveNs = 100'000;
   while (!c->stop.load(std::memory_order_relaxed)) {
-    std::lock_guard<std::mutex> g(c->lock);
-    progress_locked(c);
+    const uint64_t last = c->last_call_ns.load(std::memory_order_relaxed);
+    if (steady_ns() - last < kAppActiveNs) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+      continue;
+    }
+    {
+      std::unique_lock<std::mutex> g(c->lock, std::try_to_lock);
+      if (g.owns_lock()) progress_locked(c);
+    }
+    // An application spinning on memory (a latency test waiting for a
+    // WRITE to land) looks idle but may share this core: let it run
+    // between polls rather than after a whole time slice.
+    std::this_thread::yield();
   }
 }
 
@@ -330,7 +358,7 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   braid_context* c = cq->context;
   Guard g(c);
-  if (cq->ring.size() == 0 && !c->threaded) progress_locked(c);
+  if (cq->ring.size() == 0) progress_locked(c);
   braid::WorkCompletion wc[64];
   int got = 0;
   while (got < n) {
@@ -438,8 +466,13 @@ int braid_destroy_qp(struct braid_qp* qp) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
-  if (qp->conn != nullptr)
+  if (qp->conn != nullptr) {
+    // What this QP received and has not acknowledged yet (a coalesced or
+    // deferred ACK) is acknowledged now: the peer's last sends completed
+    // here, and without the ACK they would end in RETRY_EXC_ERR there.
+    if (qp->conn->acknowledge_now()) c->engine->transmit();
     c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
+  }
   c->qpn_used[qp->qp_num] = false;
   --qp->send_cq->users;
   --qp->recv_cq->users;
@@ -637,7 +670,7 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
       return rc;
     }
   }
-  if (!c->threaded) c->engine->transmit();  // the doorbell: send now
+  c->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
@@ -712,7 +745,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       return rc;
     }
   }
-  if (!c->threaded && was_idle) c->engine->transmit();  // the doorbell: send now
+  if (was_idle) c->engine->transmit();  // the doorbell: send now
   return 0;
 }
 

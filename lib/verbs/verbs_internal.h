@@ -25,6 +25,7 @@ struct braid_context {
   std::mutex lock;
   std::thread progress;
   std::atomic<bool> stop{false};
+  std::atomic<uint64_t> last_call_ns{0};  // the application's last call (threaded mode)
   uint32_t next_pd = 1;
   std::vector<bool> qpn_used = std::vector<bool>(65536, false);
   std::vector<braid_cq*> cqs;

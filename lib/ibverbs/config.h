@@ -1,0 +1,50 @@
+// Where the libibverbs-compatible library finds its device: the DPDK port,
+// our IPv4 address and the options of include/braid/verbs.h's
+// braid_device_config, from the environment or a file, so unmodified
+// programs need no change.
+//
+//   BRAID_IBV_CONFIG   a file of "key = value" lines (default
+//                      /etc/braid/ibverbs.conf when it exists); keys below
+//                      without the prefix, lower case: port, ip, ...
+//   BRAID_IBV_PORT     DPDK port: a vdev spec or a PCI address (required)
+//   BRAID_IBV_IP       our IPv4 address (required)
+//   BRAID_IBV_PREFIX_LEN, BRAID_IBV_GATEWAY, BRAID_IBV_NEIGHBORS,
+//   BRAID_IBV_EAL_ARGS, BRAID_IBV_MTU, BRAID_IBV_ENTROPIES,
+//   BRAID_IBV_UDP_PORT, BRAID_IBV_LCORE, BRAID_IBV_PROGRESS_THREAD
+//   BRAID_IBV_LINK_WAIT_MS  how long ibv_open_device waits for the link to
+//                      come up (default 30000: a memif or vhost-user port
+//                      is down until its peer attaches)
+//   BRAID_IBV_NAME     the device's name (default braid0)
+// The environment wins over the file.
+#pragma once
+
+#include <string>
+
+#include "braid/verbs.h"
+
+namespace braid::ibv {
+
+struct DeviceSettings {
+  std::string name = "braid0";
+  std::string port, ip, gateway, neighbors, eal_args;
+  int prefix_len = 0;
+  uint32_t mtu = 0;
+  uint16_t entropies = 0;
+  uint16_t udp_port = 0;
+  int lcore = -1;
+  bool progress_thread = true;  // a passive side (a WRITE target) makes no verbs calls
+  // ibv_open_device waits this long for the link (a memif or vhost-user
+  // peer attaching) before it reports the port DOWN.
+  uint32_t link_wait_ms = 30000;
+  std::string source;  // where the settings came from, for messages
+
+  bool usable() const { return !port.empty() && !ip.empty(); }
+  // A braid_device_config whose strings point into *this.
+  braid_device_config to_config() const;
+};
+
+// Reads the file and the environment. *error names a bad value (the device
+// is then not listed).
+DeviceSettings load_settings(std::string* error);
+
+}  // namespace braid::ibv

@@ -1,0 +1,522 @@
+// PDs, MRs, completion channels, CQs and RC QPs: rdma-core's structs in
+// front of Braid's objects, and the data-path operations programs reach
+// through ibv_context::ops (post_send, post_recv, poll_cq, req_notify_cq).
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <vector>
+
+#include "ibverbs/ibverbs_internal.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+#define BRAID_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace braid::ibv {
+namespace {
+
+struct Pd {
+  ibv_pd pd;
+  braid_pd* b;
+};
+struct Mr {
+  ibv_mr mr;
+  braid_mr* b;
+};
+struct Channel {
+  ibv_comp_channel ch;
+  braid_comp_channel* b;
+};
+struct Cq {
+  ibv_cq cq;
+  braid_cq* b;
+};
+struct Qp {
+  ibv_qp qp;
+  braid_qp* b;
+};
+
+// The same memory layout on both sides: lists pass through untouched.
+static_assert(sizeof(ibv_sge) == sizeof(braid_sge) &&
+              offsetof(ibv_sge, addr) == offsetof(braid_sge, addr) &&
+              offsetof(ibv_sge, length) == offsetof(braid_sge, length) &&
+              offsetof(ibv_sge, lkey) == offsetof(braid_sge, lkey));
+static_assert(sizeof(ibv_recv_wr) == sizeof(braid_recv_wr) &&
+              offsetof(ibv_recv_wr, next) == offsetof(braid_recv_wr, next) &&
+              offsetof(ibv_recv_wr, sg_list) == offsetof(braid_recv_wr, sg_list) &&
+              offsetof(ibv_recv_wr, num_sge) == offsetof(braid_recv_wr, num_sge));
+// Status and opcode numbers are libibverbs' own in Braid's API.
+static_assert(int(BRAID_WC_REM_ACCESS_ERR) == int(IBV_WC_REM_ACCESS_ERR) &&
+              int(BRAID_WC_RETRY_EXC_ERR) == int(IBV_WC_RETRY_EXC_ERR) &&
+              int(BRAID_WC_RNR_RETRY_EXC_ERR) == int(IBV_WC_RNR_RETRY_EXC_ERR) &&
+              int(BRAID_WC_WR_FLUSH_ERR) == int(IBV_WC_WR_FLUSH_ERR) &&
+              int(BRAID_WC_RECV_RDMA_WITH_IMM) == int(IBV_WC_RECV_RDMA_WITH_IMM) &&
+              int(BRAID_WC_RDMA_READ) == int(IBV_WC_RDMA_READ) &&
+              int(BRAID_WC_WITH_IMM) == int(IBV_WC_WITH_IMM));
+static_assert(int(BRAID_WR_RDMA_READ) == int(IBV_WR_RDMA_READ) &&
+              int(BRAID_WR_SEND_WITH_IMM) == int(IBV_WR_SEND_WITH_IMM) &&
+              int(BRAID_SEND_INLINE) == int(IBV_SEND_INLINE) &&
+              int(BRAID_SEND_SIGNALED) == int(IBV_SEND_SIGNALED));
+static_assert(int(BRAID_QP_DEST_QPN) == int(IBV_QP_DEST_QPN) &&
+              int(BRAID_QP_SQ_PSN) == int(IBV_QP_SQ_PSN) && int(BRAID_QP_AV) == int(IBV_QP_AV));
+
+// Attribute bits Braid's modify_qp understands; others (Q_Key, alternate
+// path, migration, rate limit) do not apply to RC over Ethernet and are
+// ignored, as a RoCE device ignores what its transport has no use for.
+constexpr int kKnownQpMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS |
+                             IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU |
+                             IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
+                             IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_CAP | IBV_QP_DEST_QPN;
+constexpr unsigned kAccessBits = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+Pd* pd_of(ibv_pd* p) {
+  return reinterpret_cast<Pd*>(p);
+}
+Cq* cq_of(ibv_cq* c) {
+  return reinterpret_cast<Cq*>(c);
+}
+Qp* qp_of(ibv_qp* q) {
+  return reinterpret_cast<Qp*>(q);
+}
+
+int fail(int err) {
+  errno = err;
+  return err;
+}
+template <typename T>
+T* fail_null(int err) {
+  errno = err;
+  return nullptr;
+}
+
+// ---- Data path (ibv_context::ops) ----
+
+int poll_cq(ibv_cq* cq, int n, ibv_wc* wc) {
+  constexpr int kBatch = 32;
+  braid_wc b[kBatch];
+  int total = 0;
+  while (total < n) {
+    const int want = std::min(kBatch, n - total);
+    const int got = braid_poll_cq(cq_of(cq)->b, want, b);
+    if (got < 0) return total > 0 ? total : got;
+    for (int i = 0; i < got; ++i) {
+      ibv_wc& w = wc[total + i];
+      w = ibv_wc{};
+      w.wr_id = b[i].wr_id;
+      w.status = static_cast<ibv_wc_status>(b[i].status);
+      w.opcode = static_cast<ibv_wc_opcode>(b[i].opcode);
+      w.vendor_err = b[i].vendor_err;
+      w.byte_len = b[i].byte_len;
+      w.imm_data = b[i].imm_data;
+      w.qp_num = b[i].qp_num;
+      w.src_qp = b[i].src_qp;
+      w.wc_flags = b[i].wc_flags;
+    }
+    total += got;
+    if (got < want) break;
+  }
+  return total;
+}
+
+int req_notify_cq(ibv_cq* cq, int solicited_only) {
+  return braid_req_notify_cq(cq_of(cq)->b, solicited_only);
+}
+
+int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  for (; wr != nullptr; wr = wr->next) {
+    if (wr->opcode > IBV_WR_RDMA_READ) {  // atomics, bind, TSO, invalidate...
+      if (bad) *bad = wr;
+      return EINVAL;
+    }
+    braid_send_wr b{};
+    b.wr_id = wr->wr_id;
+    b.sg_list = reinterpret_cast<braid_sge*>(wr->sg_list);
+    b.num_sge = wr->num_sge;
+    b.opcode = static_cast<braid_wr_opcode>(wr->opcode);
+    b.send_flags = wr->send_flags &
+                   (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
+    b.imm_data = wr->imm_data;
+    b.rdma.remote_addr = wr->wr.rdma.remote_addr;
+    b.rdma.rkey = wr->wr.rdma.rkey;
+    if (const int rc = braid_post_send(qp_of(qp)->b, &b, nullptr)) {
+      if (bad) *bad = wr;
+      return rc;
+    }
+  }
+  return 0;
+}
+
+int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  braid_recv_wr* b_bad = nullptr;
+  const int rc = braid_post_recv(qp_of(qp)->b, reinterpret_cast<braid_recv_wr*>(wr), &b_bad);
+  if (rc != 0 && bad) *bad = reinterpret_cast<ibv_recv_wr*>(b_bad);
+  return rc;
+}
+
+int post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  if (bad) *bad = wr;
+  return EOPNOTSUPP;
+}
+
+ibv_mw* alloc_mw(ibv_pd*, ibv_mw_type) {
+  return fail_null<ibv_mw>(EOPNOTSUPP);
+}
+int bind_mw(ibv_qp*, ibv_mw*, ibv_mw_bind*) {
+  return EOPNOTSUPP;
+}
+int dealloc_mw(ibv_mw*) {
+  return EOPNOTSUPP;
+}
+
+}  // namespace
+
+void install_object_ops(Context* c) {
+  ibv_context_ops& ops = c->vctx.context.ops;
+  ops.poll_cq = poll_cq;
+  ops.req_notify_cq = req_notify_cq;
+  ops.post_send = post_send;
+  ops.post_recv = post_recv;
+  ops.post_srq_recv = post_srq_recv;
+  ops.alloc_mw = alloc_mw;
+  ops.bind_mw = bind_mw;
+  ops.dealloc_mw = dealloc_mw;
+}
+
+}  // namespace braid::ibv
+
+using namespace braid::ibv;  // NOLINT: the file's own types
+
+void braid::ibv::release_objects(Context* c) {
+  // Copies: each destroy erases from the set it came from.
+  for (ibv_qp* qp : std::vector<ibv_qp*>(c->qps.begin(), c->qps.end())) ibv_destroy_qp(qp);
+  for (ibv_mr* mr : std::vector<ibv_mr*>(c->mrs.begin(), c->mrs.end())) ibv_dereg_mr(mr);
+  for (ibv_cq* cq : std::vector<ibv_cq*>(c->cqs.begin(), c->cqs.end())) ibv_destroy_cq(cq);
+  for (ibv_comp_channel* ch :
+       std::vector<ibv_comp_channel*>(c->channels.begin(), c->channels.end())) {
+    ibv_destroy_comp_channel(ch);
+  }
+  for (ibv_pd* pd : std::vector<ibv_pd*>(c->pds.begin(), c->pds.end())) ibv_dealloc_pd(pd);
+}
+
+// ---- Protection domains ----
+
+BRAID_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
+  Context* c = context_of(ctx);
+  if (c == nullptr) return fail_null<ibv_pd>(EINVAL);
+  braid_pd* b = braid_alloc_pd(c->braid);
+  if (b == nullptr) return fail_null<ibv_pd>(ENOMEM);
+  auto* p = new (std::nothrow) Pd{};
+  if (p == nullptr) {
+    braid_dealloc_pd(b);
+    return fail_null<ibv_pd>(ENOMEM);
+  }
+  p->pd.context = ctx;
+  p->pd.handle = 0;
+  p->b = b;
+  c->pds.insert(&p->pd);
+  trace("alloc_pd -> %p", static_cast<void*>(&p->pd));
+  return &p->pd;
+}
+
+BRAID_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
+  trace("dealloc_pd %p", static_cast<void*>(pd));
+  if (pd == nullptr) return fail(EINVAL);
+  if (const int rc = braid_dealloc_pd(pd_of(pd)->b)) return fail(rc);  // still in use
+  context_of(pd->context)->pds.erase(pd);
+  delete pd_of(pd);
+  return 0;
+}
+
+// ---- Memory regions ----
+
+BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                      unsigned int access) {
+  if (pd == nullptr) return fail_null<ibv_mr>(EINVAL);
+  // Braid's keys address memory by virtual address: an iova other than the
+  // address itself would need a translation it does not have.
+  if (iova != reinterpret_cast<uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
+  // Optional bits (relaxed ordering and the rest of IBV_ACCESS_OPTIONAL_RANGE)
+  // may be ignored; other unknown bits may not.
+  if (access & ~(kAccessBits | IBV_ACCESS_OPTIONAL_RANGE)) return fail_null<ibv_mr>(EINVAL);
+  if (access & IBV_ACCESS_REMOTE_ATOMIC) return fail_null<ibv_mr>(EOPNOTSUPP);
+  braid_mr* b = braid_reg_mr(pd_of(pd)->b, addr, length, static_cast<int>(access & kAccessBits));
+  if (b == nullptr) return fail_null<ibv_mr>(EINVAL);
+  auto* m = new (std::nothrow) Mr{};
+  if (m == nullptr) {
+    braid_dereg_mr(b);
+    return fail_null<ibv_mr>(ENOMEM);
+  }
+  m->mr.context = pd->context;
+  m->mr.pd = pd;
+  m->mr.addr = addr;
+  m->mr.length = length;
+  m->mr.lkey = b->lkey;
+  m->mr.rkey = b->rkey;
+  m->b = b;
+  context_of(pd->context)->mrs.insert(&m->mr);
+  trace("reg_mr %p+%zu access 0x%x -> %p", addr, length, access, static_cast<void*>(&m->mr));
+  return &m->mr;
+}
+
+BRAID_EXPORT ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, reinterpret_cast<uintptr_t>(addr),
+                          static_cast<unsigned>(access));
+}
+
+BRAID_EXPORT ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                                     int access) {
+  return ibv_reg_mr_iova2(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+BRAID_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
+  trace("dereg_mr %p", static_cast<void*>(mr));
+  if (mr == nullptr) return fail(EINVAL);
+  Mr* m = reinterpret_cast<Mr*>(mr);
+  if (const int rc = braid_dereg_mr(m->b)) return fail(rc);
+  context_of(mr->context)->mrs.erase(mr);
+  delete m;
+  return 0;
+}
+
+BRAID_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+// ---- Completion channels and CQs ----
+
+BRAID_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* ctx) {
+  Context* c = context_of(ctx);
+  if (c == nullptr) return fail_null<ibv_comp_channel>(EINVAL);
+  braid_comp_channel* b = braid_create_comp_channel(c->braid);
+  if (b == nullptr) return fail_null<ibv_comp_channel>(ENOMEM);
+  auto* ch = new (std::nothrow) Channel{};
+  if (ch == nullptr) {
+    braid_destroy_comp_channel(b);
+    return fail_null<ibv_comp_channel>(ENOMEM);
+  }
+  ch->ch.context = ctx;
+  ch->ch.fd = braid_comp_channel_fd(b);
+  ch->ch.refcnt = 0;
+  ch->b = b;
+  c->channels.insert(&ch->ch);
+  trace("create_comp_channel -> %p", static_cast<void*>(&ch->ch));
+  return &ch->ch;
+}
+
+BRAID_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (channel == nullptr) return fail(EINVAL);
+  Channel* ch = reinterpret_cast<Channel*>(channel);
+  if (const int rc = braid_destroy_comp_channel(ch->b)) return fail(rc);
+  context_of(channel->context)->channels.erase(channel);
+  delete ch;
+  return 0;
+}
+
+BRAID_EXPORT ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context,
+                                   ibv_comp_channel* channel, int comp_vector) {
+  Context* c = context_of(ctx);
+  if (c == nullptr || cqe < 1) return fail_null<ibv_cq>(EINVAL);
+  auto* q = new (std::nothrow) Cq{};
+  if (q == nullptr) return fail_null<ibv_cq>(ENOMEM);
+  braid_comp_channel* bch = channel ? reinterpret_cast<Channel*>(channel)->b : nullptr;
+  // Braid's cq_context is our wrapper: get_cq_event maps back through it.
+  q->b = braid_create_cq(c->braid, cqe, q, bch, comp_vector);
+  if (q->b == nullptr) {
+    delete q;
+    return fail_null<ibv_cq>(EINVAL);
+  }
+  q->cq.context = ctx;
+  q->cq.channel = channel;
+  q->cq.cq_context = cq_context;
+  q->cq.cqe = cqe;
+  pthread_mutex_init(&q->cq.mutex, nullptr);
+  pthread_cond_init(&q->cq.cond, nullptr);
+  if (channel) ++channel->refcnt;
+  c->cqs.insert(&q->cq);
+  trace("create_cq %d -> %p", cqe, static_cast<void*>(&q->cq));
+  return &q->cq;
+}
+
+BRAID_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
+  trace("destroy_cq %p", static_cast<void*>(cq));
+  if (cq == nullptr) return fail(EINVAL);
+  Cq* q = cq_of(cq);
+  if (const int rc = braid_destroy_cq(q->b)) return fail(rc);
+  if (cq->channel) --cq->channel->refcnt;
+  context_of(cq->context)->cqs.erase(cq);
+  pthread_cond_destroy(&cq->cond);
+  pthread_mutex_destroy(&cq->mutex);
+  delete q;
+  return 0;
+}
+
+BRAID_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (channel == nullptr || cq == nullptr || cq_context == nullptr) return fail(EINVAL);
+  braid_cq* b = nullptr;
+  void* ours = nullptr;
+  if (const int rc = braid_get_cq_event(reinterpret_cast<Channel*>(channel)->b, &b, &ours)) {
+    errno = rc;
+    return -1;
+  }
+  Cq* q = static_cast<Cq*>(ours);
+  *cq = &q->cq;
+  *cq_context = q->cq.cq_context;
+  return 0;
+}
+
+BRAID_EXPORT void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (cq == nullptr) return;
+  braid_ack_cq_events(cq_of(cq)->b, nevents);
+  cq->comp_events_completed += nevents;
+}
+
+BRAID_EXPORT int ibv_resize_cq(ibv_cq*, int) {
+  return fail(EOPNOTSUPP);
+}
+
+// ---- Queue pairs (RC) ----
+
+BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return fail_null<ibv_qp>(EINVAL);
+  if (attr->qp_type != IBV_QPT_RC || attr->srq != nullptr) {
+    return fail_null<ibv_qp>(EOPNOTSUPP);  // UC, UD, raw, XRC and SRQs: not in Braid
+  }
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<ibv_qp>(EINVAL);
+  braid_qp_init_attr b{};
+  b.qp_context = attr->qp_context;
+  b.send_cq = cq_of(attr->send_cq)->b;
+  b.recv_cq = cq_of(attr->recv_cq)->b;
+  b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+           attr->cap.max_recv_sge, attr->cap.max_inline_data};
+  b.qp_type = BRAID_QPT_RC;
+  b.sq_sig_all = attr->sq_sig_all;
+  auto* q = new (std::nothrow) Qp{};
+  if (q == nullptr) return fail_null<ibv_qp>(ENOMEM);
+  q->b = braid_create_qp(pd_of(pd)->b, &b);
+  if (q->b == nullptr) {
+    delete q;
+    return fail_null<ibv_qp>(EINVAL);
+  }
+  // What the QP really has, as providers report it.
+  braid_qp_attr qa{};
+  braid_qp_init_attr qi{};
+  if (braid_query_qp(q->b, &qa, BRAID_QP_CAP, &qi) == 0) {
+    attr->cap.max_send_wr = qi.cap.max_send_wr;
+    attr->cap.max_recv_wr = qi.cap.max_recv_wr;
+    attr->cap.max_send_sge = qi.cap.max_send_sge;
+    attr->cap.max_recv_sge = qi.cap.max_recv_sge;
+    attr->cap.max_inline_data = qi.cap.max_inline_data;
+  }
+  q->qp.context = pd->context;
+  q->qp.qp_context = attr->qp_context;
+  q->qp.pd = pd;
+  q->qp.send_cq = attr->send_cq;
+  q->qp.recv_cq = attr->recv_cq;
+  q->qp.qp_num = braid_qp_num(q->b);
+  q->qp.state = IBV_QPS_RESET;
+  q->qp.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q->qp.mutex, nullptr);
+  pthread_cond_init(&q->qp.cond, nullptr);
+  context_of(pd->context)->qps.insert(&q->qp);
+  trace("create_qp -> %p qpn %u", static_cast<void*>(&q->qp), q->qp.qp_num);
+  return &q->qp;
+}
+
+BRAID_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
+  if (qp == nullptr || attr == nullptr) return fail(EINVAL);
+  if ((mask & IBV_QP_AV) && !attr->ah_attr.is_global) {
+    return fail(EINVAL);  // Ethernet: the peer is named by its GID (RoCE's GRH)
+  }
+  braid_qp_attr b{};
+  b.qp_state = static_cast<braid_qp_state>(attr->qp_state);
+  b.cur_qp_state = static_cast<braid_qp_state>(attr->cur_qp_state);
+  b.path_mtu = static_cast<braid_mtu>(attr->path_mtu);
+  b.qkey = attr->qkey;
+  b.rq_psn = attr->rq_psn;
+  b.sq_psn = attr->sq_psn;
+  b.dest_qp_num = attr->dest_qp_num;
+  b.qp_access_flags = attr->qp_access_flags & kAccessBits;
+  b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+           attr->cap.max_recv_sge, attr->cap.max_inline_data};
+  std::memcpy(b.ah_attr.dgid.raw, attr->ah_attr.grh.dgid.raw, sizeof b.ah_attr.dgid.raw);
+  b.ah_attr.port_num = attr->ah_attr.port_num;
+  b.pkey_index = attr->pkey_index;
+  b.max_rd_atomic = attr->max_rd_atomic;
+  b.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  b.min_rnr_timer = attr->min_rnr_timer;
+  b.port_num = attr->port_num;
+  b.timeout = attr->timeout;
+  b.retry_cnt = attr->retry_cnt;
+  b.rnr_retry = attr->rnr_retry;
+  if (const int rc = braid_modify_qp(qp_of(qp)->b, &b, mask & kKnownQpMask)) {
+    trace("modify_qp %p state %d mask 0x%x: %s", static_cast<void*>(qp), attr->qp_state, mask,
+          braid_last_error());
+    return fail(rc);
+  }
+  trace("modify_qp %p state %d mask 0x%x", static_cast<void*>(qp), attr->qp_state, mask);
+  if (mask & IBV_QP_STATE) qp->state = attr->qp_state;
+  return 0;
+}
+
+BRAID_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask,
+                              ibv_qp_init_attr* init_attr) {
+  if (qp == nullptr || attr == nullptr) return fail(EINVAL);
+  braid_qp_attr b{};
+  braid_qp_init_attr bi{};
+  if (const int rc = braid_query_qp(qp_of(qp)->b, &b, mask, &bi)) return fail(rc);
+  *attr = ibv_qp_attr{};
+  attr->qp_state = static_cast<ibv_qp_state>(b.qp_state);
+  attr->cur_qp_state = static_cast<ibv_qp_state>(b.cur_qp_state);
+  attr->path_mtu = static_cast<ibv_mtu>(b.path_mtu);
+  attr->qkey = b.qkey;
+  attr->rq_psn = b.rq_psn;
+  attr->sq_psn = b.sq_psn;
+  attr->dest_qp_num = b.dest_qp_num;
+  attr->qp_access_flags = b.qp_access_flags;
+  attr->cap = {b.cap.max_send_wr, b.cap.max_recv_wr, b.cap.max_send_sge, b.cap.max_recv_sge,
+               b.cap.max_inline_data};
+  std::memcpy(attr->ah_attr.grh.dgid.raw, b.ah_attr.dgid.raw, sizeof b.ah_attr.dgid.raw);
+  attr->ah_attr.is_global = 1;
+  attr->ah_attr.port_num = b.ah_attr.port_num;
+  attr->pkey_index = b.pkey_index;
+  attr->max_rd_atomic = b.max_rd_atomic;
+  attr->max_dest_rd_atomic = b.max_dest_rd_atomic;
+  attr->min_rnr_timer = b.min_rnr_timer;
+  attr->port_num = b.port_num;
+  attr->timeout = b.timeout;
+  attr->retry_cnt = b.retry_cnt;
+  attr->rnr_retry = b.rnr_retry;
+  if (init_attr != nullptr) {
+    *init_attr = ibv_qp_init_attr{};
+    init_attr->qp_context = qp->qp_context;
+    init_attr->send_cq = qp->send_cq;
+    init_attr->recv_cq = qp->recv_cq;
+    init_attr->cap = attr->cap;
+    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->sq_sig_all = bi.sq_sig_all;
+  }
+  qp->state = attr->qp_state;
+  return 0;
+}
+
+BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
+  trace("destroy_qp %p", static_cast<void*>(qp));
+  if (qp == nullptr) return fail(EINVAL);
+  Qp* q = qp_of(qp);
+  if (const int rc = braid_destroy_qp(q->b)) return fail(rc);
+  context_of(qp->context)->qps.erase(qp);
+  pthread_cond_destroy(&qp->cond);
+  pthread_mutex_destroy(&qp->mutex);
+  delete q;
+  return 0;
+}
+
+// Braid places every packet when it arrives, in any order: data is never
+// guaranteed to land in order.
+BRAID_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
+  return 0;
+}

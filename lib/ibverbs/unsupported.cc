@@ -1,0 +1,116 @@
+// Public verbs Braid does not provide: address handles and multicast (UD),
+// shared receive queues, device memory, object import, ECE, dma-buf
+// memory, asynchronous events, and the kernel-structure helpers. Each fails
+// cleanly: NULL or an error, with errno set, never a crash.
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "ibverbs/ibverbs_internal.h"
+
+#define BRAID_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+template <typename T>
+T* unsupported_null() {
+  errno = EOPNOTSUPP;
+  return nullptr;
+}
+int unsupported() {
+  errno = EOPNOTSUPP;
+  return EOPNOTSUPP;
+}
+
+}  // namespace
+
+// Address handles and multicast: UD QPs only.
+BRAID_EXPORT ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
+  return unsupported_null<ibv_ah>();
+}
+BRAID_EXPORT int ibv_destroy_ah(ibv_ah*) {
+  return unsupported();
+}
+BRAID_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
+  return unsupported_null<ibv_ah>();
+}
+BRAID_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_detach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t*, uint16_t*) {
+  return unsupported();
+}
+
+// Shared receive queues.
+BRAID_EXPORT ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
+  return unsupported_null<ibv_srq>();
+}
+BRAID_EXPORT int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_query_srq(ibv_srq*, ibv_srq_attr*) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_destroy_srq(ibv_srq*) {
+  return unsupported();
+}
+
+// Asynchronous events: Braid raises none (errors arrive as completions).
+// The context's async_fd never becomes readable; a blocking caller is told
+// at once rather than left waiting forever.
+BRAID_EXPORT int ibv_get_async_event(ibv_context*, ibv_async_event*) {
+  errno = EAGAIN;
+  return -1;
+}
+BRAID_EXPORT void ibv_ack_async_event(ibv_async_event*) {}
+
+// Sharing objects between processes, device memory, ECE, dma-buf.
+BRAID_EXPORT ibv_context* ibv_import_device(int) {
+  return unsupported_null<ibv_context>();
+}
+BRAID_EXPORT ibv_pd* ibv_import_pd(ibv_context*, uint32_t) {
+  return unsupported_null<ibv_pd>();
+}
+BRAID_EXPORT void ibv_unimport_pd(ibv_pd*) {}
+BRAID_EXPORT ibv_mr* ibv_import_mr(ibv_pd*, uint32_t) {
+  return unsupported_null<ibv_mr>();
+}
+BRAID_EXPORT void ibv_unimport_mr(ibv_mr*) {}
+BRAID_EXPORT ibv_dm* ibv_import_dm(ibv_context*, uint32_t) {
+  return unsupported_null<ibv_dm>();
+}
+BRAID_EXPORT void ibv_unimport_dm(ibv_dm*) {}
+BRAID_EXPORT int ibv_query_ece(ibv_qp*, ibv_ece*) {
+  return unsupported();
+}
+BRAID_EXPORT int ibv_set_ece(ibv_qp*, ibv_ece*) {
+  return unsupported();
+}
+BRAID_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int, int) {
+  return unsupported_null<ibv_mr>();
+}
+
+// The extended QP (ibv_wr_*): not yet; programs then use ibv_post_send.
+BRAID_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
+  return unsupported_null<ibv_qp_ex>();
+}
+
+// Helpers for kernel structures and sysfs (declared in rdma-core's private
+// headers): there is no kernel device behind Braid.
+BRAID_EXPORT void ibv_copy_qp_attr_from_kern(void*, const void*) {}
+BRAID_EXPORT void ibv_copy_ah_attr_from_kern(void*, const void*) {}
+BRAID_EXPORT void ibv_copy_path_rec_from_kern(void*, const void*) {}
+BRAID_EXPORT void ibv_copy_path_rec_to_kern(void*, const void*) {}
+BRAID_EXPORT const char* ibv_get_sysfs_path(void) {
+  return "/sys";
+}
+BRAID_EXPORT int ibv_read_sysfs_file(const char*, const char*, char*, size_t) {
+  errno = ENOENT;
+  return -1;
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Runs an unmodified libibverbs program (Debian's perftest: ib_write_bw,
+# ib_read_lat...; ibv_rc_pingpong) as a server and a client on this host
+# over Braid's libibverbs.so.1, joined by a DPDK virtual NIC pair, one core
+# each. No code change in the program: LD_LIBRARY_PATH puts Braid's library
+# first and BRAID_IBV_* name each side's port and address.
+#   scripts/ibverbs-loopback.sh [--path memif|virtio] <program> [program arguments...]
+# e.g. scripts/ibverbs-loopback.sh ib_write_bw -s 65536 -n 5000
+#      scripts/ibverbs-loopback.sh --path virtio ibv_rc_pingpong -g 0
+# The client gets the server's address (127.0.0.1) as its last argument.
+# Programs come from PATH (apt-get install perftest ibverbs-utils); the
+# library from $BRAID_BUILD_DIR (default build/release)/ibverbs.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+path=memif
+if [[ "${1:-}" == "--path" ]]; then
+  path="$2"
+  shift 2
+fi
+program="${1:?usage: $0 [--path memif|virtio] <program> [args...]}"
+shift
+command -v "$program" >/dev/null || {
+  echo "ibverbs-loopback: $program not found (apt-get install perftest ibverbs-utils)" >&2
+  exit 1
+}
+build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
+lib="$build_dir/ibverbs"
+[[ -e "$lib/libibverbs.so.1" ]] || {
+  echo "ibverbs-loopback: $lib/libibverbs.so.1 not built (cmake --build --preset release)" >&2
+  exit 1
+}
+
+run_dir=$(mktemp -d /tmp/braid-ibv.XXXXXX)
+source scripts/lib/vnic-pair.sh
+vnic_pair "$path" "$run_dir" || {
+  echo "ibverbs-loopback: unknown path '$path' (memif or virtio)" >&2
+  exit 2
+}
+server_log="$run_dir/server.log"
+cleanup() {
+  [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+tcp_port=$((20000 + RANDOM % 20000))
+port_flag=(-p "$tcp_port")
+export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# A sanitizer build of the library needs its runtimes loaded first, as the
+# programs are not built with them; their own leaks are not ours.
+if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
+  export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+fi
+export BRAID_IBV_LINK_WAIT_MS=60000
+BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
+  timeout 120 taskset -c 0 "$program" "${port_flag[@]}" "$@" >"$server_log" 2>&1 &
+server_pid=$!
+# The server creates the socket the client attaches to, then listens on TCP.
+if ! wait_for_socket "$sock" "$server_pid"; then
+  echo "ibverbs-loopback: the server did not create $sock; its output:" >&2
+  cat "$server_log" >&2
+  exit 1
+fi
+set +e
+client_log="$run_dir/client.log"
+BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
+  timeout 120 taskset -c 1 "$program" "${port_flag[@]}" "$@" 127.0.0.1 >"$client_log" 2>&1
+client_rc=$?
+cat "$client_log"
+wait "$server_pid"
+server_rc=$?
+server_pid=
+set -e
+echo
+echo "---- server (198.18.0.1) ----"
+cat "$server_log"
+if [[ $client_rc -ne 0 || $server_rc -ne 0 ]]; then
+  echo "ibverbs-loopback: client exited $client_rc, server $server_rc" >&2
+  exit 1
+fi
+# perftest: the client's table has result rows (#bytes, #iterations, then
+# measurements), and some measurement is not zero.
+if [[ "$program" == ib_* ]] &&
+  ! awk '$1 ~ /^[0-9]+$/ && $2 ~ /^[0-9]+$/ && NF >= 5 {
+           for (i = 3; i <= NF; ++i) if ($i + 0 > 0) ok = 1 }
+         END { exit ok ? 0 : 1 }' "$client_log"; then
+  echo "ibverbs-loopback: no result row with a non-zero measurement in the client's table" >&2
+  exit 1
+fi
