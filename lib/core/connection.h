@@ -264,6 +264,7 @@ class Connection {
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
+  void learn_responder_psn(const wire::ParsedPacket& pkt);
   bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
   bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
   static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);

@@ -42,6 +42,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t psn = pkt.req.psn;
+  if (stats_.data_received == 0 && pkt.has_ses_response && !pkt.trimmed) learn_responder_psn(pkt);
   const ReceiveWindow::Verdict v = rx_.check(psn);
   if (pkt.trimmed) {
     ++stats_.trimmed_received;
@@ -227,6 +228,30 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
     }
     default:
       return invalid();
+  }
+}
+
+// An InfiniBand responder answers READs in RTR, before (or without) RTS,
+// the only transition that gives Braid's responder the send PSN its peer
+// expects (perftest's ib_read_bw server never leaves RTR). Such a responder
+// sends nothing before its first READ response, so while this side has
+// accepted nothing, the first packet of the response to its first READ,
+// arriving outside the window it would otherwise be refused from, names
+// where the responder's PSNs start. A packet of it that arrives before that
+// one is refused and comes back with the retransmission.
+void Connection::learn_responder_psn(const wire::ParsedPacket& pkt) {
+  // Inside the window, the responder's PSNs are the ones expected (it may
+  // have sent requests before, some still on their way).
+  if (pkt.resp.message_offset != 0 || rx_.check(pkt.req.psn) == ReceiveWindow::Verdict::kNew) {
+    return;
+  }
+  for (uint32_t i = sq_head_; i != sq_tx_; ++i) {
+    const SendWqe& w = sq_[i & sq_mask_];
+    if (w.wr.opcode != Opcode::kRead) continue;
+    if (static_cast<uint16_t>(w.msn) == pkt.resp.read_request_message_id) {
+      rx_.restart(pkt.req.psn);
+    }
+    return;  // only the first READ's response starts the PSN space
   }
 }
 

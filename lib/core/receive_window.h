@@ -20,6 +20,12 @@ class ReceiveWindow {
   ReceiveWindow(uint32_t window_packets, uint32_t initial_psn)
       : mask_(window_packets - 1), words_(window_packets / 64, 0), cack_(initial_psn - 1) {}
 
+  // Moves the start of a window nothing has been marked in to psn.
+  void restart(uint32_t psn) {
+    cack_ = psn - 1;
+    for (uint64_t& w : words_) w = 0;
+  }
+
   Verdict check(uint32_t psn) const {
     const int32_t d = psn_diff(psn, cack_);
     if (d <= 0) return Verdict::kDuplicate;

@@ -8,6 +8,7 @@
 #include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
 #include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
 
 namespace braid {
 
@@ -54,7 +55,10 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
     }
     // The EAL lives until the process ends (it cannot start twice); then its
     // runtime directory goes too.
-    std::atexit([] { dpdk::Eal::shutdown(); });
+    std::atexit([] {
+      stop_all_progress_threads();
+      dpdk::Eal::shutdown();
+    });
   } else if (vdev) {
     // A further device in the same process: add its port to the running EAL.
     const dpdk::Status s = dpdk::Eal::probe_vdev(spec);

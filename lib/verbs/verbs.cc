@@ -144,10 +144,34 @@ namespace braid {
 void set_last_error(const std::string& why) {
   g_last_error = why;
 }
+namespace {
+std::mutex g_threads_lock;
+std::vector<braid_context*> g_threaded;  // contexts whose progress thread runs
+}  // namespace
+
 void start_progress_thread(braid_context* c) {
   if (c->threaded) return;
   c->threaded = true;
   c->progress = std::thread(progress_loop, c);
+  std::lock_guard<std::mutex> g(g_threads_lock);
+  g_threaded.push_back(c);
+}
+
+void stop_progress_thread(braid_context* c) {
+  if (!c->progress.joinable()) return;
+  c->stop = true;
+  c->progress.join();
+  std::lock_guard<std::mutex> g(g_threads_lock);
+  g_threaded.erase(std::remove(g_threaded.begin(), g_threaded.end(), c), g_threaded.end());
+}
+
+void stop_all_progress_threads() {
+  std::vector<braid_context*> live;
+  {
+    std::lock_guard<std::mutex> g(g_threads_lock);
+    live = g_threaded;
+  }
+  for (braid_context* c : live) stop_progress_thread(c);
 }
 }  // namespace braid
 
@@ -186,10 +210,7 @@ int braid_close_device(struct braid_context* c) {
   if (c->open_objects != 0) {
     return fail(EBUSY, std::to_string(c->open_objects) + " objects still exist on this device");
   }
-  if (c->progress.joinable()) {
-    c->stop = true;
-    c->progress.join();
-  }
+  braid::stop_progress_thread(c);
   delete c;
   return 0;
 }

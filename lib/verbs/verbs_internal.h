@@ -35,6 +35,10 @@ struct braid_context {
 namespace braid {
 void set_last_error(const std::string& why);
 void start_progress_thread(braid_context* c);
+void stop_progress_thread(braid_context* c);
+// At exit, before the EAL goes: a program may end without closing its
+// device, and its progress thread must not poll freed DPDK memory.
+void stop_all_progress_threads();
 }  // namespace braid
 
 struct braid_pd {

@@ -1,6 +1,7 @@
 // Completion semantics a verbs user relies on: which work request an error
 // lands on, unsignaled requests, completion-queue overrun, a READ whose
 // source region disappears mid-response, and ECN attribution within a burst.
+#include <algorithm>
 #include <memory>
 
 #include "direct_pair.h"
@@ -174,4 +175,62 @@ TEST(CompletionSemantics, EcnMarkInABurstIsChargedToTheMarkedPacketsEntropy) {
 }
 
 }  // namespace
+// An InfiniBand responder answers READs while still in RTR, before any send
+// PSN is set (perftest's ib_read_bw server): the requester expects the PSN
+// the responder advertised, but the responses start elsewhere. The first
+// response packet of the first READ tells the requester where; a stray
+// response before it (a later offset) does not move anything.
+TEST(CompletionSemantics, ReadFromAResponderWithoutItsSendPsnCompletes) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  // b (the responder) sends from PSN 0; a expects 5000.
+  ConnectionConfig ca = c;
+  ca.local_id = 3;
+  ca.remote_id = 4;
+  ca.remote_mac = mac_of(2);
+  ca.remote_ip = kIpB;
+  ca.rx_psn = 5000;
+  ConnectionConfig cb = c;
+  cb.local_id = 4;
+  cb.remote_id = 3;
+  cb.remote_mac = mac_of(1);
+  cb.remote_ip = kIpA;
+  cb.rx_psn = 0;
+  cb.tx_psn = 0;
+  Connection* qa = p.a.create_connection(ca, &p.a_scq, &p.a_rcq);
+  Connection* qb = p.b.create_connection(cb, &p.b_scq, &p.b_rcq);
+  ASSERT_TRUE(qa && qb);
+
+  std::vector<uint8_t> source(8000), local(8000, 0);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  SendRequest wr;
+  wr.wr_id = 9;
+  wr.opcode = Opcode::kRead;
+  wr.local = sgl_of(local.data(), 8000);
+  wr.remote_addr = reinterpret_cast<uintptr_t>(source.data());
+  wr.rkey = rkey;
+  ASSERT_EQ(qa->post_send(wr), PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));      // the READ request
+  const auto frames = p.drain(p.b);  // 8 response packets and an ACK
+  std::vector<Frame> responses;
+  for (const Frame& f : frames) {
+    if (f.size() > 400) responses.push_back(f);
+  }
+  ASSERT_EQ(responses.size(), 8u);
+  // The second response packet first: a cannot place it yet.
+  p.deliver(p.a, {responses[1]});
+  EXPECT_EQ(qa->stats().data_received, 0u);
+  EXPECT_EQ(std::count(local.begin(), local.end(), 0), 8000);  // nothing placed
+  p.deliver(p.a, frames);
+  p.settle();
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+  EXPECT_EQ(qa->stats().data_received, 8u);
+}
+
 }  // namespace braid::test
