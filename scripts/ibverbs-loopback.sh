@@ -30,18 +30,12 @@ lib="$build_dir/ibverbs"
   exit 1
 }
 
-run_dir=$(mktemp -d /tmp/braid-ibv.XXXXXX)
 source scripts/lib/vnic-pair.sh
+pair_run_dir braid-ibv
 vnic_pair "$path" "$run_dir" || {
   echo "ibverbs-loopback: unknown path '$path' (memif or virtio)" >&2
   exit 2
 }
-server_log="$run_dir/server.log"
-cleanup() {
-  [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$run_dir"
-}
-trap cleanup EXIT
 
 tcp_port=$((20000 + RANDOM % 20000))
 port_flag=(-p "$tcp_port")
@@ -56,29 +50,16 @@ export BRAID_IBV_LINK_WAIT_MS=60000
 BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
   timeout 120 taskset -c 0 "$program" "${port_flag[@]}" "$@" >"$server_log" 2>&1 &
 server_pid=$!
-# The server creates the socket the client attaches to, then listens on TCP.
-if ! wait_for_socket "$sock" "$server_pid"; then
-  echo "ibverbs-loopback: the server did not create $sock; its output:" >&2
-  cat "$server_log" >&2
-  exit 1
-fi
+# The server creates the socket the client attaches to.
+pair_server_ready ibverbs-loopback
 set +e
 client_log="$run_dir/client.log"
 BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
   timeout 120 taskset -c 1 "$program" "${port_flag[@]}" "$@" 127.0.0.1 >"$client_log" 2>&1
 client_rc=$?
 cat "$client_log"
-wait "$server_pid"
-server_rc=$?
-server_pid=
 set -e
-echo
-echo "---- server (198.18.0.1) ----"
-cat "$server_log"
-if [[ $client_rc -ne 0 || $server_rc -ne 0 ]]; then
-  echo "ibverbs-loopback: client exited $client_rc, server $server_rc" >&2
-  exit 1
-fi
+pair_finish ibverbs-loopback "$client_rc"
 # perftest: the client's table has result rows (#bytes, #iterations, then
 # measurements), and some measurement is not zero.
 if [[ "$program" == ib_* ]] &&

@@ -30,40 +30,21 @@ for a in "$@"; do
   prev="$a"
 done
 
-run_dir=$(mktemp -d /tmp/braid-loopback.XXXXXX)
 tcp_port=$((20000 + RANDOM % 20000))
 source scripts/lib/vnic-pair.sh
+pair_run_dir braid-loopback
 vnic_pair "$path" "$run_dir" "$link_mtu" || {
   echo "loopback: unknown path '$path' (virtio or memif)" >&2
   exit 2
 }
 
-server_log="$run_dir/server.log"
-cleanup() {
-  [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
-  rm -rf "$run_dir"
-}
-trap cleanup EXIT
-
 common=(--timeout 60 -p "$tcp_port")
 "$bin" "${common[@]}" --lcore 0 --dev-port "$server_port" --ip 198.18.0.1 "$@" >"$server_log" 2>&1 &
 server_pid=$!
-if ! wait_for_socket "$sock" "$server_pid"; then
-  echo "loopback: the server did not create $sock; its output:" >&2
-  cat "$server_log" >&2
-  exit 1
-fi
+# The server creates the socket the client attaches to.
+pair_server_ready loopback
 set +e
 "$bin" "${common[@]}" --lcore 1 --dev-port "$client_port" --ip 198.18.0.2 "$@" 127.0.0.1
 client_rc=$?
-wait "$server_pid"
-server_rc=$?
-server_pid=
 set -e
-echo
-echo "---- server (198.18.0.1) ----"
-cat "$server_log"
-if [[ $client_rc -ne 0 || $server_rc -ne 0 ]]; then
-  echo "loopback: client exited $client_rc, server $server_rc" >&2
-  exit 1
-fi
+pair_finish loopback "$client_rc"

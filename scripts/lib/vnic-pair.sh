@@ -36,3 +36,36 @@ wait_for_socket() {
   done
   [[ -S "$1" ]]
 }
+
+# pair_run_dir <prefix>: makes run_dir (and server_log in it), removed at
+# exit together with a server still running ($server_pid).
+pair_run_dir() {
+  run_dir=$(mktemp -d "/tmp/$1.XXXXXX")
+  server_log="$run_dir/server.log"
+  trap '[[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null; rm -rf "$run_dir"' EXIT
+}
+
+# pair_server_ready <name>: after starting the server in the background
+# (server_pid, server_log): until it has made $sock; else its output, exit 1.
+pair_server_ready() {
+  if ! wait_for_socket "$sock" "$server_pid"; then
+    echo "$1: the server did not create $sock; its output:" >&2
+    cat "$server_log" >&2
+    exit 1
+  fi
+}
+
+# pair_finish <name> <client exit code>: waits for the server, prints its
+# output, and exits 1 unless both sides exited 0.
+pair_finish() {
+  local server_rc=0
+  wait "$server_pid" || server_rc=$?
+  server_pid=
+  echo
+  echo "---- server (198.18.0.1) ----"
+  cat "$server_log"
+  if [[ $2 -ne 0 || $server_rc -ne 0 ]]; then
+    echo "$1: client exited $2, server $server_rc" >&2
+    exit 1
+  fi
+}
