@@ -488,11 +488,10 @@ void drain_interrupt_thread_impl() {
 }  // namespace
 
 SigpipeGuard::SigpipeGuard() {
-  static_assert(sizeof(old_) >= sizeof(sigset_t));
   sigset_t block;
   sigemptyset(&block);
   sigaddset(&block, SIGPIPE);
-  pthread_sigmask(SIG_BLOCK, &block, reinterpret_cast<sigset_t*>(old_));
+  pthread_sigmask(SIG_BLOCK, &block, &old_);
 }
 
 SigpipeGuard::~SigpipeGuard() {
@@ -502,7 +501,7 @@ SigpipeGuard::~SigpipeGuard() {
   const timespec now{0, 0};
   while (sigtimedwait(&pipe, nullptr, &now) == SIGPIPE) {
   }
-  pthread_sigmask(SIG_SETMASK, reinterpret_cast<sigset_t*>(old_), nullptr);
+  pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
 void Eal::shutdown() {

@@ -5,6 +5,7 @@
 // tested without starting DPDK. No DPDK header is included here.
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -103,7 +104,7 @@ class SigpipeGuard {
   SigpipeGuard& operator=(const SigpipeGuard&) = delete;
 
  private:
-  unsigned long old_[16];  // sigset_t, without <signal.h> here
+  sigset_t old_;
 };
 
 }  // namespace braid::dpdk

@@ -140,18 +140,20 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     }
     return out;
   }
-  // A signaled WRITE of *s to the start of b's buffer.
-  braid_send_wr write_to_b(braid_sge* s, uint64_t wr_id) {
+  // A signaled WRITE of *s to `to`'s buffer at `offset`.
+  static braid_send_wr rdma_write(braid_sge* s, uint64_t wr_id, Side& to, size_t offset) {
     braid_send_wr w{};
     w.wr_id = wr_id;
     w.sg_list = s;
     w.num_sge = 1;
     w.opcode = BRAID_WR_RDMA_WRITE;
     w.send_flags = BRAID_SEND_SIGNALED;
-    w.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-    w.rdma.rkey = b.mr->rkey;
+    w.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.buf.data() + offset);
+    w.rdma.rkey = to.mr->rkey;
     return w;
   }
+  // ... to the start of b's buffer.
+  braid_send_wr write_to_b(braid_sge* s, uint64_t wr_id) { return rdma_write(s, wr_id, b, 0); }
   braid_sge sge(Side& s, size_t off, uint32_t len) {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
@@ -473,14 +475,7 @@ TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
   EXPECT_EQ(tx_frames(b), before);
   // The application answers: its WRITE and the ACK leave together.
   braid_sge sb = sge(b, 4096, 64);
-  braid_send_wr back{};
-  back.wr_id = 2;
-  back.sg_list = &sb;
-  back.num_sge = 1;
-  back.opcode = BRAID_WR_RDMA_WRITE;
-  back.send_flags = BRAID_SEND_SIGNALED;
-  back.rdma.remote_addr = reinterpret_cast<uintptr_t>(a.buf.data() + 4096);
-  back.rdma.rkey = a.mr->rkey;
+  braid_send_wr back = rdma_write(&sb, 2, a, 4096);
   ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
   EXPECT_EQ(tx_frames(b), before + 2);
   ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
