@@ -322,6 +322,9 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* attr, int attr_mas
                    struct braid_qp_init_attr* init_attr);
 uint32_t braid_qp_num(const struct braid_qp* qp);
 int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad_wr);
+/* Braid's own: posts every work request of the list or, returning the errno
+ * of the first that would be refused (a full queue included), none. */
+int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr);
 int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad_wr);
 
 /* Transport counters (Braid's own; libibverbs has no equivalent). They only

@@ -118,7 +118,7 @@ void Engine::update_routes(TimeNs now) {
   }
 }
 
-uint32_t Engine::poll() {
+uint32_t Engine::poll(TimeNs ack_hold_ns) {
   ++stats_.polls;
   const TimeNs t = now();
   uint32_t moved = 0;
@@ -140,12 +140,16 @@ uint32_t Engine::poll() {
   if (!pending_routes_.empty()) update_routes(t);
   // Packets that asked for an ACK at once are often the last of a message
   // the application answers right away (a ping-pong): the transmit step
-  // waits one poll, so the ACK leaves in one burst with the answer instead
-  // of a burst of its own.
-  if (endpoint_.stats().immediate_acks != acks_asked && !tx_deferred_) {
-    tx_deferred_ = true;
+  // waits (one poll, or ack_hold_ns), so the ACK leaves in one burst with
+  // the answer instead of a burst of its own. Sent alone, it would let the
+  // peer's application see its completion before the answer, and wait for
+  // it without polling.
+  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_) {
+    tx_held_back_ = true;
+    tx_hold_until_ = t + ack_hold_ns;
     return moved;
   }
+  if (tx_held_back_ && t < tx_hold_until_) return moved;
   return moved + transmit_at(t);
 }
 
@@ -154,7 +158,7 @@ uint32_t Engine::transmit() {
 }
 
 uint32_t Engine::transmit_at(TimeNs t) {
-  tx_deferred_ = false;
+  tx_held_back_ = false;
   // Frames a full TX ring handed back (tx_[0..tx_held_)) leave first, in
   // order; while any are left no new frame is built, so a slow NIC holds
   // the transport back instead of losing what it sent.

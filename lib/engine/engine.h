@@ -37,8 +37,11 @@ class Engine {
   Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg);
   ~Engine();
 
-  // One iteration; returns frames moved (received + sent).
-  uint32_t poll();
+  // One iteration; returns frames moved (received + sent). Received packets
+  // that ask for an ACK at once hold the transmit step back for
+  // `ack_hold_ns` (0: one poll), or until transmit() (an application's
+  // post): the ACK then leaves with the application's answer.
+  uint32_t poll(TimeNs ack_hold_ns = 0);
   // Sends what the core has ready, nothing else (after a post: the
   // doorbell). Returns frames sent.
   uint32_t transmit();
@@ -93,7 +96,8 @@ class Engine {
   std::vector<TxFrame> tx_;
   uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
   TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing
-  bool tx_deferred_ = false;          // the last poll received and sent nothing
+  bool tx_held_back_ = false;         // transmit waits (see poll)
+  TimeNs tx_hold_until_ = 0;
   EngineStats stats_;
 };
 

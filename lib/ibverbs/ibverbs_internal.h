@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <unordered_set>
+#include <vector>
 
 #include "braid/verbs.h"
 #include "ibverbs/config.h"
@@ -30,6 +31,49 @@ struct Context {
   std::unordered_set<ibv_pd*> pds;
 };
 
+struct Pd {
+  ibv_pd pd;
+  braid_pd* b;
+};
+struct Mr {
+  ibv_mr mr;
+  braid_mr* b;
+};
+struct Channel {
+  ibv_comp_channel ch;
+  braid_comp_channel* b;
+};
+
+// One object for both views of a CQ: ibv_cq_ex starts with ibv_cq's fields
+// (libibverbs' ibv_cq_ex_to_cq is a cast).
+struct Cq {
+  ibv_cq_ex cqx;
+  braid_cq* b = nullptr;
+  // ibv_create_cq_ex: what the program may read, and the completion
+  // start_poll/next_poll stand on.
+  uint64_t wc_flags = 0;
+  braid_wc cur{};
+  ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&cqx); }
+};
+
+// A QP with its extended view (ibv_qp_ex starts with the ibv_qp).
+struct Qp {
+  ibv_qp_ex qpx;
+  braid_qp* b = nullptr;
+  // ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS: the IBV_QP_EX_WITH_*
+  // operations granted; 0 otherwise (ibv_qp_to_qp_ex then gives NULL).
+  uint64_t send_ops = 0;
+  // The ibv_wr_* batch since ibv_wr_start, posted by ibv_wr_complete: room
+  // for max_send_wr requests, made at creation (nothing allocated per post).
+  std::vector<braid_send_wr> batch;
+  std::vector<braid_sge> batch_sge;   // sge_per_wr per request
+  std::vector<uint8_t> batch_inline;  // max_inline per request
+  uint32_t staged = 0;
+  uint32_t sge_per_wr = 0, max_inline = 0;
+  int batch_error = 0;  // the first errno a builder or setter met
+  ibv_qp* qp() { return &qpx.qp_base; }
+};
+
 // Null unless `d` is the device this library listed.
 Device* device_of(ibv_device* d);
 uint64_t node_guid(const Device& d);  // network byte order
@@ -49,6 +93,16 @@ void trace(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 void init_context(Context* c);
 // The part of init_context for PDs, MRs, CQs and QPs (object.cc).
 void install_object_ops(Context* c);
+// ibv_create_qp_ex / ibv_create_cq_ex and the ibv_wr_* / ibv_start_poll
+// operations (extended.cc).
+void install_extended_ops(Context* c);
+void init_qp_ex(Qp* q);
+void init_cq_ex(Cq* q);
+// The common part of ibv_create_qp and ibv_create_qp_ex, ibv_create_cq and
+// ibv_create_cq_ex (object.cc); errno set on failure.
+Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+Cq* create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
+              int comp_vector);
 // Destroys what the program left on the context, QPs first.
 void release_objects(Context* c);
 

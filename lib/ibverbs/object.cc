@@ -16,26 +16,19 @@
 namespace braid::ibv {
 namespace {
 
-struct Pd {
-  ibv_pd pd;
-  braid_pd* b;
-};
-struct Mr {
-  ibv_mr mr;
-  braid_mr* b;
-};
-struct Channel {
-  ibv_comp_channel ch;
-  braid_comp_channel* b;
-};
-struct Cq {
-  ibv_cq cq;
-  braid_cq* b;
-};
-struct Qp {
-  ibv_qp qp;
-  braid_qp* b;
-};
+// The CQ's two views share their common fields.
+static_assert(offsetof(ibv_cq, context) == offsetof(ibv_cq_ex, context) &&
+              offsetof(ibv_cq, channel) == offsetof(ibv_cq_ex, channel) &&
+              offsetof(ibv_cq, cq_context) == offsetof(ibv_cq_ex, cq_context) &&
+              offsetof(ibv_cq, cqe) == offsetof(ibv_cq_ex, cqe) &&
+              offsetof(ibv_cq, mutex) == offsetof(ibv_cq_ex, mutex) &&
+              offsetof(ibv_cq, cond) == offsetof(ibv_cq_ex, cond) &&
+              offsetof(ibv_cq, comp_events_completed) ==
+                  offsetof(ibv_cq_ex, comp_events_completed) &&
+              offsetof(ibv_cq, async_events_completed) ==
+                  offsetof(ibv_cq_ex, async_events_completed));
+static_assert(offsetof(Cq, cqx) == 0 && offsetof(Qp, qpx) == 0 &&
+              offsetof(ibv_qp_ex, qp_base) == 0);
 
 // The same memory layout on both sides: lists pass through untouched.
 static_assert(sizeof(ibv_sge) == sizeof(braid_sge) &&
@@ -174,6 +167,7 @@ int dealloc_mw(ibv_mw*) {
 }  // namespace
 
 void install_object_ops(Context* c) {
+  install_extended_ops(c);
   ibv_context_ops& ops = c->vctx.context.ops;
   ops.poll_cq = poll_cq;
   ops.req_notify_cq = req_notify_cq;
@@ -316,29 +310,37 @@ BRAID_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   return 0;
 }
 
-BRAID_EXPORT ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context,
-                                   ibv_comp_channel* channel, int comp_vector) {
+Cq* braid::ibv::create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
+                          int comp_vector) {
   Context* c = context_of(ctx);
-  if (c == nullptr || cqe < 1) return fail_null<ibv_cq>(EINVAL);
+  if (c == nullptr || cqe < 1) return fail_null<Cq>(EINVAL);
   auto* q = new (std::nothrow) Cq{};
-  if (q == nullptr) return fail_null<ibv_cq>(ENOMEM);
+  if (q == nullptr) return fail_null<Cq>(ENOMEM);
   braid_comp_channel* bch = channel ? reinterpret_cast<Channel*>(channel)->b : nullptr;
   // Braid's cq_context is our wrapper: get_cq_event maps back through it.
   q->b = braid_create_cq(c->braid, cqe, q, bch, comp_vector);
   if (q->b == nullptr) {
     delete q;
-    return fail_null<ibv_cq>(EINVAL);
+    return fail_null<Cq>(EINVAL);
   }
-  q->cq.context = ctx;
-  q->cq.channel = channel;
-  q->cq.cq_context = cq_context;
-  q->cq.cqe = cqe;
-  pthread_mutex_init(&q->cq.mutex, nullptr);
-  pthread_cond_init(&q->cq.cond, nullptr);
+  init_cq_ex(q);
+  ibv_cq* cq = q->cq();
+  cq->context = ctx;
+  cq->channel = channel;
+  cq->cq_context = cq_context;
+  cq->cqe = cqe;
+  pthread_mutex_init(&cq->mutex, nullptr);
+  pthread_cond_init(&cq->cond, nullptr);
   if (channel) ++channel->refcnt;
-  c->cqs.insert(&q->cq);
-  trace("create_cq %d -> %p", cqe, static_cast<void*>(&q->cq));
-  return &q->cq;
+  c->cqs.insert(cq);
+  trace("create_cq %d -> %p", cqe, static_cast<void*>(cq));
+  return q;
+}
+
+BRAID_EXPORT ibv_cq* ibv_create_cq(ibv_context* ctx, int cqe, void* cq_context,
+                                   ibv_comp_channel* channel, int comp_vector) {
+  Cq* q = create_cq(ctx, cqe, cq_context, channel, comp_vector);
+  return q ? q->cq() : nullptr;
 }
 
 BRAID_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
@@ -363,8 +365,8 @@ BRAID_EXPORT int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void**
     return -1;
   }
   Cq* q = static_cast<Cq*>(ours);
-  *cq = &q->cq;
-  *cq_context = q->cq.cq_context;
+  *cq = q->cq();
+  *cq_context = q->cq()->cq_context;
   return 0;
 }
 
@@ -380,12 +382,12 @@ BRAID_EXPORT int ibv_resize_cq(ibv_cq*, int) {
 
 // ---- Queue pairs (RC) ----
 
-BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
-  if (pd == nullptr || attr == nullptr) return fail_null<ibv_qp>(EINVAL);
+Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return fail_null<Qp>(EINVAL);
   if (attr->qp_type != IBV_QPT_RC || attr->srq != nullptr) {
-    return fail_null<ibv_qp>(EOPNOTSUPP);  // UC, UD, raw, XRC and SRQs: not in Braid
+    return fail_null<Qp>(EOPNOTSUPP);  // UC, UD, raw, XRC and SRQs: not in Braid
   }
-  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<ibv_qp>(EINVAL);
+  if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<Qp>(EINVAL);
   braid_qp_init_attr b{};
   b.qp_context = attr->qp_context;
   b.send_cq = cq_of(attr->send_cq)->b;
@@ -395,12 +397,13 @@ BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   b.qp_type = BRAID_QPT_RC;
   b.sq_sig_all = attr->sq_sig_all;
   auto* q = new (std::nothrow) Qp{};
-  if (q == nullptr) return fail_null<ibv_qp>(ENOMEM);
+  if (q == nullptr) return fail_null<Qp>(ENOMEM);
   q->b = braid_create_qp(pd_of(pd)->b, &b);
   if (q->b == nullptr) {
     delete q;
-    return fail_null<ibv_qp>(EINVAL);
+    return fail_null<Qp>(EINVAL);
   }
+  init_qp_ex(q);
   // What the QP really has, as providers report it.
   braid_qp_attr qa{};
   braid_qp_init_attr qi{};
@@ -411,19 +414,25 @@ BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     attr->cap.max_recv_sge = qi.cap.max_recv_sge;
     attr->cap.max_inline_data = qi.cap.max_inline_data;
   }
-  q->qp.context = pd->context;
-  q->qp.qp_context = attr->qp_context;
-  q->qp.pd = pd;
-  q->qp.send_cq = attr->send_cq;
-  q->qp.recv_cq = attr->recv_cq;
-  q->qp.qp_num = braid_qp_num(q->b);
-  q->qp.state = IBV_QPS_RESET;
-  q->qp.qp_type = IBV_QPT_RC;
-  pthread_mutex_init(&q->qp.mutex, nullptr);
-  pthread_cond_init(&q->qp.cond, nullptr);
-  context_of(pd->context)->qps.insert(&q->qp);
-  trace("create_qp -> %p qpn %u", static_cast<void*>(&q->qp), q->qp.qp_num);
-  return &q->qp;
+  ibv_qp* qp = q->qp();
+  qp->context = pd->context;
+  qp->qp_context = attr->qp_context;
+  qp->pd = pd;
+  qp->send_cq = attr->send_cq;
+  qp->recv_cq = attr->recv_cq;
+  qp->qp_num = braid_qp_num(q->b);
+  qp->state = IBV_QPS_RESET;
+  qp->qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&qp->mutex, nullptr);
+  pthread_cond_init(&qp->cond, nullptr);
+  context_of(pd->context)->qps.insert(qp);
+  trace("create_qp -> %p qpn %u", static_cast<void*>(qp), qp->qp_num);
+  return q;
+}
+
+BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  Qp* q = create_qp(pd, attr);
+  return q ? q->qp() : nullptr;
 }
 
 BRAID_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
@@ -504,9 +513,19 @@ BRAID_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask,
 }
 
 BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
-  trace("destroy_qp %p", static_cast<void*>(qp));
   if (qp == nullptr) return fail(EINVAL);
   Qp* q = qp_of(qp);
+  braid_qp_stats st{};
+  braid_query_qp_stats(q->b, &st);
+  trace(
+      "destroy_qp %p: sent %lu (retransmits %lu), received %lu (duplicates %lu), acks %lu/%lu, "
+      "timeouts %lu, lost inferred %lu",
+      static_cast<void*>(qp), static_cast<unsigned long>(st.data_packets_sent),
+      static_cast<unsigned long>(st.retransmits),
+      static_cast<unsigned long>(st.data_packets_received),
+      static_cast<unsigned long>(st.duplicates), static_cast<unsigned long>(st.acks_sent),
+      static_cast<unsigned long>(st.acks_received), static_cast<unsigned long>(st.timeouts),
+      static_cast<unsigned long>(st.lost_inferred));
   if (const int rc = braid_destroy_qp(q->b)) return fail(rc);
   context_of(qp->context)->qps.erase(qp);
   pthread_cond_destroy(&qp->cond);

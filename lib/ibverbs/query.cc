@@ -83,6 +83,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   if (input != nullptr && input->comp_mask != 0) return EINVAL;
   ibv_device_attr_ex out{};
   if (const int rc = fill_device_attr(c, &out.orig_attr)) return rc;
+  out.device_cap_flags_ex = out.orig_attr.device_cap_flags;
   out.max_dm_size = 0;
   std::memcpy(attr, &out, std::min(size, sizeof out));
   return 0;

@@ -96,11 +96,6 @@ BRAID_EXPORT ibv_mr* ibv_reg_dmabuf_mr(ibv_pd*, uint64_t, size_t, uint64_t, int,
   return unsupported_null<ibv_mr>();
 }
 
-// The extended QP (ibv_wr_*): not yet; programs then use ibv_post_send.
-BRAID_EXPORT ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp*) {
-  return unsupported_null<ibv_qp_ex>();
-}
-
 // Helpers for kernel structures and sysfs (declared in rdma-core's private
 // headers): there is no kernel device behind Braid.
 BRAID_EXPORT void ibv_copy_qp_attr_from_kern(void*, const void*) {}

@@ -315,6 +315,45 @@ TEST_P(VerbsPair, LocalKeyAndStateChecksRejectBadWorkRequests) {
   EXPECT_EQ(braid_close_device(a.ctx), EBUSY);  // objects still open
 }
 
+// braid_post_send_all (behind libibverbs' ibv_wr_complete): every request of
+// the list, or none when any would be refused.
+TEST_P(VerbsPair, PostSendAllPostsEveryRequestOrNone) {
+  for (size_t i = 0; i < 8192; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
+  braid_sge good = sge(a, 0, 64);
+  braid_sge bad_key = sge(a, 0, 64);
+  bad_key.lkey ^= 0x1000;
+  std::vector<braid_send_wr> chain(3);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    chain[i] = rdma_write(&good, 10 + i, b, 4096 * i);
+    if (i + 1 < chain.size()) chain[i].next = &chain[i + 1];
+  }
+  chain[2].sg_list = &bad_key;  // the last is refused: nothing goes
+  EXPECT_EQ(braid_post_send_all(a.qp, chain.data()), EINVAL);
+  // More than the send queue holds (128): nothing goes either.
+  std::vector<braid_send_wr> many(129, rdma_write(&good, 50, b, 8192));
+  for (size_t i = 0; i + 1 < many.size(); ++i) many[i].next = &many[i + 1];
+  EXPECT_EQ(braid_post_send_all(a.qp, many.data()), ENOMEM);
+  // A marker WRITE: the first completion must be its own.
+  braid_send_wr marker = rdma_write(&good, 99, b, 12288);
+  ASSERT_EQ(braid_post_send(a.qp, &marker, nullptr), 0);
+  auto wc = wait(a, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].wr_id, 99u);
+  for (size_t off : {size_t{0}, size_t{4096}, size_t{8192}}) {
+    EXPECT_EQ(b.buf[off], 0) << "a refused list wrote at " << off;
+  }
+  // The same list with its last request mended: all three complete.
+  chain[2].sg_list = &good;
+  ASSERT_EQ(braid_post_send_all(a.qp, chain.data()), 0) << braid_last_error();
+  wc = wait(a, 3);
+  ASSERT_EQ(wc.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(wc[i].wr_id, 10 + i);
+    EXPECT_EQ(wc[i].status, BRAID_WC_SUCCESS);
+    EXPECT_EQ(std::memcmp(b.buf.data() + 4096 * i, a.buf.data(), 64), 0);
+  }
+}
+
 TEST_P(VerbsPipe, MalformedAndForeignFramesAreDroppedAndCountedWhileTrafficFlows) {
   std::mt19937_64 g(7);
   for (size_t i = 0; i < 600000; ++i) a.buf[i] = static_cast<uint8_t>(g());
@@ -492,6 +531,45 @@ TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
   EXPECT_EQ(tx_frames(b), before + 1);
   ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
   EXPECT_EQ(qs.acks_sent, 2u);
+}
+
+// The progress thread polls with a hold: an ACK asked for at once waits for
+// the application's answer (any number of polls), and leaves with it.
+TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
+  auto tx_frames = [](Side& s) {
+    braid_port_stats st{};
+    EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
+    return st.tx_frames;
+  };
+  for (int i = 0; i < 4; ++i) {
+    braid_progress(a.ctx);
+    braid_progress(b.ctx);
+  }
+  braid_sge sa = sge(a, 0, 64);
+  braid_send_wr w = write_to_b(&sa, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  const uint64_t before = tx_frames(b);
+  constexpr braid::TimeNs kLong = 3'600'000'000'000;  // never expires in a test
+  for (int i = 0; i < 5; ++i) b.ctx->engine->poll(kLong);
+  braid_qp_stats qs{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  ASSERT_EQ(qs.data_packets_received, 1u);
+  EXPECT_EQ(qs.acks_sent, 0u);
+  EXPECT_EQ(tx_frames(b), before);
+  braid_sge sb = sge(b, 4096, 64);
+  braid_send_wr back = rdma_write(&sb, 2, a, 4096);
+  ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
+  EXPECT_EQ(tx_frames(b), before + 2);
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.acks_sent, 1u);
+  // A hold that has run out lets the ACK go at the next poll.
+  const auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  const uint64_t again = tx_frames(b);
+  b.ctx->engine->poll(1);  // receives; holds for 1 ns
+  b.ctx->engine->poll(1);
+  EXPECT_EQ(tx_frames(b), again + 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),
