@@ -57,6 +57,12 @@ class PacketIo {
   virtual bool link_up() const = 0;
   virtual PacketIoStats stats() const = 0;
   virtual std::string describe() const = 0;
+  // The calling thread is about to drive this backend besides the one that
+  // opened it (a progress thread), and is done with it. DPDK gives a thread
+  // it does not know no per-core mbuf cache: every buffer then goes through
+  // the shared pool.
+  virtual void attach_thread() {}
+  virtual void detach_thread() {}
 };
 
 }  // namespace braid

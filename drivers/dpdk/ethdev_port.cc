@@ -528,6 +528,23 @@ bool EthdevPort::link_up() const {
   return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
 }
 
+namespace {
+thread_local bool t_registered = false;  // this thread was given an lcore by attach_thread
+}  // namespace
+
+void EthdevPort::attach_thread() {
+  if (rte_lcore_id() != LCORE_ID_ANY) return;  // an EAL thread already
+  // An lcore id gives the thread its own mempool caches. Without a free id
+  // it works on, through the shared pool.
+  if (rte_thread_register() == 0) t_registered = true;
+}
+
+void EthdevPort::detach_thread() {
+  if (!t_registered) return;
+  rte_thread_unregister();
+  t_registered = false;
+}
+
 PacketIoStats EthdevPort::stats() const {
   PacketIoStats s;
   s.rx_frames = rx_frames_;

@@ -63,6 +63,8 @@ class EthdevPort final : public PacketIo {
   // rx_missed: the PMD's imissed and rx_nombuf, plus received frames dropped
   // here because they spanned several mbufs (rx_chained_dropped).
   PacketIoStats stats() const override;
+  void attach_thread() override;
+  void detach_thread() override;
   std::string describe() const override;
 
   uint16_t port_id() const { return port_id_; }

@@ -101,6 +101,7 @@ void progress_loop(braid_context* c) {
   // socket) answers nothing: its ACKs go at once.
   constexpr braid::TimeNs kAckHoldNs = 30'000;
   constexpr uint64_t kAnswerWindowNs = 2'000'000;
+  c->engine->io().attach_thread();
   uint64_t seen = c->calls.load(std::memory_order_relaxed);
   uint64_t last_active_ns = steady_ns();
   bool may_answer = true;
@@ -130,6 +131,7 @@ void progress_loop(braid_context* c) {
     idle = 0;
     std::this_thread::yield();
   }
+  c->engine->io().detach_thread();
 }
 
 // Local key check for a work request's buffers: every SGE must lie inside a
