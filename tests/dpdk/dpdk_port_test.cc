@@ -13,6 +13,7 @@
 #include <rte_dev.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
+#include <rte_lcore.h>
 #include <rte_ring.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dpdk/eal.h"
@@ -191,6 +193,41 @@ TEST_F(EthdevPortTest, BurstCrossesTheRingPairByteExact) {
   const auto back = receive(*a, 1);
   ASSERT_EQ(back.size(), 1u);
   EXPECT_EQ(back[0], pattern(100, 7));
+}
+
+// A thread that drives a port besides the one that opened it (a progress
+// thread) becomes an lcore while attached, so that DPDK gives it mempool
+// caches; the frames it moves are the same.
+TEST_F(EthdevPortTest, AttachedThreadIsAnLcoreAndMovesFrames) {
+  auto a = open(kPortA);
+  auto b = open(kPortB);
+  ASSERT_TRUE(a && b);
+  const uint32_t a_start = a->pool_available();
+  unsigned during = LCORE_ID_ANY, before = 0, after = 0;
+  std::vector<std::vector<uint8_t>> got;
+  std::thread t([&] {
+    before = rte_lcore_id();
+    a->attach_thread();
+    during = rte_lcore_id();
+    EXPECT_EQ(send(*a, {pattern(500, 1), pattern(1514, 2)}), 2u);
+    got = receive(*b, 2);
+    a->detach_thread();
+    after = rte_lcore_id();
+  });
+  t.join();
+  EXPECT_EQ(before, unsigned{LCORE_ID_ANY});
+  EXPECT_NE(during, unsigned{LCORE_ID_ANY});
+  EXPECT_NE(during, rte_lcore_id());  // not the main lcore's id
+  EXPECT_EQ(after, unsigned{LCORE_ID_ANY});
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0], pattern(500, 1));
+  EXPECT_EQ(got[1], pattern(1514, 2));
+  EXPECT_EQ(a->pool_available(), a_start);  // caches counted: every buffer home
+  // Attaching the opening (EAL) thread changes nothing.
+  const unsigned main_id = rte_lcore_id();
+  a->attach_thread();
+  a->detach_thread();
+  EXPECT_EQ(rte_lcore_id(), main_id);
 }
 
 TEST_F(EthdevPortTest, TxAllocAndFreeReturnEveryBuffer) {
