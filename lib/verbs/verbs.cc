@@ -59,6 +59,7 @@ void signal_armed_cqs(braid_context* c) {
   for (braid_cq* cq : c->cqs) {
     if (!cq->armed || cq->channel == nullptr || cq->ring.size() == 0) continue;
     cq->armed = false;
+    c->armed.fetch_sub(1, std::memory_order_relaxed);
     cq->channel->fired.push_back(cq);
     const uint64_t one = 1;
     if (write(cq->channel->fd, &one, sizeof(one)) < 0) {
@@ -108,9 +109,15 @@ void progress_loop(braid_context* c) {
   uint32_t idle = 0, polls = 0;
   while (!c->stop.load(std::memory_order_relaxed)) {
     const uint64_t calls = c->calls.load(std::memory_order_relaxed);
-    if (calls != seen) {  // the application called since the last look
+    auto waits_for_events = [c] { return c->armed.load(std::memory_order_relaxed) > 0; };
+    if (calls != seen && !waits_for_events()) {  // the application called since the last look
       seen = calls;
-      std::this_thread::sleep_for(kAppActiveSleep);
+      {
+        std::unique_lock<std::mutex> w(c->wake_lock);
+        c->wake.wait_for(w, kAppActiveSleep, [&] {
+          return waits_for_events() || c->stop.load(std::memory_order_relaxed);
+        });
+      }
       last_active_ns = steady_ns();
       may_answer = true;
       continue;
@@ -257,7 +264,11 @@ void start_progress_thread(braid_context* c) {
 
 void stop_progress_thread(braid_context* c) {
   if (!c->progress.joinable()) return;
-  c->stop = true;
+  {
+    std::lock_guard<std::mutex> w(c->wake_lock);
+    c->stop = true;
+  }
+  c->wake.notify_one();
   c->progress.join();
   std::lock_guard<std::mutex> g(g_threads_lock);
   g_threaded.erase(std::remove(g_threaded.begin(), g_threaded.end(), c), g_threaded.end());
@@ -464,6 +475,7 @@ int braid_destroy_cq(struct braid_cq* cq) {
   Guard g(c);
   if (cq->users > 0) return fail(EBUSY, "destroy_cq: QPs still use this CQ");
   c->cqs.erase(std::remove(c->cqs.begin(), c->cqs.end(), cq), c->cqs.end());
+  if (cq->armed) c->armed.fetch_sub(1, std::memory_order_relaxed);
   if (cq->channel != nullptr) {
     auto& f = cq->channel->fired;
     f.erase(std::remove(f.begin(), f.end(), cq), f.end());
@@ -504,8 +516,17 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
 int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
   (void)solicited_only;
   if (cq == nullptr || cq->channel == nullptr) return EINVAL;
-  Guard g(cq->context);
-  cq->armed = true;
+  braid_context* c = cq->context;
+  Guard g(c);
+  if (!cq->armed) {
+    cq->armed = true;
+    // The application is about to wait for an event: from now on only the
+    // thread drives the device.
+    if (c->armed.fetch_add(1, std::memory_order_relaxed) == 0 && c->threaded) {
+      std::lock_guard<std::mutex> w(c->wake_lock);
+      c->wake.notify_one();
+    }
+  }
   return 0;
 }
 

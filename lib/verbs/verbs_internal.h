@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -29,6 +30,13 @@ struct braid_context {
   // move while the application drives the device. A counter, not a clock:
   // reading the clock on every call cost a fifth of a busy client's time.
   std::atomic<uint64_t> calls{0};
+  // CQs armed for an event (req_notify_cq, not fired yet): the application
+  // waits for the device, so the thread drives it whatever `calls` says.
+  std::atomic<int> armed{0};
+  // The thread's sleep while the application calls; arming a CQ (and stop)
+  // wakes it.
+  std::mutex wake_lock;
+  std::condition_variable wake;
   uint32_t next_pd = 1;
   std::vector<bool> qpn_used = std::vector<bool>(65536, false);
   std::vector<braid_cq*> cqs;

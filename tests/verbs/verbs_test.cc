@@ -165,7 +165,21 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
 };
 
 // Tests that need to reach into the cable: the software backend only.
-class VerbsPipe : public VerbsPair {};
+class VerbsPipe : public VerbsPair {
+ protected:
+  static uint64_t tx_frames(Side& s) {
+    braid_port_stats st{};
+    EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
+    return st.tx_frames;
+  }
+  // Each side learns the other's MAC (ARP) first.
+  void learn_macs() {
+    for (int i = 0; i < 4; ++i) {
+      braid_progress(a.ctx);
+      braid_progress(b.ctx);
+    }
+  }
+};
 
 TEST_P(VerbsPair, QueriesDescribeAnEthernetRoceLikePort) {
   braid_port_attr pa{};
@@ -492,16 +506,7 @@ TEST_P(VerbsPair, TransportCountersFollowTheTraffic) {
 // answered by the application right away: its ACK waits one poll and then
 // leaves with the answer, or alone at the next poll.
 TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
-  auto tx_frames = [](Side& s) {
-    braid_port_stats st{};
-    EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
-    return st.tx_frames;
-  };
-  // Each side learns the other's MAC (ARP) first.
-  for (int i = 0; i < 4; ++i) {
-    braid_progress(a.ctx);
-    braid_progress(b.ctx);
-  }
+  learn_macs();
   braid_sge sa = sge(a, 0, 64);
   braid_send_wr w = write_to_b(&sa, 1);
   // Ping: b receives it; nothing leaves b in that poll.
@@ -536,15 +541,7 @@ TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
 // The progress thread polls with a hold: an ACK asked for at once waits for
 // the application's answer (any number of polls), and leaves with it.
 TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
-  auto tx_frames = [](Side& s) {
-    braid_port_stats st{};
-    EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
-    return st.tx_frames;
-  };
-  for (int i = 0; i < 4; ++i) {
-    braid_progress(a.ctx);
-    braid_progress(b.ctx);
-  }
+  learn_macs();
   braid_sge sa = sge(a, 0, 64);
   braid_send_wr w = write_to_b(&sa, 1);
   ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
