@@ -515,11 +515,15 @@ void Eal::shutdown() {
   // are stopped and closed too; DPDK's complaints about the ones already
   // stopped are noise at exit.
   rte_log_set_global_level(RTE_LOG_EMERG);
-  uint16_t port = 0;
-  RTE_ETH_FOREACH_DEV(port) {
-    rte_eth_dev_stop(port);
-    rte_eth_dev_close(port);
-  }
+  run_on_interrupt_thread(
+      [](void*) {
+        uint16_t port = 0;
+        RTE_ETH_FOREACH_DEV(port) {
+          rte_eth_dev_stop(port);
+          rte_eth_dev_close(port);
+        }
+      },
+      nullptr);
   drain_interrupts();
   rte_eal_cleanup();
   s.initialized = false;
@@ -541,12 +545,50 @@ void Eal::drain_interrupts() {
   if (initialized()) drain_interrupt_thread_impl();
 }
 
+void Eal::run_on_interrupt_thread(void (*fn)(void*), void* arg) {
+  struct Job {
+    void (*fn)(void*);
+    void* arg;
+    std::atomic<int> state{0};  // 0 queued, 1 running, 2 done
+  } job{fn, arg};
+  auto cb = [](void* p) {
+    auto* j = static_cast<Job*>(p);
+    int queued = 0;
+    if (!j->state.compare_exchange_strong(queued, 1)) return;  // taken back
+    j->fn(j->arg);
+    j->state.store(2);
+  };
+  if (!initialized() || rte_eal_alarm_set(1, cb, &job) != 0) {
+    fn(arg);
+    return;
+  }
+  // Bounded: if the interrupt thread is gone or stuck, take the job back
+  // and run it here.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+  while (job.state.load() != 2) {
+    if (job.state.load() == 0 && std::chrono::steady_clock::now() > until) {
+      int queued = 0;
+      if (job.state.compare_exchange_strong(queued, 1)) {
+        rte_eal_alarm_cancel(cb, &job);
+        fn(arg);
+        return;
+      }
+    }
+    std::this_thread::yield();
+  }
+}
+
 Status Eal::remove_vdev(const std::string& name) {
   if (!initialized()) return Status::failure("remove_vdev: the EAL is not initialised");
   uint16_t port = 0;
   if (rte_eth_dev_get_port_by_name(name.c_str(), &port) == 0) {
-    rte_eth_dev_stop(port);
-    rte_eth_dev_close(port);
+    run_on_interrupt_thread(
+        [](void* p) {
+          const uint16_t id = *static_cast<uint16_t*>(p);
+          rte_eth_dev_stop(id);
+          rte_eth_dev_close(id);
+        },
+        &port);
   }
   drain_interrupts();
   if (const int rc = rte_eal_hotplug_remove("vdev", name.c_str()); rc != 0) {

@@ -78,6 +78,12 @@ class Eal {
   static Status remove_vdev(const std::string& name);
   // Returns once the interrupt thread has handled what it had been handed.
   static void drain_interrupts();
+  // Runs `fn` on the EAL's interrupt thread (as an alarm) and waits for it:
+  // what it does to a port cannot interleave with the port's own events
+  // there (a memif peer's disconnect unmapping the rings a close is
+  // tearing down crashed now and then). Runs `fn` here if the EAL has no
+  // interrupt thread to run it on.
+  static void run_on_interrupt_thread(void (*fn)(void*), void* arg);
   // The arguments init passed to rte_eal_init (empty before).
   static const std::vector<std::string>& args();
   // The memory mode init resolved `auto` to.

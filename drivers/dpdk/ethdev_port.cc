@@ -415,7 +415,8 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 EthdevPort::~EthdevPort() {
   SigpipeGuard no_sigpipe;
   if (started_) {
-    rte_eth_dev_stop(port_id_);
+    Eal::run_on_interrupt_thread([](void* p) { rte_eth_dev_stop(*static_cast<uint16_t*>(p)); },
+                                 &port_id_);
     // Stopping a memif or vhost port raises events (its peer's disconnect)
     // that the interrupt thread handles with the port's state: let it, so
     // the next close or removal does not pull that state from under it.

@@ -15,7 +15,10 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_ring.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include <algorithm>
 #include <cstring>
@@ -46,6 +49,7 @@ std::string g_eal_error;
 // one not named by a pid. Init removes only the first.
 struct PlantedRuntimeDirs {
   std::filesystem::path dead, alive, other;
+  pid_t child = -1;
 };
 PlantedRuntimeDirs g_planted;
 
@@ -55,16 +59,24 @@ std::filesystem::path dpdk_runtime_base() {
   return std::filesystem::path(xdg ? xdg : "/tmp") / "dpdk";
 }
 
+// Each test process plants its own: ctest runs several at once, and one's
+// clean-up must not take another's dirs.
 void plant_runtime_dirs() {
   std::ifstream max_file("/proc/sys/kernel/pid_max");
   long pid_max = 32768;
   max_file >> pid_max;
-  long dead = pid_max - 1;
+  long dead = pid_max - 1 - ::getpid() % 4096;
   while (dead > 1 && std::filesystem::exists("/proc/" + std::to_string(dead))) --dead;
+  // A process that lives as long as the test: a child that waits.
+  g_planted.child = ::fork();
+  if (g_planted.child == 0) {
+    ::pause();
+    ::_exit(0);
+  }
   const std::filesystem::path base = dpdk_runtime_base();
   g_planted.dead = base / ("braid-" + std::to_string(dead));
-  g_planted.alive = base / ("braid-" + std::to_string(::getppid()));
-  g_planted.other = base / "braid-notapid";
+  g_planted.alive = base / ("braid-" + std::to_string(g_planted.child));
+  g_planted.other = base / ("braid-notapid" + std::to_string(::getpid()));
   for (const auto& d : {g_planted.dead, g_planted.alive, g_planted.other}) {
     std::filesystem::create_directories(d);
     std::ofstream(d / "config") << "x";
@@ -100,6 +112,10 @@ class DpdkEnvironment : public ::testing::Environment {
     std::error_code ec;
     for (const auto& d : {g_planted.dead, g_planted.alive, g_planted.other}) {
       if (!d.empty()) std::filesystem::remove_all(d, ec);
+    }
+    if (g_planted.child > 0) {
+      ::kill(g_planted.child, SIGKILL);
+      ::waitpid(g_planted.child, nullptr, 0);
     }
   }
 };
