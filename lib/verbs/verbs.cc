@@ -229,6 +229,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     uint8_t* slot = qp->inline_buf.data() + (qp->inline_slot++ % qp->init.cap.max_send_wr) * cap;
     size_t off = 0;
     for (int i = 0; i < wr->num_sge; ++i) {
+      if (wr->sg_list[i].length == 0) continue;  // its address may be anything
       std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
                   wr->sg_list[i].length);
       off += wr->sg_list[i].length;
