@@ -316,7 +316,6 @@ ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
   Cq* q = create_cq(ctx, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                     static_cast<int>(attr->comp_vector));
   if (q == nullptr) return nullptr;
-  q->wc_flags = attr->wc_flags;
   return &q->cqx;
 }
 

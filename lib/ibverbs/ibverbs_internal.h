@@ -49,9 +49,7 @@ struct Channel {
 struct Cq {
   ibv_cq_ex cqx;
   braid_cq* b = nullptr;
-  // ibv_create_cq_ex: what the program may read, and the completion
-  // start_poll/next_poll stand on.
-  uint64_t wc_flags = 0;
+  // The completion ibv_start_poll / ibv_next_poll stand on.
   braid_wc cur{};
   ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&cqx); }
 };
