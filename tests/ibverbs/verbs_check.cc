@@ -371,6 +371,17 @@ void expect_send_ok(Side& s, ibv_wc_opcode op, const char* what) {
 
 // ---- Client ----
 
+// A signaled work request for the classic ibv_post_send.
+ibv_send_wr signaled_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sges, int num_sge) {
+  ibv_send_wr wr{};
+  wr.wr_id = wr_id;
+  wr.sg_list = sges;
+  wr.num_sge = num_sge;
+  wr.opcode = op;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  return wr;
+}
+
 // A reply from the server: kGood or kBad in the immediate.
 uint32_t await_reply(Side& s) {
   const Wc w = next_classic(s.recv_cq);
@@ -513,12 +524,7 @@ void run_client(Side& s, const Info& peer) {
     fill(s.src, len, 99);
     ibv_sge sges[2] = {{reinterpret_cast<uintptr_t>(s.src), s1, lkey},
                        {reinterpret_cast<uintptr_t>(s.src + s1), len - s1, lkey}};
-    ibv_send_wr wr{};
-    wr.wr_id = 0x5E;
-    wr.sg_list = sges;
-    wr.num_sge = 2;
-    wr.opcode = IBV_WR_SEND_WITH_IMM;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = signaled_wr(0x5E, IBV_WR_SEND_WITH_IMM, sges, 2);
     wr.imm_data = htonl((kCheckPayload << 24) | 99);
     ibv_send_wr* bad = nullptr;
     expect(ibv_post_send(s.qp[0], &wr, &bad) == 0, "ibv_post_send (send)");
@@ -530,12 +536,7 @@ void run_client(Side& s, const Info& peer) {
   {
     ibv_sge sge{reinterpret_cast<uintptr_t>(s.dst), 64, lkey};
     std::memset(s.dst, 0x11, 64);
-    ibv_send_wr wr{};
-    wr.wr_id = 0xBAD;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_READ;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = signaled_wr(0xBAD, IBV_WR_RDMA_READ, &sge, 1);
     wr.wr.rdma.remote_addr = at(0);
     wr.wr.rdma.rkey = peer.rkey ^ 0x5A5A00;
     ibv_send_wr* bad = nullptr;
@@ -559,12 +560,7 @@ void run_client(Side& s, const Info& peer) {
   {
     std::memset(s.src, 0xEE, 128);
     ibv_sge sge{reinterpret_cast<uintptr_t>(s.src), 128, lkey};
-    ibv_send_wr wr{};
-    wr.wr_id = 0xB0B;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.send_flags = IBV_SEND_SIGNALED;
+    ibv_send_wr wr = signaled_wr(0xB0B, IBV_WR_RDMA_WRITE, &sge, 1);
     wr.wr.rdma.remote_addr = at(kWindow - 64);
     wr.wr.rdma.rkey = peer.rkey;
     ibv_send_wr* bad = nullptr;
@@ -579,9 +575,7 @@ void run_client(Side& s, const Info& peer) {
   check_window(s, kWindow - 4096, 4096, whole, kWindow - 4096 - 3, "after refused accesses (tail)");
 
   // 7. Done: the server answers, then both close.
-  ibv_send_wr wr{};
-  wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
+  ibv_send_wr wr = signaled_wr(0, IBV_WR_SEND_WITH_IMM, nullptr, 0);
   wr.imm_data = htonl(kDone << 24);
   ibv_send_wr* bad = nullptr;
   expect(ibv_post_send(s.qp[0], &wr, &bad) == 0, "ibv_post_send (done)");

@@ -172,6 +172,17 @@ class VerbsPipe : public VerbsPair {
     EXPECT_EQ(braid_query_port_stats(s.ctx, &st), 0);
     return st.tx_frames;
   }
+  // b answers a's ping with a WRITE: the one ACK b owes leaves with it, two
+  // frames after `before`.
+  void b_answers_with_the_ack(uint64_t before) {
+    braid_sge sb = sge(b, 4096, 64);
+    braid_send_wr back = rdma_write(&sb, 2, a, 4096);
+    ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
+    EXPECT_EQ(tx_frames(b), before + 2);
+    braid_qp_stats qs{};
+    ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+    EXPECT_EQ(qs.acks_sent, 1u);
+  }
   // Each side learns the other's MAC (ARP) first.
   void learn_macs() {
     for (int i = 0; i < 4; ++i) {
@@ -518,12 +529,7 @@ TEST_P(VerbsPipe, ImmediateAckWaitsOnePollToLeaveWithTheAnswer) {
   ASSERT_EQ(qs.data_packets_received, 1u);
   EXPECT_EQ(tx_frames(b), before);
   // The application answers: its WRITE and the ACK leave together.
-  braid_sge sb = sge(b, 4096, 64);
-  braid_send_wr back = rdma_write(&sb, 2, a, 4096);
-  ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
-  EXPECT_EQ(tx_frames(b), before + 2);
-  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
-  EXPECT_EQ(qs.acks_sent, 1u);
+  b_answers_with_the_ack(before);
 
   // No answer: the ACK leaves alone at the next poll.
   const auto wa = wait(a, 1);  // a's completion of WRITE 1, and b's answer lands
@@ -553,12 +559,7 @@ TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
   ASSERT_EQ(qs.data_packets_received, 1u);
   EXPECT_EQ(qs.acks_sent, 0u);
   EXPECT_EQ(tx_frames(b), before);
-  braid_sge sb = sge(b, 4096, 64);
-  braid_send_wr back = rdma_write(&sb, 2, a, 4096);
-  ASSERT_EQ(braid_post_send(b.qp, &back, nullptr), 0);
-  EXPECT_EQ(tx_frames(b), before + 2);
-  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
-  EXPECT_EQ(qs.acks_sent, 1u);
+  b_answers_with_the_ack(before);
   // A hold that has run out lets the ACK go at the next poll.
   const auto wa = wait(a, 1);
   ASSERT_EQ(wa.size(), 1u);
