@@ -100,7 +100,12 @@ void Connection::set_remote_mac(const wire::MacAddr& mac) {
 }
 
 bool Connection::set_send_psn(uint32_t psn) {
-  if (snd_nxt_ != cfg_.tx_psn || sq_tail_ != 0) return false;
+  if (sq_tail_ != 0) return false;
+  // A responder answered READs before RTS (InfiniBand allows it in RTR):
+  // its PSN space has started and the requester follows it (learned from
+  // the first response), so it continues where it is.
+  if (rr_tail_ != 0) return true;
+  if (snd_nxt_ != cfg_.tx_psn) return false;
   cfg_.tx_psn = psn;
   snd_una_ = snd_nxt_ = psn;
   highest_sacked_ = psn - 1;
@@ -278,11 +283,16 @@ void Connection::set_error(WcStatus status) {
   }
   inflight_bytes_ = 0;
   retx_count_ = 0;
-  ack_due_ = false;  // queued NACKs still go out: they tell the peer why
+  // Queued NACKs still go out (they tell the peer why), and so does the ACK
+  // owed for what was accepted before the error: those requests are done
+  // here and must complete at the peer as done.
+  ack_due_ = unacked_packets_ > 0;
 }
 
 void Connection::arm_rto(TimeNs now) {
-  if (snd_una_ == snd_nxt_) {
+  // An outstanding READ keeps the timer: its request is acknowledged, but
+  // only its response data says the responder is still there.
+  if (snd_una_ == snd_nxt_ && reads_outstanding_ == 0) {
     wheel_->cancel(&rto_timer_);
     return;
   }
@@ -302,8 +312,37 @@ void Connection::hold_thunk(Timer*, TimeNs) {
   // Nothing to do: the hold expired, produce() will send again.
 }
 
+void Connection::on_read_timeout(TimeNs now) {
+  // No response data for a whole RTO since the last: the responder may be
+  // gone. Spent like a packet's retries (the responder resends lost
+  // responses itself; this only bounds the wait).
+  if (read_progress_at_ + rto_ > now) {
+    wheel_->schedule(&rto_timer_, read_progress_at_ + rto_);
+    return;
+  }
+  ++stats_.timeouts;
+  ++stats_.read_timeouts;
+  if (++read_retries_ > cfg_.retry_limit) {
+    set_error(WcStatus::kRetryExcErr);
+    return;
+  }
+  read_progress_at_ = now;
+  rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
+  wheel_->schedule(&rto_timer_, now + rto_);
+}
+
 void Connection::on_rto(TimeNs now) {
-  if (state_ != ConnectionState::kActive || snd_una_ == snd_nxt_) return;
+  if (state_ != ConnectionState::kActive) return;
+  // An RNR wait is the receiver's doing, not loss: nothing is charged to the
+  // retry budget until it is over (rnr_retry counts the episodes).
+  if (now < tx_hold_until_) {
+    wheel_->schedule(&rto_timer_, tx_hold_until_ + rto_);
+    return;
+  }
+  if (snd_una_ == snd_nxt_) {
+    if (reads_outstanding_ > 0) on_read_timeout(now);
+    return;
+  }
   // Only packets unacknowledged for a whole RTO since their last transmission
   // are lost; if none is (the oldest were resent recently), wait for the
   // first that will be, without backing off.

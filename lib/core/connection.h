@@ -85,6 +85,7 @@ struct ConnectionStats {
   uint64_t invalid_requests = 0;
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
+  uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
   uint64_t bytes_placed = 0;
 };
 
@@ -101,6 +102,8 @@ struct SendRequest {
   uint64_t remote_addr = 0;
   uint32_t rkey = 0;
   uint32_t imm_data = 0;
+  // IBV_SEND_FENCE: starts only once every earlier READ has completed.
+  bool fence = false;
 };
 
 enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
@@ -142,6 +145,8 @@ class Connection {
   // Packets sent and not yet cumulatively acknowledged.
   uint32_t unacked_packets() const { return snd_nxt_ - snd_una_; }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  // The MSN the next accepted send request gets.
+  uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
   TimeNs rto_ns() const { return rto_; }
   // Bytes of state this connection holds (for the memory-bound tests).
@@ -241,6 +246,7 @@ class Connection {
   void push_send_completion(SendWqe& w, WcStatus status);
   void arm_rto(TimeNs now);
   void on_rto(TimeNs now);
+  void on_read_timeout(TimeNs now);
   static void rto_thunk(Timer* t, TimeNs now);
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
@@ -255,6 +261,8 @@ class Connection {
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   static constexpr uint32_t kPacketCharge = 64;  // headers count towards the window
   uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
+  // The next new packet (a READ response first), window and CC allowing.
+  uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
   void mark_lost(TxRecord& r, LossKind why, TimeNs now);
   void queue_retransmit(TxRecord& r);
   // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
@@ -326,6 +334,12 @@ class Connection {
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
   TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
   uint32_t rnr_retries_ = 0;
+  uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
+  TimeNs read_progress_at_ = 0;  // a READ sent or response data received
+  // The refusal that put the responder in error: a retransmission of the
+  // refused packet gets the NACK again (the first may have been lost).
+  PendingNack fatal_nack_{};
+  bool has_fatal_nack_ = false;
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;

@@ -24,7 +24,12 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::PdsType::kRodReq:
     case wire::PdsType::kRudCcReq:
     case wire::PdsType::kRodCcReq:
-      if (state_ == ConnectionState::kActive) on_data(pkt, now);
+      if (state_ == ConnectionState::kActive) {
+        on_data(pkt, now);
+      } else if (has_fatal_nack_ && pkt.req.psn == fatal_nack_.psn) {
+        // The refused packet again: our NACK was lost. Say why once more.
+        queue_nack(fatal_nack_.psn, fatal_nack_.code, fatal_nack_.vendor, fatal_nack_.flags);
+      }
       break;
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
@@ -88,13 +93,25 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
         queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf));
         break;
       case Refusal::kAccess:
-        queue_nack(psn, kErr, static_cast<uint8_t>(wire::BraidNackReason::kRemoteAccess));
-        break;
       case Refusal::kInvalid:
-        queue_nack(psn, kErr, static_cast<uint8_t>(wire::BraidNackReason::kInvalidRequest));
+        // As an InfiniBand responder: the refused request ends the
+        // connection here too. Nothing after it is placed, posted receives
+        // flush, and the ACK owed for what came before still goes out.
+        fatal_nack_ = PendingNack{
+            psn, kErr,
+            static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
+                                                         : wire::BraidNackReason::kInvalidRequest),
+            0};
+        has_fatal_nack_ = true;
+        queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
+        set_error(WcStatus::kWrFlushErr);
         break;
     }
     return;
+  }
+  if (pkt.has_ses_response) {
+    read_progress_at_ = now;
+    read_retries_ = 0;
   }
   const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
@@ -178,6 +195,12 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       const bool imm = s.initiator & kRsnFlag;
       uint32_t rsn = 0;
       if (imm && !receive_slot(s.initiator, &rsn, why)) return false;
+      // A zero-length WRITE (a WRITE_IMM doorbell) touches no memory: no key
+      // check, as InfiniBand.
+      if (s.request_length == 0) {
+        if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
+        return true;
+      }
       if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
       // Every packet checks the whole message's range, as an RC responder does
       // on the first packet: a message that overruns the region places nothing.
@@ -215,7 +238,9 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
       if (len != 0 || !s.som() || !s.eom()) return invalid();
       if (s.memory_key > 0xffffffffu) return access();
       uint8_t* src = nullptr;
-      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length,
+      // A zero-length READ (a fence) reads nothing: no key check.
+      if (s.request_length > 0 &&
+          mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length,
                         kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
         return access();
       }
@@ -307,8 +332,10 @@ void Connection::execute_reads() {
     uint8_t* src = nullptr;
     // Checked again (and again for every packet built): the region may have
     // gone since the request arrived.
-    job.return_code = ses_return_code(
-        mrs_->resolve(pr.rkey, pr.addr, pr.length, kAccessRemoteRead, cfg_.pd, &src));
+    job.return_code = pr.length == 0
+                          ? wire::kSesRcOk
+                          : ses_return_code(mrs_->resolve(pr.rkey, pr.addr, pr.length,
+                                                          kAccessRemoteRead, cfg_.pd, &src));
     if (job.return_code == wire::kSesRcOk) {
       job.rkey = pr.rkey;
       job.addr = pr.addr;

@@ -46,11 +46,14 @@ wire::SesOpcode ses_opcode(Opcode op) {
 
 bool Connection::wants_to_send() const {
   if (!mac_known_) return false;
-  if (nack_count_ > 0) return true;
+  if (nack_count_ > 0 || ack_due_) return true;
   if (state_ != ConnectionState::kActive) return false;
-  if (ack_due_) return true;
   if (retx_count_ > 0) return true;
-  if (rr_tx_ == rr_tail_ && sq_tx_ == sq_tail_) return false;
+  if (rr_tx_ == rr_tail_) {
+    if (sq_tx_ == sq_tail_) return false;
+    const SendWqe& w = sq_[sq_tx_ & sq_mask_];
+    if (w.wr.fence && !w.started && reads_outstanding_ > 0) return false;
+  }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
   return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
 }
@@ -58,8 +61,8 @@ bool Connection::wants_to_send() const {
 uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
   if (nack_count_ > 0) return build_nack(buf, cap);
+  if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
   if (state_ != ConnectionState::kActive) return 0;
-  if (ack_due_) return build_ack(buf, cap, now);
   return produce_data(buf, cap, now);
 }
 
@@ -92,6 +95,9 @@ bool Connection::next_new_packet(TxRecord* r) {
   }
   if (sq_tx_ == sq_tail_) return false;
   SendWqe& w = sq_[sq_tx_ & sq_mask_];
+  // A fenced request waits for the data of every READ before it: a WRITE
+  // after a READ of the same bytes must not be placed before they are read.
+  if (w.wr.fence && !w.started && reads_outstanding_ > 0) return false;
   r->kind = TxKind::kRequest;
   r->seq = w.msn;
   if (w.wr.opcode == Opcode::kRead) {
@@ -120,7 +126,9 @@ bool Connection::next_new_packet(TxRecord* r) {
 }
 
 uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
-  if (now < tx_hold_until_) return 0;
+  // An RNR wait holds our requests back, not our answers to the peer's
+  // READs (its READ would otherwise time out behind our wait).
+  if (now < tx_hold_until_) return rr_tx_ != rr_tail_ ? produce_new(buf, cap, now) : 0;
   const uint32_t cwnd = cc_.cwnd_bytes();
   // Retransmissions first: they hold back completion of everything after them.
   while (retx_count_ > 0) {
@@ -141,6 +149,11 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
     ++stats_.retransmits;
     return n;
   }
+  return produce_new(buf, cap, now);
+}
+
+uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
+  const uint32_t cwnd = cc_.cwnd_bytes();
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
   if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + next_payload_len() +
@@ -252,6 +265,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.payload_length = r.len;
     s.message_offset = r.offset;
     wire::encode_ses_request(ses_at, s);
+    if (op == Opcode::kRead) read_progress_at_ = now;
     if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
   }
   // Ask for an immediate ACK when nothing else will follow soon: the last

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -217,6 +218,11 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
       return fail(EINVAL, "post_send: opcode not supported");
   }
   if (qp->state != BRAID_QPS_RTS) return fail(EINVAL, "post_send: QP not in RTS");
+  req->fence = (wr->send_flags & BRAID_SEND_FENCE) != 0;
+  // The QP's own depth, not the core's (rounded up to a power of two).
+  if (qp->conn->outstanding_sends() >= qp->init.cap.max_send_wr) {
+    return fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
+  }
   if ((wr->send_flags & BRAID_SEND_INLINE) && req->opcode != braid::Opcode::kRead) {
     // Copy now: the application may reuse its buffer when this returns.
     uint64_t total = 0;
@@ -225,8 +231,11 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
       return fail(EINVAL, "post_send: inline data larger than max_inline_data");
     }
     if (!commit) return 0;
+    // The slot belongs to the work request's own send queue entry (its MSN):
+    // it is free until that entry completes, and a request refused after
+    // the copy leaves no other request's bytes changed.
     const size_t cap = qp->init.cap.max_inline_data;
-    uint8_t* slot = qp->inline_buf.data() + (qp->inline_slot++ % qp->init.cap.max_send_wr) * cap;
+    uint8_t* slot = qp->inline_buf.data() + (qp->conn->next_msn() & (qp->inline_slots - 1)) * cap;
     size_t off = 0;
     for (int i = 0; i < wr->num_sge; ++i) {
       if (wr->sg_list[i].length == 0) continue;  // its address may be anything
@@ -242,6 +251,37 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     return fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
   }
   return 0;
+}
+
+bool in_error(const braid_qp* qp) {
+  return qp->state == BRAID_QPS_ERR ||
+         (qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError);
+}
+
+braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
+  int opcode;
+  std::memcpy(&opcode, &wr->opcode, sizeof(opcode));
+  switch (opcode) {
+    case BRAID_WR_RDMA_WRITE:
+    case BRAID_WR_RDMA_WRITE_WITH_IMM:
+      return braid::WcOpcode::kRdmaWrite;
+    case BRAID_WR_RDMA_READ:
+      return braid::WcOpcode::kRdmaRead;
+    default:
+      return braid::WcOpcode::kSend;
+  }
+}
+
+// Work requests posted to a QP in the error state complete at once with
+// WR_FLUSH_ERR, as on InfiniBand (the drain pattern: post a marker, wait
+// for its flush). A full CQ drops the completion (an overrun).
+void flush_posted(braid_cq* cq, uint32_t qp_num, uint64_t wr_id, braid::WcOpcode op) {
+  braid::WorkCompletion wc;
+  wc.wr_id = wr_id;
+  wc.status = braid::WcStatus::kWrFlushErr;
+  wc.opcode = op;
+  wc.qp_num = qp_num;
+  cq->ring.push(wc);
 }
 
 }  // namespace
@@ -596,7 +636,8 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->init.cap.max_send_wr = std::max<uint32_t>(a->cap.max_send_wr, 1);
   qp->init.cap.max_recv_wr = std::max<uint32_t>(a->cap.max_recv_wr, 1);
   qp->sq_sig_all = a->sq_sig_all != 0;
-  qp->inline_buf.resize(size_t{qp->init.cap.max_send_wr} * a->cap.max_inline_data);
+  qp->inline_slots = std::bit_ceil(qp->init.cap.max_send_wr);
+  qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
   ++a->send_cq->users;
   ++a->recv_cq->users;
   ++c->open_objects;
@@ -705,6 +746,11 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   int rc = 0;
   if (to == BRAID_QPS_ERR) {
     if (qp->conn != nullptr) qp->conn->set_error(braid::WcStatus::kWrFlushErr);
+    // Receives posted before RTR have no connection to flush them.
+    for (auto& r : qp->early_recvs) {
+      flush_posted(qp->recv_cq, qp->qp_num, r.first, braid::WcOpcode::kRecv);
+    }
+    qp->early_recvs.clear();
   } else if (to == BRAID_QPS_RESET) {
     if (qp->conn != nullptr) {
       c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
@@ -791,6 +837,10 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
   for (; wr != nullptr; wr = wr->next) {
     braid::SgList sgl;
     int rc = 0;
+    if (in_error(qp)) {
+      flush_posted(qp->recv_cq, qp->qp_num, wr->wr_id, braid::WcOpcode::kRecv);
+      continue;
+    }
     if (qp->state == BRAID_QPS_RESET) {
       rc = fail(EINVAL, "post_recv: QP in RESET");
     } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
@@ -821,6 +871,12 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
   Guard g(c);
   // An idle QP sends at once (latency); one with work under way leaves the
   // frames for the next poll, which sends them in one burst with the rest.
+  if (in_error(qp)) {
+    for (; wr != nullptr; wr = wr->next) {
+      flush_posted(qp->send_cq, qp->qp_num, wr->wr_id, wc_opcode_of(wr));
+    }
+    return 0;
+  }
   const bool was_idle = qp->conn != nullptr && qp->conn->outstanding_sends() == 0;
   for (; wr != nullptr; wr = wr->next) {
     braid::SendRequest req;
@@ -839,6 +895,12 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
+  if (in_error(qp)) {
+    for (; wr != nullptr; wr = wr->next) {
+      flush_posted(qp->send_cq, qp->qp_num, wr->wr_id, wc_opcode_of(wr));
+    }
+    return 0;
+  }
   // Everything that can refuse a work request is checked first, the
   // queue's room included: then nothing below can fail.
   uint32_t n = 0;

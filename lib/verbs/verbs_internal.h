@@ -89,7 +89,9 @@ struct braid_qp {
   braid::Connection* conn = nullptr;  // from RTR on
   // Receives posted in INIT, before the connection exists.
   std::vector<std::pair<uint64_t, braid::SgList>> early_recvs;
-  // Inline data is copied here at post time (one slot per send WQE).
+  // Inline data is copied here at post time: one slot per send queue
+  // entry, indexed by the request's MSN (a power of two of them, at least
+  // max_send_wr, so MSNs of outstanding requests never share one).
   std::vector<uint8_t> inline_buf;
-  uint32_t inline_slot = 0;
+  uint32_t inline_slots = 1;
 };

@@ -183,6 +183,30 @@ class VerbsPipe : public VerbsPair {
     ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
     EXPECT_EQ(qs.acks_sent, 1u);
   }
+  // Both QPs replaced by ones with these capabilities, connected again.
+  void replace_qps(braid_qp_cap cap) {
+    for (Side* x : {&a, &b}) {
+      ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+      braid_qp_init_attr ia{};
+      ia.send_cq = x->cq;
+      ia.recv_cq = x->cq;
+      ia.cap = cap;
+      ia.qp_type = BRAID_QPT_RC;
+      x->qp = braid_create_qp(x->pd, &ia);
+      ASSERT_NE(x->qp, nullptr) << braid_last_error();
+    }
+    connect();
+  }
+  void post_recvs(Side& s, size_t n, size_t at, uint32_t len) {
+    for (size_t i = 0; i < n; ++i) {
+      braid_sge rs = sge(s, at + i * len, len);
+      braid_recv_wr r{};
+      r.wr_id = 100 + i;
+      r.sg_list = &rs;
+      r.num_sge = 1;
+      ASSERT_EQ(braid_post_recv(s.qp, &r, nullptr), 0) << braid_last_error();
+    }
+  }
   // Each side learns the other's MAC (ARP) first.
   void learn_macs() {
     for (int i = 0; i < 4; ++i) {
@@ -568,6 +592,92 @@ TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
   b.ctx->engine->poll(1);  // receives; holds for 1 ns
   b.ctx->engine->poll(1);
   EXPECT_EQ(tx_frames(b), again + 1);
+}
+
+// A chain longer than the send queue's room is refused from the first
+// request that does not fit, and nothing of a refused inline request reaches
+// the peer or changes an accepted one's bytes.
+TEST_P(VerbsPipe, InlineChainBeyondMaxSendWrIsRefusedWithoutTouchingAcceptedData) {
+  for (uint32_t depth : {4u, 3u}) {
+    replace_qps({depth, 16, 1, 1, 64});
+    post_recvs(b, depth + 1, 0, 64);
+    char msgs[5][16];
+    braid_sge is[5];
+    braid_send_wr w[5]{};
+    for (uint32_t i = 0; i <= depth; ++i) {
+      std::snprintf(msgs[i], sizeof(msgs[i]), "inline %u/%u", i, depth);
+      is[i] = braid_sge{reinterpret_cast<uintptr_t>(msgs[i]), 16, 0};
+      w[i].wr_id = i;
+      w[i].sg_list = &is[i];
+      w[i].num_sge = 1;
+      w[i].opcode = BRAID_WR_SEND;
+      w[i].send_flags = BRAID_SEND_SIGNALED | BRAID_SEND_INLINE;
+      if (i > 0) w[i - 1].next = &w[i];
+    }
+    braid_send_wr* bad = nullptr;
+    EXPECT_EQ(braid_post_send(a.qp, &w[0], &bad), ENOMEM) << "depth " << depth;
+    EXPECT_EQ(bad, &w[depth]);
+    auto wa = wait(a, depth + 1);
+    ASSERT_EQ(wa.size(), depth);
+    auto wb = wait(b, depth + 1);
+    ASSERT_EQ(wb.size(), depth);
+    for (uint32_t i = 0; i < depth; ++i) {
+      EXPECT_EQ(wb[i].status, BRAID_WC_SUCCESS);
+      EXPECT_EQ(std::memcmp(b.buf.data() + i * 64, msgs[i], 16), 0)
+          << "receive " << i << " holds \"" << reinterpret_cast<char*>(b.buf.data() + i * 64)
+          << "\"";
+    }
+    // The queue has room again: the refused request goes now.
+    ASSERT_EQ(braid_post_send(a.qp, &w[depth], nullptr), 0) << braid_last_error();
+    wb = wait(b, 1);
+    ASSERT_EQ(wb.size(), 1u);
+    EXPECT_EQ(std::memcmp(b.buf.data() + depth * 64, msgs[depth], 16), 0);
+    wait(a, 1);
+  }
+}
+
+// Posts to a QP in the error state complete with WR_FLUSH_ERR (the drain
+// pattern), and receives posted in INIT are flushed when it moves to ERR.
+TEST_P(VerbsPipe, PostsToAQpInErrorCompleteWithFlush) {
+  braid_qp_attr at{};
+  at.qp_state = BRAID_QPS_ERR;
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE), 0);
+  braid_sge s = sge(a, 0, 64);
+  braid_send_wr marker = write_to_b(&s, 77);
+  marker.send_flags = 0;  // unsignaled: a flush completes anyway
+  ASSERT_EQ(braid_post_send(a.qp, &marker, nullptr), 0) << braid_last_error();
+  braid_sge rs = sge(a, 4096, 64);
+  braid_recv_wr r{};
+  r.wr_id = 78;
+  r.sg_list = &rs;
+  r.num_sge = 1;
+  ASSERT_EQ(braid_post_recv(a.qp, &r, nullptr), 0) << braid_last_error();
+  auto wa = wait(a, 2);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].wr_id, 77u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(wa[1].wr_id, 78u);
+  EXPECT_EQ(wa[1].status, BRAID_WC_WR_FLUSH_ERR);
+
+  // A QP in INIT with receives posted, moved to ERR.
+  braid_qp_init_attr ia{};
+  ia.send_cq = a.cq;
+  ia.recv_cq = a.cq;
+  ia.cap = {8, 8, 1, 1, 0};
+  ia.qp_type = BRAID_QPT_RC;
+  braid_qp* q = braid_create_qp(a.pd, &ia);
+  ASSERT_NE(q, nullptr);
+  at.qp_state = BRAID_QPS_INIT;
+  ASSERT_EQ(braid_modify_qp(q, &at, BRAID_QP_STATE), 0);
+  r.wr_id = 79;
+  ASSERT_EQ(braid_post_recv(q, &r, nullptr), 0);
+  at.qp_state = BRAID_QPS_ERR;
+  ASSERT_EQ(braid_modify_qp(q, &at, BRAID_QP_STATE), 0);
+  wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].wr_id, 79u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_WR_FLUSH_ERR);
+  EXPECT_EQ(braid_destroy_qp(q), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),

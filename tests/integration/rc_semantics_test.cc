@@ -1,0 +1,379 @@
+// InfiniBand RC semantics the core must keep where a verbs program can tell:
+// a READ whose responder dies, the ACK a failing receiver still owes, RNR
+// waits that outlast the retry budget, a responder that refuses a request,
+// zero-length operations, fences, and a responder answering READs before RTS.
+// The test moves every frame (DirectPair) and owns the clock.
+#include <algorithm>
+
+#include "direct_pair.h"
+#include "workload.h"
+
+namespace braid::test {
+namespace {
+
+std::vector<WorkCompletion> poll_all(CompletionQueue& cq) {
+  std::vector<WorkCompletion> v;
+  WorkCompletion wc[16];
+  uint32_t n;
+  while ((n = cq.poll(wc, 16)) > 0) v.insert(v.end(), wc, wc + n);
+  return v;
+}
+
+SendRequest request(uint64_t id, Opcode op, uint8_t* local, uint32_t len, uint8_t* remote = nullptr,
+                    uint32_t rkey = 0) {
+  SendRequest wr;
+  wr.wr_id = id;
+  wr.opcode = op;
+  if (len > 0 || local != nullptr) wr.local = sgl_of(local, len);
+  wr.remote_addr = reinterpret_cast<uintptr_t>(remote);
+  wr.rkey = rkey;
+  return wr;
+}
+
+// Moves frames both ways in steps of `step_ns` of virtual time, running
+// timers, until `done` or `budget_ns` has passed. Frames `drop` picks are lost.
+template <typename Done, typename Drop>
+bool run_for(DirectPair& p, TimeNs budget_ns, TimeNs step_ns, Done done, Drop drop) {
+  const TimeNs end = p.now + budget_ns;
+  while (p.now < end) {
+    if (done()) return true;
+    auto ab = p.drain(p.a);
+    auto ba = p.drain(p.b);
+    std::erase_if(ab, [&](const Frame& f) { return drop(f, true); });
+    std::erase_if(ba, [&](const Frame& f) { return drop(f, false); });
+    p.now += step_ns;
+    p.deliver(p.b, ab);
+    p.deliver(p.a, ba);
+    p.a.advance(p.now);
+    p.b.advance(p.now);
+  }
+  return done();
+}
+
+template <typename Done>
+bool run_for(DirectPair& p, TimeNs budget_ns, TimeNs step_ns, Done done) {
+  return run_for(p, budget_ns, step_ns, done, [](const Frame&, bool) { return false; });
+}
+
+constexpr size_t kAckFrameMax = 200;  // ACKs and NACKs; data frames here are larger
+
+// An acknowledged READ request is not the end of a READ: a responder that
+// dies before its response arrives must not leave the READ waiting forever.
+TEST(RcSemantics, ReadWhoseResponderDiesAfterTheAckEndsInRetryExceeded) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.retry_limit = 3;
+  c.rto_max_ns = 8'000'000;
+  DirectPair p(c);
+  std::vector<uint8_t> source(8000, 5), local(8000, 0);
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kRead, local.data(), 8000, source.data(), rkey)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));  // the READ request
+  std::vector<Frame> acks;
+  for (const Frame& f : p.drain(p.b)) {
+    if (f.size() < kAckFrameMax) acks.push_back(f);  // the responses are lost
+  }
+  ASSERT_FALSE(acks.empty());
+  p.deliver(p.a, acks);
+  EXPECT_EQ(p.qa->unacked_packets(), 0u);  // the request is acknowledged
+  p.b.destroy_connection(2);               // the responder dies
+  // The budget: retry_limit + 1 timeouts, each at most rto_max.
+  const bool failed = run_for(p, 200'000'000, 100'000, [&] { return p.a_scq.size() > 0; });
+  ASSERT_TRUE(failed) << "the READ never completed";
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRetryExcErr);
+  EXPECT_EQ(p.qa->state(), ConnectionState::kError);
+  EXPECT_GT(p.qa->stats().read_timeouts, 0u);
+}
+
+// A READ whose response comes slowly but steadily is not timed out.
+TEST(RcSemantics, SlowReadResponsesKeepTheReadAlive) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.retry_limit = 1;
+  c.rto_max_ns = 4'000'000;
+  DirectPair p(c);
+  std::vector<uint8_t> source(64 * 1024), local(64 * 1024, 0);
+  fill_pattern(source.data(), source.size(), 4);
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kRead, local.data(), 65536, source.data(), rkey)),
+            PostError::kOk);
+  // One response frame per 1.5 ms (the RTO is 2 ms, the budget two of them):
+  // the READ as a whole takes ~100 ms.
+  p.deliver(p.b, p.drain(p.a));
+  std::vector<Frame> backlog;
+  for (int i = 0; i < 200 && p.a_scq.size() == 0; ++i) {
+    for (Frame& f : p.drain(p.b)) backlog.push_back(std::move(f));
+    p.now += 1'500'000;
+    if (!backlog.empty()) {
+      p.deliver(p.a, {backlog.front()});
+      backlog.erase(backlog.begin());
+    }
+    p.deliver(p.b, p.drain(p.a));
+    p.a.advance(p.now);
+    p.b.advance(p.now);
+  }
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+}
+
+// A receiver that goes to error still acknowledges what it accepted before:
+// the WRITE it placed completes with success at the requester, the SEND
+// that did not fit with REM_INV_REQ_ERR (the NACK says why).
+TEST(RcSemantics, ReceiverErrorStillSendsTheAckItOwes) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.ack_every = 64;  // the WRITE's ACK is still owed when the SEND arrives
+  DirectPair p(c);
+  std::vector<uint8_t> src(5000, 1), target(100, 0), rbuf(4000, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 100, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qb->post_recv(7, sgl_of(rbuf.data(), 4000)), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 100, target.data(), rkey)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kSend, src.data(), 5000)), PostError::kOk);
+  ASSERT_TRUE(run_for(p, 100'000'000, 1000, [&] { return p.a_scq.size() >= 2; }));
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[1].status, WcStatus::kRemInvReqErr);
+  EXPECT_EQ(p.qa->stats().timeouts, 0u);
+  const auto r = poll_all(p.b_rcq);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].status, WcStatus::kLocLenErr);
+  EXPECT_EQ(target, std::vector<uint8_t>(100, 1));
+}
+
+// The same when the receiver is moved to error (modify_qp ERR) with a
+// coalesced ACK pending.
+TEST(RcSemantics, ReceiverMovedToErrorSendsItsPendingAck) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(3000, 2), target(3000, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 3000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 3000, target.data(), rkey)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  p.qb->set_error(WcStatus::kWrFlushErr);
+  const auto ba = p.drain(p.b);
+  ASSERT_EQ(ba.size(), 1u);  // the ACK, and nothing more
+  p.deliver(p.a, ba);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(target, src);
+}
+
+// RNR waits count against rnr_retry only: a 655 ms RNR delay (min_rnr_timer
+// 0) with infinite RNR retries outlasts the retry budget of the RTO, and the
+// SEND still completes once the receive is posted.
+TEST(RcSemantics, LongRnrWaitIsNotChargedToTheRetryBudget) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.retry_limit = 7;
+  c.rnr_retry_limit = 7;  // infinite
+  c.rnr_delay_ns = 655'360'000;
+  DirectPair p(c);
+  std::vector<uint8_t> msg(3000, 9), rbuf(3000, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 3000)), PostError::kOk);
+  bool posted = false;
+  const bool done = run_for(p, 3'000'000'000, 1'000'000, [&] {
+    if (!posted && p.now >= 400'000'000) {
+      posted = p.qb->post_recv(5, sgl_of(rbuf.data(), 3000)) == PostError::kOk;
+    }
+    return p.a_scq.size() > 0;
+  });
+  ASSERT_TRUE(done);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess) << wc_status_name(wcs[0].status);
+  EXPECT_GE(p.now, 655'000'000u);  // it waited for the RNR delay
+  EXPECT_EQ(rbuf, msg);
+  EXPECT_GT(p.qa->stats().rnr_nacks_received, 0u);
+}
+
+// An RNR wait holds back the waiting side's requests, not its answers to the
+// peer's READs.
+TEST(RcSemantics, RnrWaitDoesNotHoldBackReadResponses) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.rnr_delay_ns = 655'360'000;
+  DirectPair p(c);
+  std::vector<uint8_t> msg(100, 1), source(4000), local(4000, 0);
+  fill_pattern(source.data(), source.size(), 8);
+  // b's SEND finds no receive at a: b waits 655 ms before it tries again.
+  ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  ASSERT_TRUE(
+      run_for(p, 10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(), 4000, source.data(), rkey)),
+            PostError::kOk);
+  ASSERT_TRUE(run_for(p, 50'000'000, 100'000, [&] { return p.a_scq.size() > 0; }))
+      << "the READ waited for b's RNR delay";
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+}
+
+// A responder that refuses a request (bad rkey) goes to error as an
+// InfiniBand responder does: its receives flush, and nothing after the
+// refused request is placed.
+TEST(RcSemantics, RefusedRequestPutsTheResponderInErrorAndPlacesNothingAfter) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(2000, 3), target(2000, 0), rbuf(2000, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 2000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qb->post_recv(8, sgl_of(rbuf.data(), 2000)), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 2000, target.data(), rkey + 1)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kSend, src.data(), 2000)), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(3, Opcode::kWrite, src.data(), 2000, target.data(), rkey)),
+            PostError::kOk);
+  ASSERT_TRUE(run_for(p, 100'000'000, 1000, [&] { return p.a_scq.size() >= 3; }));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 3u);
+  EXPECT_EQ(wa[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(wa[1].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(wa[2].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(p.qb->state(), ConnectionState::kError);
+  const auto wb = poll_all(p.b_rcq);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].wr_id, 8u);
+  EXPECT_EQ(wb[0].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(rbuf, std::vector<uint8_t>(2000, 0));
+  EXPECT_EQ(target, std::vector<uint8_t>(2000, 0));
+}
+
+// The refusal's NACK is lost: the requester's retransmission gets it again
+// (from the responder in error), not silence until RETRY_EXC_ERR.
+TEST(RcSemantics, LostRefusalNackIsAnsweredAgain) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(100, 3), target(100, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 100, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 100, target.data(), rkey ^ 1)),
+            PostError::kOk);
+  int dropped = 0;
+  ASSERT_TRUE(run_for(
+      p, 100'000'000, 100'000, [&] { return p.a_scq.size() > 0; },
+      [&](const Frame&, bool a_to_b) { return !a_to_b && dropped++ == 0; }));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(dropped, 2);  // one NACK lost, the second one through
+}
+
+// Zero-length operations touch no memory and check no key (InfiniBand):
+// a WRITE_IMM doorbell and a READ used as a fence, both with rkey 0.
+TEST(RcSemantics, ZeroLengthWriteImmAndReadCheckNoKey) {
+  DirectPair p;
+  std::vector<uint8_t> rbuf(16, 0);
+  ASSERT_EQ(p.qb->post_recv(4, sgl_of(rbuf.data(), 16)), PostError::kOk);
+  SendRequest doorbell = request(1, Opcode::kWriteImm, nullptr, 0);
+  doorbell.imm_data = 0x1234;
+  doorbell.local.num = 0;
+  ASSERT_EQ(p.qa->post_send(doorbell), PostError::kOk);
+  SendRequest fence = request(2, Opcode::kRead, nullptr, 0);
+  fence.local.num = 0;
+  ASSERT_EQ(p.qa->post_send(fence), PostError::kOk);
+  p.settle();
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wa[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(wa[1].opcode, WcOpcode::kRdmaRead);
+  const auto wb = poll_all(p.b_rcq);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wb[0].opcode, WcOpcode::kRecvRdmaWithImm);
+  EXPECT_EQ(wb[0].byte_len, 0u);
+  EXPECT_TRUE(wb[0].has_imm);
+  EXPECT_EQ(wb[0].imm_data, 0x1234u);
+  EXPECT_EQ(p.qb->state(), ConnectionState::kActive);
+}
+
+// IBV_SEND_FENCE: a WRITE after a READ of the same remote bytes, fenced,
+// is not sent before the READ's data has arrived, so the READ returns the
+// bytes as they were.
+TEST(RcSemantics, FencedWriteAfterAReadOfTheSameBytesWaitsForIt) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> remote(3000, 0x0d), local(3000, 0), fresh(3000, 0xfe);
+  const uint32_t rkey = p.b.memory().register_region(remote.data(), remote.size(),
+                                                     kAccessRemoteRead | kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kRead, local.data(), 3000, remote.data(), rkey)),
+            PostError::kOk);
+  SendRequest w = request(2, Opcode::kWrite, fresh.data(), 3000, remote.data(), rkey);
+  w.fence = true;
+  ASSERT_EQ(p.qa->post_send(w), PostError::kOk);
+  // The first burst is the READ request alone.
+  const auto first = p.drain(p.a);
+  EXPECT_EQ(first.size(), 1u);
+  p.deliver(p.b, first);
+  p.settle();
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wa[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, std::vector<uint8_t>(3000, 0x0d));
+  EXPECT_EQ(remote, fresh);
+}
+
+// A responder that answered a READ in RTR (its PSN space started with the
+// response) can still move to RTS and send; the requester follows.
+TEST(RcSemantics, ResponderThatAnsweredAReadInRtrMovesToRtsAndSends) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  ConnectionConfig ca = c;
+  ca.local_id = 3;
+  ca.remote_id = 4;
+  ca.remote_mac = mac_of(2);
+  ca.remote_ip = kIpB;
+  ca.rx_psn = 5000;
+  ConnectionConfig cb = c;
+  cb.local_id = 4;
+  cb.remote_id = 3;
+  cb.remote_mac = mac_of(1);
+  cb.remote_ip = kIpA;
+  cb.rx_psn = 0;
+  cb.tx_psn = 0;
+  Connection* qa = p.a.create_connection(ca, &p.a_scq, &p.a_rcq);
+  Connection* qb = p.b.create_connection(cb, &p.b_scq, &p.b_rcq);
+  ASSERT_TRUE(qa && qb);
+  std::vector<uint8_t> source(3000, 4), local(3000, 0), back(500, 6), a_target(500, 0);
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(qa->post_send(request(1, Opcode::kRead, local.data(), 3000, source.data(), rkey)),
+            PostError::kOk);
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  EXPECT_EQ(local, source);
+  // RTS now, with the PSN the application exchanged (5000).
+  ASSERT_TRUE(qb->set_send_psn(5000));
+  const uint32_t akey =
+      p.a.memory().register_region(a_target.data(), a_target.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(qb->post_send(request(2, Opcode::kWrite, back.data(), 500, a_target.data(), akey)),
+            PostError::kOk);
+  p.settle();
+  const auto wb = poll_all(p.b_scq);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(a_target, back);
+}
+
+}  // namespace
+}  // namespace braid::test
