@@ -289,6 +289,37 @@ void Connection::set_error(WcStatus status) {
   ack_due_ = unacked_packets_ > 0;
 }
 
+namespace {
+bool sgl_uses(const SgList& l, uint32_t lkey) {
+  for (uint8_t i = 0; i < l.num; ++i) {
+    if (l.sge[i].lkey == lkey && l.sge[i].length > 0) return true;
+  }
+  return false;
+}
+}  // namespace
+
+bool Connection::revoke_local_key(uint32_t lkey) {
+  if (lkey == 0) return false;
+  bool used = false;
+  for (uint32_t m = sq_head_; m != sq_tail_; ++m) {
+    SendWqe& w = sq_[m & sq_mask_];
+    if (!sgl_uses(w.wr.local, lkey)) continue;
+    used = true;
+    if (!w.failed) {
+      w.failed = true;
+      w.fail_status = WcStatus::kLocProtErr;
+    }
+  }
+  for (uint32_t r = rq_head_; r != rq_tail_; ++r) {
+    RecvWqe& w = rq_[r & rq_mask_];
+    if (!sgl_uses(w.sgl, lkey)) continue;
+    used = true;
+    w.status = WcStatus::kLocProtErr;
+  }
+  if (used) set_error(WcStatus::kWrFlushErr);
+  return used;
+}
+
 void Connection::arm_rto(TimeNs now) {
   // An outstanding READ keeps the timer: its request is acknowledged, but
   // only its response data says the responder is still there.

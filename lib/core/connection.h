@@ -155,6 +155,11 @@ class Connection {
   // finish normally, one the peer refused gets its own status, otherwise the
   // oldest incomplete one gets `status`; the rest, and every receive, flush.
   void set_error(WcStatus status);
+  // A local region is going away (dereg_mr): outstanding work requests that
+  // would still touch it complete with LOC_PROT_ERR and the connection goes
+  // to error (the rest flush), so no byte of it is read or written after.
+  // False when no outstanding request uses the key.
+  bool revoke_local_key(uint32_t lkey);
   // Counts the ACKs received packets asked for at once (the endpoint's
   // statistic; the engine sends them with the application's answer).
   void set_immediate_ack_counter(uint64_t* counter) { immediate_acks_ = counter; }

@@ -13,6 +13,7 @@ inline constexpr uint32_t kMaxSge = 4;
 struct Sge {
   uint8_t* addr = nullptr;
   uint32_t length = 0;
+  uint32_t lkey = 0;  // the region it was checked against (0: none, inline)
 };
 
 struct SgList {

@@ -95,6 +95,15 @@ void Engine::route_when_resolved(uint16_t local_id, uint32_t peer_ip) {
   arp_->arp.resolve(arp_->arp.next_hop(peer_ip), now());
 }
 
+void Engine::destroy_connection(uint16_t local_id) {
+  std::erase_if(pending_routes_, [&](const PendingRoute& r) { return r.local_id == local_id; });
+  endpoint_.destroy_connection(local_id);
+}
+
+net::NeighborState Engine::neighbor_state(uint32_t ip) const {
+  return arp_->arp.state(arp_->arp.next_hop(ip));
+}
+
 void Engine::update_routes(TimeNs now) {
   for (size_t i = 0; i < pending_routes_.size();) {
     const PendingRoute r = pending_routes_[i];

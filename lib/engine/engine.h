@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/endpoint.h"
+#include "net/arp.h"
 #include "packet_io.h"
 
 namespace braid {
@@ -60,6 +61,12 @@ class Engine {
   // The connection `local_id` sends to `peer_ip` once its MAC is resolved;
   // if resolution fails the connection fails (RETRY_EXC_ERR).
   void route_when_resolved(uint16_t local_id, uint32_t peer_ip);
+  // Destroys the connection and everything in the engine that refers to it
+  // (a resolution under way): a new connection that reuses the id is not
+  // touched by the old one's ARP outcome.
+  void destroy_connection(uint16_t local_id);
+  // Whether the next hop towards ip is known, being resolved, or failed.
+  net::NeighborState neighbor_state(uint32_t ip) const;
 
   Endpoint& endpoint() { return endpoint_; }
   PacketIo& io() { return *io_; }

@@ -39,13 +39,21 @@ uint64_t steady_ns() {
                                    .count());
 }
 
+// A call that drives the engine itself (poll, post, progress) tells the
+// progress thread the application is active; other calls (queries,
+// registrations, modify) do not: an application that only queries while it
+// waits for a WRITE would otherwise starve the thread.
+enum class Drives : bool { kNo, kYes };
+
 class Guard {
  public:
-  explicit Guard(braid_context* c) : c_(c) {
+  explicit Guard(braid_context* c, Drives drives = Drives::kNo) : c_(c) {
     if (c_->threaded) {
       c_->lock.lock();
       // Only the lock holder writes it: no read-modify-write needed.
-      c_->calls.store(c_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      if (drives == Drives::kYes) {
+        c_->calls.store(c_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      }
     }
   }
   ~Guard() {
@@ -155,7 +163,7 @@ bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32
                                                pd->id, &p) != braid::AccessError::kNone) {
       return false;
     }
-    out->sge[out->num++] = braid::Sge{p, sges[i].length};
+    out->sge[out->num++] = braid::Sge{p, sges[i].length, sges[i].lkey};
   }
   return true;
 }
@@ -366,7 +374,7 @@ int braid_close_device(struct braid_context* c) {
 }
 
 int braid_progress(struct braid_context* c) {
-  Guard g(c);
+  Guard g(c, Drives::kYes);
   return progress_locked(c);
 }
 
@@ -464,6 +472,27 @@ int braid_dereg_mr(struct braid_mr* mr) {
   braid_context* c = mr->context;
   Guard g(c);
   if (!c->engine->endpoint().memory().deregister(mr->lkey)) return EINVAL;
+  // Work still outstanding on the region fails (LOC_PROT_ERR, its QP to
+  // error) rather than touching memory the application may free now.
+  for (braid_qp* qp : c->qps) {
+    if (qp->conn != nullptr && qp->conn->revoke_local_key(mr->lkey)) c->engine->transmit();
+    auto& early = qp->early_recvs;
+    for (auto it = early.begin(); it != early.end();) {
+      bool uses = false;
+      for (uint8_t i = 0; i < it->second.num; ++i) uses |= it->second.sge[i].lkey == mr->lkey;
+      if (!uses) {
+        ++it;
+        continue;
+      }
+      braid::WorkCompletion wc;
+      wc.wr_id = it->first;
+      wc.status = braid::WcStatus::kLocProtErr;
+      wc.opcode = braid::WcOpcode::kRecv;
+      wc.qp_num = qp->qp_num;
+      qp->recv_cq->ring.push(wc);
+      it = early.erase(it);
+    }
+  }
   --c->open_objects;
   delete mr;
   return 0;
@@ -529,7 +558,7 @@ int braid_destroy_cq(struct braid_cq* cq) {
 int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   braid_context* c = cq->context;
-  Guard g(c);
+  Guard g(c, Drives::kYes);
   if (cq->ring.size() == 0) progress_locked(c);
   braid::WorkCompletion wc[64];
   int got = 0;
@@ -616,15 +645,20 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   }
   braid_context* c = pd->context;
   Guard g(c);
+  // Numbers go round the 16-bit space rather than lowest-free first: a
+  // number comes back only after 65534 others, so late packets of an old
+  // QP find no connection (or a long-settled one) under it.
   uint32_t qpn = 0;
-  for (uint32_t i = 1; i < 65536; ++i) {
-    if (!c->qpn_used[i]) {
-      qpn = i;
+  for (uint32_t i = 0; i < 65535; ++i) {
+    const uint32_t n = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
+    if (!c->qpn_used[n]) {
+      qpn = n;
       break;
     }
   }
   if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
   c->qpn_used[qpn] = true;
+  c->next_qpn = qpn % 65535 + 1;
   auto* qp = new braid_qp{};
   qp->context = c;
   qp->pd = pd;
@@ -641,6 +675,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   ++a->send_cq->users;
   ++a->recv_cq->users;
   ++c->open_objects;
+  c->qps.push_back(qp);
   return qp;
 }
 
@@ -653,9 +688,10 @@ int braid_destroy_qp(struct braid_qp* qp) {
     // deferred ACK) is acknowledged now: the peer's last sends completed
     // here, and without the ACK they would end in RETRY_EXC_ERR there.
     if (qp->conn->acknowledge_now()) c->engine->transmit();
-    c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
+    c->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
   }
   c->qpn_used[qp->qp_num] = false;
+  c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   --qp->send_cq->users;
   --qp->recv_cq->users;
   --c->open_objects;
@@ -753,7 +789,7 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     qp->early_recvs.clear();
   } else if (to == BRAID_QPS_RESET) {
     if (qp->conn != nullptr) {
-      c->engine->endpoint().destroy_connection(static_cast<uint16_t>(qp->qp_num));
+      c->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
       qp->conn = nullptr;
     }
     qp->early_recvs.clear();
@@ -833,7 +869,7 @@ int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out
 int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c);
+  Guard g(c, Drives::kYes);
   for (; wr != nullptr; wr = wr->next) {
     braid::SgList sgl;
     int rc = 0;
@@ -868,7 +904,7 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
 int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c);
+  Guard g(c, Drives::kYes);
   // An idle QP sends at once (latency); one with work under way leaves the
   // frames for the next poll, which sends them in one burst with the rest.
   if (in_error(qp)) {
@@ -894,7 +930,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
 int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c);
+  Guard g(c, Drives::kYes);
   if (in_error(qp)) {
     for (; wr != nullptr; wr = wr->next) {
       flush_posted(qp->send_cq, qp->qp_num, wr->wr_id, wc_opcode_of(wr));
