@@ -87,9 +87,20 @@ void SimNetwork::send_from(int h, const uint8_t* frame, uint32_t len) {
   enqueue(*l, to, std::vector<uint8_t>(frame, frame + len));
 }
 
+void SimNetwork::drop_burst(int from, int to, uint64_t skip, uint64_t count) {
+  Link* l = link_between(from, to);
+  if (l == nullptr) return;
+  l->drop_from = l->stats.frames + skip + 1;
+  l->drop_until = l->drop_from + count;
+}
+
 void SimNetwork::enqueue(Link& l, int to, std::vector<uint8_t> f) {
   ++l.stats.frames;
   if (f.size() < wire::kL2L4Size) return;
+  if (l.stats.frames >= l.drop_from && l.stats.frames < l.drop_until) {
+    ++l.stats.dropped_loss;
+    return;
+  }
   const uint16_t entropy = wire::load_be16(f.data() + wire::kEthernetSize + wire::kIpv4Size);
   const size_t pi = path_of(entropy, l.paths.size());
   Path& p = l.paths[pi];

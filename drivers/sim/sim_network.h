@@ -70,6 +70,9 @@ class SimNetwork {
   void connect(int a, int b, const LinkConfig& cfg);
   void set_path_up(int from, int to, size_t path, bool up);
   void set_link_up(int a, int b, bool up);  // both directions, every path
+  // Drops `count` consecutive frames from `from` to `to`, starting with the
+  // frame after the next `skip` (a burst loss of an exact length).
+  void drop_burst(int from, int to, uint64_t skip, uint64_t count);
 
   // Runs until done() is true, or the virtual time reaches `until`. Returns
   // true when done() became true. Time only moves forward.
@@ -90,6 +93,7 @@ class SimNetwork {
     std::vector<Path> paths;
     Impairments impair;
     TimeNs burst_until = 0;
+    uint64_t drop_from = 0, drop_until = 0;  // frame numbers (stats.frames) to drop
     LinkStats stats;
   };
   struct Host {

@@ -287,6 +287,11 @@ class Connection {
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0);
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
+  // An ACK_CC naming `trigger`, with the SACK bitmap of [base, base + 63].
+  uint32_t write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags);
+  // Hole ACKs that may follow one ACK (each reports one more 64-PSN block).
+  static constexpr uint8_t kHoleAcksPerAck = 1;
   uint32_t build_nack(uint8_t* buf, uint32_t cap);
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
@@ -366,6 +371,9 @@ class Connection {
   bool ack_trigger_retx_ = false;
   uint32_t rcvd_bytes_ = 0;
   uint16_t ack_entropy_cursor_ = 0;
+  uint32_t sack_top_ = 0;     // base of the last ACK's block: holes below it are reported apart
+  uint32_t sack_cursor_ = 0;  // the next hole block to report
+  uint8_t hole_acks_due_ = 0;
   uint32_t freshest_rcvd_bytes_ = 0;  // newest receiver byte count seen in an ACK (24 bits)
   bool seen_ack_ = false;
   Timer ack_timer_;

@@ -28,19 +28,61 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   uint32_t trigger = ack_trigger_psn_;
   const int32_t offset = psn_diff(trigger, cack);
   if (offset < INT16_MIN || offset > INT16_MAX) trigger = cack;
+  // The 64 PSNs ending at the triggering packet, or starting just above cack.
+  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
+  const uint8_t flags =
+      (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
+  const uint32_t len = write_ack(buf, trigger, base, flags);
+  ack_due_ = false;
+  unacked_packets_ = 0;
+  ack_trigger_ecn_ = false;
+  ack_trigger_retx_ = false;
+  wheel_->cancel(&ack_timer_);
+  // Holes below the block just reported are out of its reach: follow with
+  // ACKs that report them, a block each, so that a burst loss longer than
+  // one bitmap is inferred within a round trip, not one hole per ACK.
+  sack_top_ = base;
+  hole_acks_due_ = psn_lt(cack + 1, base) ? kHoleAcksPerAck : 0;
+  return len;
+}
+
+uint32_t Connection::build_hole_ack(uint8_t* buf, uint32_t cap) {
+  if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
+  const uint32_t cack = rx_.cack();
+  // The blocks from cack + 1 up to the last reported block, round-robin
+  // from where the previous hole ACK stopped; blocks with no hole are
+  // skipped.
+  const uint32_t blocks = (psn_diff(sack_top_, cack + 1) + 63) / 64;
+  if (psn_le(sack_top_, cack + 1)) {
+    hole_acks_due_ = 0;
+    return 0;
+  }
+  for (uint32_t i = 0; i < blocks; ++i) {
+    if (!(psn_lt(cack, sack_cursor_) && psn_lt(sack_cursor_, sack_top_))) sack_cursor_ = cack + 1;
+    const uint32_t base = sack_cursor_;
+    sack_cursor_ += 64;
+    const uint32_t span = std::min<uint32_t>(64, psn_diff(sack_top_, base));
+    const uint64_t full = span == 64 ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
+    if ((rx_.sack_bits(base) & full) == full) continue;  // nothing missing here
+    --hole_acks_due_;
+    return write_ack(buf, cack, base, 0);
+  }
+  hole_acks_due_ = 0;
+  return 0;
+}
+
+uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags) {
+  const uint32_t cack = rx_.cack();
   wire::AckHeader a;
   a.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
   a.pro.next_hdr = 0;
-  a.pro.flags =
-      (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
+  a.pro.flags = flags;
   a.ack_psn_offset = static_cast<uint16_t>(trigger - cack);
   a.cack_psn = cack;
   a.spdcid = cfg_.local_id;
   a.dpdcid = cfg_.remote_id;
   a.cc_type = static_cast<uint8_t>(wire::CcType::kNscc);
   a.mpr = static_cast<uint8_t>(std::countr_zero(rx_.window()));  // log2 of the window
-  // The 64 PSNs ending at the triggering packet, or starting just above cack.
-  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
   a.sack_psn_offset = static_cast<uint16_t>(base - cack);
   a.sack_bitmap = rx_.sack_bits(base);
   a.nscc.rcvd_bytes = rcvd_bytes_ & 0xffffff;
@@ -48,15 +90,8 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   wire::encode_ack(buf + wire::kL2L4Size, a);
   const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
   ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
-  const uint32_t len =
-      finish_frame(buf, wire::kAckCcSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
-  ack_due_ = false;
-  unacked_packets_ = 0;
-  ack_trigger_ecn_ = false;
-  ack_trigger_retx_ = false;
-  wheel_->cancel(&ack_timer_);
   ++stats_.acks_sent;
-  return len;
+  return finish_frame(buf, wire::kAckCcSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
 uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {

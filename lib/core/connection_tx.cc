@@ -48,6 +48,7 @@ bool Connection::wants_to_send() const {
   if (!mac_known_) return false;
   if (nack_count_ > 0 || ack_due_) return true;
   if (state_ != ConnectionState::kActive) return false;
+  if (hole_acks_due_ > 0) return true;
   if (retx_count_ > 0) return true;
   if (rr_tx_ == rr_tail_) {
     if (sq_tx_ == sq_tail_) return false;
@@ -63,6 +64,9 @@ uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (nack_count_ > 0) return build_nack(buf, cap);
   if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
   if (state_ != ConnectionState::kActive) return 0;
+  if (hole_acks_due_ > 0) {
+    if (const uint32_t n = build_hole_ack(buf, cap)) return n;
+  }
   return produce_data(buf, cap, now);
 }
 

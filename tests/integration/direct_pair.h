@@ -2,6 +2,7 @@
 // moves (and may edit, drop or reorder) every frame itself.
 #pragma once
 
+#include <algorithm>
 #include <vector>
 
 #include "sim_pair.h"
@@ -58,6 +59,47 @@ class DirectPair {
       a.advance(now);
       b.advance(now);
     }
+  }
+
+  // Moves frames both ways in rounds of `step_ns` of virtual time (each
+  // side's frames of a round leave as one batch, as an engine's poll sends
+  // them), running timers, until `done` or `budget_ns` has passed. Frames
+  // `drop(frame, a_to_b)` picks are lost.
+  template <typename Done, typename Drop>
+  bool run_for(TimeNs budget_ns, TimeNs step_ns, Done done, Drop drop) {
+    const TimeNs end = now + budget_ns;
+    std::vector<Frame> ab, ba;
+    while (now < end) {
+      if (done()) return true;
+      for (Frame& f : drain(a)) ab.push_back(std::move(f));
+      for (Frame& f : drain(b)) ba.push_back(std::move(f));
+      std::erase_if(ab, [&](const Frame& f) { return drop(f, true); });
+      std::erase_if(ba, [&](const Frame& f) { return drop(f, false); });
+      now += step_ns;
+      // Each receiver takes a burst at a time and answers it (as an engine
+      // polls): what it sends goes out next round.
+      std::vector<Frame> next_ab, next_ba;
+      receive_in_bursts(b, ab, next_ba);
+      receive_in_bursts(a, ba, next_ab);
+      ab = std::move(next_ab);
+      ba = std::move(next_ba);
+      a.advance(now);
+      b.advance(now);
+    }
+    return done();
+  }
+  static constexpr size_t kBurst = 32;
+  void receive_in_bursts(Endpoint& to, const std::vector<Frame>& in, std::vector<Frame>& out) {
+    for (size_t i = 0; i < in.size(); i += kBurst) {
+      for (size_t k = i; k < std::min(in.size(), i + kBurst); ++k) {
+        to.receive(in[k].data(), static_cast<uint32_t>(in[k].size()), now);
+      }
+      for (Frame& f : drain(to)) out.push_back(std::move(f));
+    }
+  }
+  template <typename Done>
+  bool run_for(TimeNs budget_ns, TimeNs step_ns, Done done) {
+    return run_for(budget_ns, step_ns, done, [](const Frame&, bool) { return false; });
   }
 
   TimeNs now = 0;

@@ -30,31 +30,6 @@ SendRequest request(uint64_t id, Opcode op, uint8_t* local, uint32_t len, uint8_
   return wr;
 }
 
-// Moves frames both ways in steps of `step_ns` of virtual time, running
-// timers, until `done` or `budget_ns` has passed. Frames `drop` picks are lost.
-template <typename Done, typename Drop>
-bool run_for(DirectPair& p, TimeNs budget_ns, TimeNs step_ns, Done done, Drop drop) {
-  const TimeNs end = p.now + budget_ns;
-  while (p.now < end) {
-    if (done()) return true;
-    auto ab = p.drain(p.a);
-    auto ba = p.drain(p.b);
-    std::erase_if(ab, [&](const Frame& f) { return drop(f, true); });
-    std::erase_if(ba, [&](const Frame& f) { return drop(f, false); });
-    p.now += step_ns;
-    p.deliver(p.b, ab);
-    p.deliver(p.a, ba);
-    p.a.advance(p.now);
-    p.b.advance(p.now);
-  }
-  return done();
-}
-
-template <typename Done>
-bool run_for(DirectPair& p, TimeNs budget_ns, TimeNs step_ns, Done done) {
-  return run_for(p, budget_ns, step_ns, done, [](const Frame&, bool) { return false; });
-}
-
 constexpr size_t kAckFrameMax = 200;  // ACKs and NACKs; data frames here are larger
 
 // An acknowledged READ request is not the end of a READ: a responder that
@@ -80,7 +55,7 @@ TEST(RcSemantics, ReadWhoseResponderDiesAfterTheAckEndsInRetryExceeded) {
   EXPECT_EQ(p.qa->unacked_packets(), 0u);  // the request is acknowledged
   p.b.destroy_connection(2);               // the responder dies
   // The budget: retry_limit + 1 timeouts, each at most rto_max.
-  const bool failed = run_for(p, 200'000'000, 100'000, [&] { return p.a_scq.size() > 0; });
+  const bool failed = p.run_for(200'000'000, 100'000, [&] { return p.a_scq.size() > 0; });
   ASSERT_TRUE(failed) << "the READ never completed";
   const auto wcs = poll_all(p.a_scq);
   ASSERT_EQ(wcs.size(), 1u);
@@ -137,7 +112,7 @@ TEST(RcSemantics, ReceiverErrorStillSendsTheAckItOwes) {
   ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 100, target.data(), rkey)),
             PostError::kOk);
   ASSERT_EQ(p.qa->post_send(request(2, Opcode::kSend, src.data(), 5000)), PostError::kOk);
-  ASSERT_TRUE(run_for(p, 100'000'000, 1000, [&] { return p.a_scq.size() >= 2; }));
+  ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.a_scq.size() >= 2; }));
   const auto wcs = poll_all(p.a_scq);
   ASSERT_EQ(wcs.size(), 2u);
   EXPECT_EQ(wcs[0].wr_id, 1u);
@@ -185,7 +160,7 @@ TEST(RcSemantics, LongRnrWaitIsNotChargedToTheRetryBudget) {
   std::vector<uint8_t> msg(3000, 9), rbuf(3000, 0);
   ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 3000)), PostError::kOk);
   bool posted = false;
-  const bool done = run_for(p, 3'000'000'000, 1'000'000, [&] {
+  const bool done = p.run_for(3'000'000'000, 1'000'000, [&] {
     if (!posted && p.now >= 400'000'000) {
       posted = p.qb->post_recv(5, sgl_of(rbuf.data(), 3000)) == PostError::kOk;
     }
@@ -211,13 +186,12 @@ TEST(RcSemantics, RnrWaitDoesNotHoldBackReadResponses) {
   fill_pattern(source.data(), source.size(), 8);
   // b's SEND finds no receive at a: b waits 655 ms before it tries again.
   ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
-  ASSERT_TRUE(
-      run_for(p, 10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
+  ASSERT_TRUE(p.run_for(10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
   const uint32_t rkey =
       p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
   ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(), 4000, source.data(), rkey)),
             PostError::kOk);
-  ASSERT_TRUE(run_for(p, 50'000'000, 100'000, [&] { return p.a_scq.size() > 0; }))
+  ASSERT_TRUE(p.run_for(50'000'000, 100'000, [&] { return p.a_scq.size() > 0; }))
       << "the READ waited for b's RNR delay";
   const auto wcs = poll_all(p.a_scq);
   ASSERT_EQ(wcs.size(), 1u);
@@ -240,7 +214,7 @@ TEST(RcSemantics, RefusedRequestPutsTheResponderInErrorAndPlacesNothingAfter) {
   ASSERT_EQ(p.qa->post_send(request(2, Opcode::kSend, src.data(), 2000)), PostError::kOk);
   ASSERT_EQ(p.qa->post_send(request(3, Opcode::kWrite, src.data(), 2000, target.data(), rkey)),
             PostError::kOk);
-  ASSERT_TRUE(run_for(p, 100'000'000, 1000, [&] { return p.a_scq.size() >= 3; }));
+  ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.a_scq.size() >= 3; }));
   const auto wa = poll_all(p.a_scq);
   ASSERT_EQ(wa.size(), 3u);
   EXPECT_EQ(wa[0].status, WcStatus::kRemAccessErr);
@@ -266,8 +240,8 @@ TEST(RcSemantics, LostRefusalNackIsAnsweredAgain) {
   ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 100, target.data(), rkey ^ 1)),
             PostError::kOk);
   int dropped = 0;
-  ASSERT_TRUE(run_for(
-      p, 100'000'000, 100'000, [&] { return p.a_scq.size() > 0; },
+  ASSERT_TRUE(p.run_for(
+      100'000'000, 100'000, [&] { return p.a_scq.size() > 0; },
       [&](const Frame&, bool a_to_b) { return !a_to_b && dropped++ == 0; }));
   const auto wa = poll_all(p.a_scq);
   ASSERT_EQ(wa.size(), 1u);

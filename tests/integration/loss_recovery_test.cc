@@ -1,0 +1,112 @@
+// Loss recovery beyond the reach of one 64-PSN SACK bitmap: a burst loss of
+// any length inside the window is inferred from the ACKs of the packets that
+// follow it (the receiver rotates its SACK block over the holes), never left
+// to the retransmission timer.
+#include "direct_pair.h"
+#include "workload.h"
+
+namespace braid::test {
+namespace {
+
+class BurstLoss : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(BurstLoss, IsInferredWithoutATimeoutWhileLaterPacketsArrive) {
+  const uint32_t burst = GetParam();
+  SimPairOptions o;
+  // Paths of 200-260 us: a recovery that takes one round trip per 64
+  // packets outlasts the 2 ms RTO for the longer bursts.
+  o.link = four_path_link();
+  for (size_t i = 0; i < o.link.paths.size(); ++i) o.link.paths[i].delay_ns = 200'000 + 20'000 * i;
+  o.conn.mtu = 1024;
+  // New data keeps flowing while the burst is recovered (the congestion
+  // window, not the message, limits what is in flight): most ACKs name a
+  // new packet far above the holes.
+  o.conn.window_packets = 4096;
+  o.conn.cc.window_bytes = 1u << 20;
+  SimPair p(o);
+  constexpr uint32_t kSize = 16u << 20;  // 16384 packets
+  std::vector<uint8_t> src(kSize), dst(kSize, 0);
+  fill_pattern(src.data(), src.size(), burst);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+  SendRequest wr;
+  wr.wr_id = 1;
+  wr.opcode = Opcode::kWrite;
+  wr.local = sgl_of(src.data(), kSize);
+  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
+  wr.rkey = rkey;
+  ASSERT_EQ(p.qa->post_send(wr), PostError::kOk);
+  ASSERT_TRUE(p.run_until([&] { return p.qb->stats().data_received >= 300; }));
+  p.net.drop_burst(p.ha, p.hb, 0, burst);  // the next `burst` data packets
+  ASSERT_TRUE(p.run_until([&] { return p.a_scq.size() > 0; }));
+  WorkCompletion wc;
+  ASSERT_EQ(p.a_scq.poll(&wc, 1), 1u);
+  EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(p.net.link_stats(p.ha, p.hb).dropped_loss, burst);
+  const ConnectionStats& s = p.qa->stats();
+  EXPECT_EQ(s.timeouts, 0u) << "inferred " << s.lost_inferred << " acks " << p.qb->stats().acks_sent
+                            << " recv " << s.acks_received;
+  EXPECT_EQ(s.lost_timeout, 0u);
+  EXPECT_EQ(s.lost_inferred, burst);
+  EXPECT_EQ(s.retransmits, burst);
+  EXPECT_TRUE(src == dst);
+}
+
+// The same where each side receives and answers in bursts of 32 frames, as
+// an engine's poll does: one ACK answers a burst and names its newest
+// packet, far above the holes. A round trip is two rounds (200 us), the RTO
+// ten.
+TEST_P(BurstLoss, IsInferredWithinARoundTripWhenAcksAnswerBursts) {
+  const uint32_t burst = GetParam();
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.window_packets = 4096;
+  c.cc.window_bytes = 2u << 20;  // ~1900 packets a round trip
+  DirectPair p(c);
+  constexpr uint32_t kSize = 8u << 20;
+  std::vector<uint8_t> src(kSize), dst(kSize, 0);
+  fill_pattern(src.data(), src.size(), burst + 1);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+  SendRequest wr;
+  wr.wr_id = 1;
+  wr.opcode = Opcode::kWrite;
+  wr.local = sgl_of(src.data(), kSize);
+  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
+  wr.rkey = rkey;
+  ASSERT_EQ(p.qa->post_send(wr), PostError::kOk);
+  constexpr TimeNs kRound = 250'000;  // a round trip is two
+  uint64_t data_frames = 0;
+  TimeNs burst_at = 0, all_inferred_at = 0;
+  const auto drop = [&](const Frame& f, bool a_to_b) {
+    if (!a_to_b || f.size() < 500) return false;
+    ++data_frames;
+    const bool lost = data_frames > 1000 && data_frames <= 1000 + burst;
+    if (lost && burst_at == 0) burst_at = p.now;
+    return lost;
+  };
+  const ConnectionStats& s = p.qa->stats();
+  ASSERT_TRUE(p.run_for(
+      2'000'000'000, kRound,
+      [&] {
+        if (all_inferred_at == 0 && s.lost_inferred >= burst) all_inferred_at = p.now;
+        return p.a_scq.size() > 0;
+      },
+      drop));
+  WorkCompletion wc;
+  ASSERT_EQ(p.a_scq.poll(&wc, 1), 1u);
+  EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(s.timeouts, 0u);
+  EXPECT_EQ(s.lost_timeout, 0u);
+  EXPECT_EQ(s.lost_inferred, burst);
+  // Every lost packet is known lost from the ACKs of the first round trip
+  // after the burst (virtual time: the rounds are the test's own clock).
+  ASSERT_NE(all_inferred_at, 0u);
+  EXPECT_LE(all_inferred_at - burst_at, 2 * 2 * kRound)
+      << "declared lost over " << (all_inferred_at - burst_at) / (2 * kRound) << " round trips";
+  EXPECT_TRUE(src == dst);
+}
+
+INSTANTIATE_TEST_SUITE_P(Lengths, BurstLoss, ::testing::Values(1u, 64u, 200u, 700u),
+                         [](const auto& info) { return std::to_string(info.param); });
+
+}  // namespace
+}  // namespace braid::test
