@@ -675,6 +675,9 @@ int Session::open_device() {
   cfg.mtu = o_.link_mtu;
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
+  // A client port (memif client, virtio-user) may wait for its peer as long
+  // as the whole setup may take.
+  cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;
   ctx_ = braid_open_device(&cfg);
   if (!ctx_) {
     std::fprintf(stderr, " Couldn't open the Braid device on %s: %s\n", o_.dev_port.c_str(),

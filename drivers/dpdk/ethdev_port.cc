@@ -83,6 +83,10 @@ std::string memif_socket(const rte_eth_dev_info& info) {
   return path;
 }
 
+std::string driver_of(const rte_eth_dev_info& info) {
+  return info.driver_name ? info.driver_name : "";
+}
+
 bool memif_client(const rte_eth_dev_info& info) {
   const std::string role = devarg(info, "role", "server");
   return role == "client" || role == "slave";
@@ -93,7 +97,7 @@ std::string start_failure(int ret, const rte_eth_dev_info& info, const std::stri
   if (is_driver(driver, "net_memif")) {
     if (memif_client(info)) {
       return "memif: no server at " + memif_socket(info) + ": start the server side first (" +
-             label + " is a client and does not retry)";
+             label + " is a client; it retried for the link wait)";
     }
     return "memif server " + label + " failed to start at " + memif_socket(info) + ": " +
            rte_strerror(-ret) + ": see the PMD's log above";
@@ -377,7 +381,21 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
                 " descriptors) failed: " + rte_strerror(-ret) + ": see the PMD's log above");
   }
 
-  if (int ret = rte_eth_dev_start(port); ret != 0) return fail(start_failure(ret, info, label));
+  // A memif client connects at start and does not retry by itself: a server
+  // that is not listening yet (its socket file made a moment before its
+  // listen) is retried within the link wait.
+  const bool retries = config.require_link_up && is_driver(driver_of(info), "net_memif") &&
+                       memif_client(info);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(config.link_wait_ms);
+  for (;;) {
+    const int ret = rte_eth_dev_start(port);
+    if (ret == 0) break;
+    if (!retries || std::chrono::steady_clock::now() >= deadline) {
+      return fail(start_failure(ret, info, label));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
   p->started_ = true;
 
   // Frames for other MACs are not ours; promiscuous only when asked (a
@@ -399,10 +417,23 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   // Links come up asynchronously (memif and vhost after a handshake); wait a
   // bounded time rather than return a port that silently drops.
   if (config.require_link_up) {
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::milliseconds(config.link_wait_ms);
+    // A memif handshake that went nowhere (seen 2 in 10 loopback starts on
+    // a loaded host) is started again: stop and start reconnect the client.
+    constexpr auto kHandshakeGiveUp = std::chrono::milliseconds(500);
+    auto attempt = std::chrono::steady_clock::now();
     while (!p->link_up() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      const auto now = std::chrono::steady_clock::now();
+      if (retries && !p->link_up() && now - attempt >= kHandshakeGiveUp && now < deadline) {
+        ++p->reconnects_;
+        Eal::run_on_interrupt_thread(
+            [](void* q) { rte_eth_dev_stop(*static_cast<uint16_t*>(q)); }, &p->port_id_);
+        Eal::drain_interrupts();
+        while (rte_eth_dev_start(port) != 0 && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        attempt = std::chrono::steady_clock::now();
+      }
     }
     if (!p->link_up()) {
       return fail("link of " + label + " still down " + std::to_string(config.link_wait_ms) +

@@ -58,6 +58,8 @@ class EthdevPort final : public PacketIo {
   void tx_free(TxFrame* frames, uint16_t n) override;
 
   wire::MacAddr mac() const override { return mac_; }
+  // Times open() started a memif client's handshake again (it went nowhere).
+  uint32_t reconnects() const { return reconnects_; }
   uint32_t max_frame() const override { return mtu_ + wire::kEthernetSize; }
   bool link_up() const override;
   // rx_missed: the PMD's imissed and rx_nombuf, plus received frames dropped
@@ -85,6 +87,7 @@ class EthdevPort final : public PacketIo {
 
   uint16_t port_id_ = 0;
   bool started_ = false;
+  uint32_t reconnects_ = 0;  // memif client handshakes started again at open
   rte_mempool* pool_ = nullptr;
   uint32_t mtu_ = 0;
   uint32_t data_room_ = 0;

@@ -51,6 +51,9 @@ struct braid_device_config {
   uint16_t udp_port;     /* default 4793 */
   int lcore;             /* core for the engine, default: the calling core */
   int progress_thread;   /* 1: a dedicated progress thread */
+  /* How long open waits for the link of a port that connects to a peer (a
+   * memif client, virtio-user...), retrying the connection: default 2000. */
+  uint32_t link_wait_ms;
 };
 
 enum braid_access_flags {

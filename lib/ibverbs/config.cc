@@ -54,6 +54,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.udp_port = udp_port;
   c.lcore = lcore < 0 ? 0 : lcore;
   c.progress_thread = progress_thread ? 1 : 0;
+  c.link_wait_ms = link_wait_ms == 0 ? 1 : link_wait_ms;  // 0 in braid's config: the default
   return c;
 }
 

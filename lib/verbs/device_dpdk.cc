@@ -74,6 +74,7 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
   const bool passive =
       spec.find("role=server") != std::string::npos || spec.rfind("net_vhost", 0) == 0;
   pc.require_link_up = !passive;
+  if (config.link_wait_ms != 0) pc.link_wait_ms = config.link_wait_ms;
   return dpdk::EthdevPort::open(pc, error);
 }
 

@@ -398,7 +398,8 @@ struct ScratchDir {
 };
 
 // A hot-plugged memif vdev under a directory of this test's own: no server
-// is listening there, so starting the client fails at once.
+// is listening there, so starting the client fails once its link wait
+// (retrying the connection) is over.
 TEST_F(EthdevPortTest, MemifClientWithoutServerSaysStartTheServer) {
   ScratchDir dir;
   const std::string socket = (dir.path / "memif.sock").string();
