@@ -57,6 +57,7 @@ client_log="$run_dir/client.log"
 BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
   timeout 120 taskset -c 1 "$program" "${port_flag[@]}" "$@" 127.0.0.1 >"$client_log" 2>&1
 client_rc=$?
+echo "---- client (198.18.0.2) ----"
 cat "$client_log"
 set -e
 pair_finish ibverbs-loopback "$client_rc"

@@ -44,6 +44,7 @@ server_pid=$!
 # The server creates the socket the client attaches to.
 pair_server_ready loopback
 set +e
+echo "---- client (198.18.0.2) ----"
 "$bin" "${common[@]}" --lcore 1 --dev-port "$client_port" --ip 198.18.0.2 "$@" 127.0.0.1
 client_rc=$?
 set -e

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Braid's tests: the wire decoder's libFuzzer target for a bounded time, then
-# unit, integration and property tests under ASan/UBSan (ctest).
+# unit, integration and property tests under ASan/UBSan (ctest), and the
+# multi-threaded tests under ThreadSanitizer.
 # Usage (as root on a fresh machine): scripts/test.sh [fuzz seconds, default 60]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,3 +13,7 @@ fi
 cmake --preset asan >/dev/null
 cmake --build --preset asan
 ctest --preset asan -j2
+# The multi-threaded tests again under ThreadSanitizer (only their targets).
+cmake --preset tsan >/dev/null
+cmake --build --preset tsan
+ctest --preset tsan

@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -337,6 +338,16 @@ Status Eal::build_args(const EalConfig& config, const HugepageInfo& huge,
   }
   args->push_back("--file-prefix=" +
                   (config.file_prefix.empty() ? default_prefix() : config.file_prefix));
+  // DPDK's notices (EAL start-up, every vhost-user message) bury what a
+  // tool prints: warnings and errors only, unless the pass-through
+  // arguments or BRAID_DPDK_LOG (e.g. info, debug) say otherwise.
+  const bool has_log_level =
+      std::any_of(config.extra_args.begin(), config.extra_args.end(),
+                  [](const std::string& a) { return a.rfind("--log-level", 0) == 0; });
+  if (!has_log_level) {
+    const char* level = std::getenv("BRAID_DPDK_LOG");
+    args->push_back(std::string("--log-level=") + (level && *level ? level : "warning"));
+  }
   switch (mode) {
     case EalMemoryMode::kNoHuge:
       args->push_back("--no-huge");

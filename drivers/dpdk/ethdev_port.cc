@@ -384,8 +384,8 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   // A memif client connects at start and does not retry by itself: a server
   // that is not listening yet (its socket file made a moment before its
   // listen) is retried within the link wait.
-  const bool retries = config.require_link_up && is_driver(driver_of(info), "net_memif") &&
-                       memif_client(info);
+  const bool retries =
+      config.require_link_up && is_driver(driver_of(info), "net_memif") && memif_client(info);
   const auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(config.link_wait_ms);
   for (;;) {
@@ -426,8 +426,8 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
       const auto now = std::chrono::steady_clock::now();
       if (retries && !p->link_up() && now - attempt >= kHandshakeGiveUp && now < deadline) {
         ++p->reconnects_;
-        Eal::run_on_interrupt_thread(
-            [](void* q) { rte_eth_dev_stop(*static_cast<uint16_t*>(q)); }, &p->port_id_);
+        Eal::run_on_interrupt_thread([](void* q) { rte_eth_dev_stop(*static_cast<uint16_t*>(q)); },
+                                     &p->port_id_);
         Eal::drain_interrupts();
         while (rte_eth_dev_start(port) != 0 && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));

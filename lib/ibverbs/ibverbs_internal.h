@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <mutex>
 #include <unordered_set>
 #include <vector>
 
@@ -29,7 +30,22 @@ struct Context {
   std::unordered_set<ibv_cq*> cqs;
   std::unordered_set<ibv_comp_channel*> channels;
   std::unordered_set<ibv_pd*> pds;
+  // Guards the sets: libibverbs lets any thread create and destroy objects,
+  // and Braid's own lock (threaded contexts) covers only its own objects.
+  std::mutex objects_lock;
 };
+
+// Records an object in (or removes it from) one of the context's sets.
+template <typename T>
+void track(Context* c, std::unordered_set<T*>& set, T* obj) {
+  std::lock_guard<std::mutex> g(c->objects_lock);
+  set.insert(obj);
+}
+template <typename T>
+void untrack(Context* c, std::unordered_set<T*>& set, T* obj) {
+  std::lock_guard<std::mutex> g(c->objects_lock);
+  set.erase(obj);
+}
 
 struct Pd {
   ibv_pd pd;

@@ -184,15 +184,17 @@ void install_object_ops(Context* c) {
 using namespace braid::ibv;  // NOLINT: the file's own types
 
 void braid::ibv::release_objects(Context* c) {
-  // Copies: each destroy erases from the set it came from.
-  for (ibv_qp* qp : std::vector<ibv_qp*>(c->qps.begin(), c->qps.end())) ibv_destroy_qp(qp);
-  for (ibv_mr* mr : std::vector<ibv_mr*>(c->mrs.begin(), c->mrs.end())) ibv_dereg_mr(mr);
-  for (ibv_cq* cq : std::vector<ibv_cq*>(c->cqs.begin(), c->cqs.end())) ibv_destroy_cq(cq);
-  for (ibv_comp_channel* ch :
-       std::vector<ibv_comp_channel*>(c->channels.begin(), c->channels.end())) {
-    ibv_destroy_comp_channel(ch);
-  }
-  for (ibv_pd* pd : std::vector<ibv_pd*>(c->pds.begin(), c->pds.end())) ibv_dealloc_pd(pd);
+  // Copies, taken under the lock: each destroy erases from the set it came
+  // from (and takes the lock itself).
+  const auto copy = [c](auto& set) {
+    std::lock_guard<std::mutex> g(c->objects_lock);
+    return std::vector(set.begin(), set.end());
+  };
+  for (ibv_qp* qp : copy(c->qps)) ibv_destroy_qp(qp);
+  for (ibv_mr* mr : copy(c->mrs)) ibv_dereg_mr(mr);
+  for (ibv_cq* cq : copy(c->cqs)) ibv_destroy_cq(cq);
+  for (ibv_comp_channel* ch : copy(c->channels)) ibv_destroy_comp_channel(ch);
+  for (ibv_pd* pd : copy(c->pds)) ibv_dealloc_pd(pd);
 }
 
 // ---- Protection domains ----
@@ -210,7 +212,7 @@ BRAID_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
   p->pd.context = ctx;
   p->pd.handle = 0;
   p->b = b;
-  c->pds.insert(&p->pd);
+  track(c, c->pds, &p->pd);
   trace("alloc_pd -> %p", static_cast<void*>(&p->pd));
   return &p->pd;
 }
@@ -219,7 +221,10 @@ BRAID_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   trace("dealloc_pd %p", static_cast<void*>(pd));
   if (pd == nullptr) return fail(EINVAL);
   if (const int rc = braid_dealloc_pd(pd_of(pd)->b)) return fail(rc);  // still in use
-  context_of(pd->context)->pds.erase(pd);
+  {
+    Context* c = context_of(pd->context);
+    untrack(c, c->pds, pd);
+  }
   delete pd_of(pd);
   return 0;
 }
@@ -250,7 +255,10 @@ BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
   m->mr.lkey = b->lkey;
   m->mr.rkey = b->rkey;
   m->b = b;
-  context_of(pd->context)->mrs.insert(&m->mr);
+  {
+    Context* c = context_of(pd->context);
+    track(c, c->mrs, &m->mr);
+  }
   trace("reg_mr %p+%zu access 0x%x -> %p", addr, length, access, static_cast<void*>(&m->mr));
   return &m->mr;
 }
@@ -270,7 +278,10 @@ BRAID_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   if (mr == nullptr) return fail(EINVAL);
   Mr* m = reinterpret_cast<Mr*>(mr);
   if (const int rc = braid_dereg_mr(m->b)) return fail(rc);
-  context_of(mr->context)->mrs.erase(mr);
+  {
+    Context* c = context_of(mr->context);
+    untrack(c, c->mrs, mr);
+  }
   delete m;
   return 0;
 }
@@ -296,7 +307,7 @@ BRAID_EXPORT ibv_comp_channel* ibv_create_comp_channel(ibv_context* ctx) {
   ch->ch.fd = braid_comp_channel_fd(b);
   ch->ch.refcnt = 0;
   ch->b = b;
-  c->channels.insert(&ch->ch);
+  track(c, c->channels, &ch->ch);
   trace("create_comp_channel -> %p", static_cast<void*>(&ch->ch));
   return &ch->ch;
 }
@@ -305,7 +316,10 @@ BRAID_EXPORT int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   if (channel == nullptr) return fail(EINVAL);
   Channel* ch = reinterpret_cast<Channel*>(channel);
   if (const int rc = braid_destroy_comp_channel(ch->b)) return fail(rc);
-  context_of(channel->context)->channels.erase(channel);
+  {
+    Context* c = context_of(channel->context);
+    untrack(c, c->channels, channel);
+  }
   delete ch;
   return 0;
 }
@@ -332,7 +346,7 @@ Cq* braid::ibv::create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_
   pthread_mutex_init(&cq->mutex, nullptr);
   pthread_cond_init(&cq->cond, nullptr);
   if (channel) ++channel->refcnt;
-  c->cqs.insert(cq);
+  track(c, c->cqs, cq);
   trace("create_cq %d -> %p", cqe, static_cast<void*>(cq));
   return q;
 }
@@ -349,7 +363,10 @@ BRAID_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   Cq* q = cq_of(cq);
   if (const int rc = braid_destroy_cq(q->b)) return fail(rc);
   if (cq->channel) --cq->channel->refcnt;
-  context_of(cq->context)->cqs.erase(cq);
+  {
+    Context* c = context_of(cq->context);
+    untrack(c, c->cqs, cq);
+  }
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
   delete q;
@@ -425,7 +442,10 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->qp_type = IBV_QPT_RC;
   pthread_mutex_init(&qp->mutex, nullptr);
   pthread_cond_init(&qp->cond, nullptr);
-  context_of(pd->context)->qps.insert(qp);
+  {
+    Context* c = context_of(pd->context);
+    track(c, c->qps, qp);
+  }
   trace("create_qp -> %p qpn %u", static_cast<void*>(qp), qp->qp_num);
   return q;
 }
@@ -527,7 +547,10 @@ BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
       static_cast<unsigned long>(st.acks_received), static_cast<unsigned long>(st.timeouts),
       static_cast<unsigned long>(st.lost_inferred));
   if (const int rc = braid_destroy_qp(q->b)) return fail(rc);
-  context_of(qp->context)->qps.erase(qp);
+  {
+    Context* c = context_of(qp->context);
+    untrack(c, c->qps, qp);
+  }
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
   delete q;

@@ -624,7 +624,9 @@ int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void
 }
 
 void braid_ack_cq_events(struct braid_cq* cq, unsigned int n) {
-  if (cq != nullptr) cq->acked += n;
+  if (cq == nullptr) return;
+  Guard g(cq->context);
+  cq->acked += n;
 }
 
 uint32_t braid_qp_num(const struct braid_qp* qp) {
