@@ -344,6 +344,10 @@ Status Eal::build_args(const EalConfig& config, const HugepageInfo& huge,
   const bool has_log_level =
       std::any_of(config.extra_args.begin(), config.extra_args.end(),
                   [](const std::string& a) { return a.rfind("--log-level", 0) == 0; });
+  // Braid offers no DPDK telemetry socket (one more file per process).
+  const bool telemetry = std::any_of(config.extra_args.begin(), config.extra_args.end(),
+                                     [](const std::string& a) { return a == "--telemetry"; });
+  if (!telemetry) args->push_back("--no-telemetry");
   if (!has_log_level) {
     const char* level = std::getenv("BRAID_DPDK_LOG");
     args->push_back(std::string("--log-level=") + (level && *level ? level : "warning"));

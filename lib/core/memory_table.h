@@ -37,6 +37,11 @@ struct MemoryRegion {
 
 class MemoryRegionTable {
  public:
+  // Keys are not guessable from the order of registration (a peer probing
+  // for another application's region must guess 32 bits): the slot part is
+  // scrambled with a per-table mask and each slot's generation starts at a
+  // random value. `seed` 0 draws them from the system.
+  explicit MemoryRegionTable(uint64_t seed = 0);
   // Returns the key (used as both lkey and rkey), 0 when the table is full
   // (2^20 regions). A key is index << 12 | generation, the generation 1..4095
   // and bumped at every reuse of a slot, and freed slots are reused oldest
@@ -60,6 +65,8 @@ class MemoryRegionTable {
   std::vector<MemoryRegion> regions_;
   std::vector<uint16_t> generation_;
   std::deque<uint32_t> free_;  // FIFO: a slot rests as long as possible
+  uint32_t index_mask_ = 0;    // XORed into the slot part of every key
+  uint64_t rng_ = 0;           // generation starts (splitmix64)
 };
 
 }  // namespace braid

@@ -543,9 +543,30 @@ TEST(EalArgs, AutoUsesPlainMemoryWithoutHugepages) {
   EalMemoryMode mode = EalMemoryMode::kAuto;
   ASSERT_TRUE(Eal::build_args(c, no_hugepages(), &args, &mode).ok());
   EXPECT_EQ(mode, EalMemoryMode::kNoHuge);
-  const std::vector<std::string> want = {"braid",     "-l", "0",   "--file-prefix=t",
-                                         "--no-huge", "-m", "512", "--no-pci"};
+  const std::vector<std::string> want = {
+      "braid",     "-l", "0",   "--file-prefix=t", "--no-telemetry", "--log-level=warning",
+      "--no-huge", "-m", "512", "--no-pci"};
   EXPECT_EQ(args, want);
+}
+
+// DPDK's notices stay quiet unless asked for: BRAID_DPDK_LOG, or a
+// --log-level of the caller's own (which then is the only one).
+TEST(EalArgs, DpdkLogLevelIsWarningUnlessAskedOtherwise) {
+  EalConfig c;
+  std::vector<std::string> args;
+  EalMemoryMode mode = EalMemoryMode::kAuto;
+  setenv("BRAID_DPDK_LOG", "debug", 1);
+  ASSERT_TRUE(Eal::build_args(c, no_hugepages(), &args, &mode).ok());
+  unsetenv("BRAID_DPDK_LOG");
+  EXPECT_TRUE(has(args, "--log-level=debug"));
+  EXPECT_FALSE(has(args, "--log-level=warning"));
+  args.clear();
+  c.extra_args = {"--log-level=pmd.net.memif:debug", "--telemetry"};
+  ASSERT_TRUE(Eal::build_args(c, no_hugepages(), &args, &mode).ok());
+  EXPECT_EQ(std::count_if(args.begin(), args.end(),
+                          [](const std::string& a) { return a.rfind("--log-level", 0) == 0; }),
+            1);
+  EXPECT_FALSE(has(args, "--no-telemetry"));
 }
 
 TEST(EalArgs, AutoUsesMountedHugepagesWithFreePages) {

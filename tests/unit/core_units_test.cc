@@ -352,3 +352,42 @@ TEST(CompletionQueue, RingOrderAndOverrun) {
 }  // namespace
 
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+// Keys do not tell the order of registration: the first region of a table
+// does not get key 1, nor the same key in two tables; a key still names its
+// region and nothing else, and a stale key is refused.
+TEST(MemoryRegionKeys, AreUnpredictableButResolveExactly) {
+  std::vector<uint8_t> buf(4096);
+  std::set<uint32_t> first_keys;
+  for (uint64_t seed = 1; seed <= 32; ++seed) {
+    MemoryRegionTable t(seed);
+    first_keys.insert(t.register_region(buf.data(), buf.size(), kAccessRemoteWrite, 0));
+  }
+  EXPECT_GT(first_keys.size(), 30u);
+  EXPECT_EQ(first_keys.count(1u), 0u);
+  MemoryRegionTable t;  // seeded by the system
+  std::set<uint32_t> keys;
+  for (int i = 0; i < 100; ++i) {
+    const uint32_t k = t.register_region(buf.data() + i, 1, kAccessRemoteWrite, 0);
+    ASSERT_NE(k, 0u);
+    EXPECT_TRUE(keys.insert(k).second);
+    uint8_t* p = nullptr;
+    ASSERT_EQ(
+        t.resolve(k, reinterpret_cast<uintptr_t>(buf.data() + i), 1, kAccessRemoteWrite, 0, &p),
+        AccessError::kNone);
+    EXPECT_EQ(p, buf.data() + i);
+  }
+  const uint32_t gone = *keys.begin();
+  ASSERT_TRUE(t.deregister(gone));
+  const uint32_t again = t.register_region(buf.data(), 1, kAccessRemoteWrite, 0);
+  EXPECT_NE(again, gone);
+  uint8_t* p = nullptr;
+  EXPECT_EQ(t.resolve(gone, reinterpret_cast<uintptr_t>(buf.data()), 1, kAccessRemoteWrite, 0, &p),
+            AccessError::kBadKey);
+}
+
+}  // namespace
+}  // namespace braid
