@@ -460,6 +460,8 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
   app.add_option("--link-mtu", o.link_mtu, "Braid: Ethernet MTU of the port (default 1500)")
       ->check(CLI::Range(576, 9216));
   app.add_option("--udp-port", o.udp_port, "Braid: UDP destination port (default 4793)");
+  app.add_flag("--crc", o.crc,
+               "Braid: CRC-32C trailer on every packet, checked on receipt (both ends)");
   app.add_flag("--verify", o.verify, "Braid: check the transferred data byte for byte");
   app.add_flag("--stats", o.stats,
                "Braid: print transport counters (retransmits, losses, drops) after the run");
@@ -675,6 +677,7 @@ int Session::open_device() {
   cfg.mtu = o_.link_mtu;
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
+  cfg.crc = o_.crc ? 1 : 0;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;
@@ -1056,10 +1059,10 @@ void Session::print_stats() const {
               sum.acks_received, sum.nacks_sent, sum.nacks_received, sum.rnr_nacks_sent,
               sum.rnr_nacks_received, sum.access_errors);
   std::printf(" Port: frames received %" PRIu64 ", sent %" PRIu64 ", refused by the stack %" PRIu64
-              ", missed by the NIC %" PRIu64 ", lost on send %" PRIu64 "; TX ring full %" PRIu64
-              " times, no TX buffer %" PRIu64 " times\n",
-              port.rx_frames, port.tx_frames, port.rx_dropped, port.rx_missed, port.tx_dropped,
-              port.tx_ring_full, port.tx_no_buffer);
+              " (bad CRC %" PRIu64 "), missed by the NIC %" PRIu64 ", lost on send %" PRIu64
+              "; TX ring full %" PRIu64 " times, no TX buffer %" PRIu64 " times\n",
+              port.rx_frames, port.tx_frames, port.rx_dropped, port.rx_bad_crc, port.rx_missed,
+              port.tx_dropped, port.tx_ring_full, port.tx_no_buffer);
   print_result_line();
 }
 

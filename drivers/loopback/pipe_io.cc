@@ -51,6 +51,11 @@ uint16_t PipeIo::tx_burst(TxFrame* frames, uint16_t n) {
       continue;
     }
     buf->resize(frames[i].len);
+    // A bit flipped near the frame's end (inside any UDP payload), as a
+    // faulty link or switch memory would.
+    if (corrupt_every_ != 0 && ++sent_ % corrupt_every_ == 0 && buf->size() > 6) {
+      (*buf)[buf->size() - 6] ^= 0x10;
+    }
     out_->frames.push_back(std::move(*buf));
     ++stats_.tx_frames;
   }

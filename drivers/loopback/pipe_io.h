@@ -37,6 +37,8 @@ class PipeIo : public PacketIo {
   // While stuck, the TX ring takes nothing (tx_burst hands every frame
   // back): a link that is up but has stalled.
   void set_tx_stuck(bool stuck) { tx_stuck_ = stuck; }
+  // Every n-th frame sent from this end has a bit flipped (0: none).
+  void set_corrupt_every(uint32_t n) { corrupt_every_ = n; }
   void inject(const uint8_t* frame, size_t len) {
     std::lock_guard<std::mutex> g(out_->lock);
     out_->frames.emplace_back(frame, frame + len);
@@ -57,6 +59,8 @@ class PipeIo : public PacketIo {
   std::vector<std::vector<uint8_t>> held_;  // received, not yet released
   bool cut_ = false;
   bool tx_stuck_ = false;
+  uint32_t corrupt_every_ = 0;
+  uint64_t sent_ = 0;
   PacketIoStats stats_;
 };
 

@@ -55,6 +55,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.lcore = lcore < 0 ? 0 : lcore;
   c.progress_thread = progress_thread ? 1 : 0;
   c.link_wait_ms = link_wait_ms == 0 ? 1 : link_wait_ms;  // 0 in braid's config: the default
+  c.crc = crc ? 1 : 0;
   return c;
 }
 
@@ -78,8 +79,8 @@ DeviceSettings load_settings(std::string* error) {
     return s;
   }
   static const char* const kKeys[] = {
-      "name", "port",      "ip",       "prefix_len", "gateway",         "neighbors",   "eal_args",
-      "mtu",  "entropies", "udp_port", "lcore",      "progress_thread", "link_wait_ms"};
+      "name", "port",      "ip",       "prefix_len", "gateway",         "neighbors",    "eal_args",
+      "mtu",  "entropies", "udp_port", "lcore",      "progress_thread", "link_wait_ms", "crc"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -126,6 +127,10 @@ DeviceSettings load_settings(std::string* error) {
   if (kv.count("link_wait_ms")) {
     if (!to_number(kv["link_wait_ms"], 0, 3'600'000, &n)) return bad("link_wait_ms");
     s.link_wait_ms = static_cast<uint32_t>(n);
+  }
+  if (kv.count("crc")) {
+    if (!to_number(kv["crc"], 0, 1, &n)) return bad("crc");
+    s.crc = n == 1;
   }
   // Unmodified programs do not choose a core: two of them on one host must
   // not both be pinned to core 0, so the engine's thread keeps the

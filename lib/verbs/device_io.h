@@ -6,6 +6,7 @@
 
 #include "braid/verbs.h"
 #include "packet_io.h"
+#include "wire/frame.h"
 #include "wire/pds.h"
 #include "wire/ses.h"
 
@@ -14,10 +15,11 @@ namespace braid {
 inline constexpr uint32_t wire_l2() {
   return wire::kEthernetSize;
 }
-// RDMA payload per packet for an Ethernet (IP) MTU.
-inline uint32_t max_payload(uint32_t link_mtu) {
-  const uint32_t hdr =
-      wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize + wire::kSesStandardSize;
+// RDMA payload per packet for an Ethernet (IP) MTU, with or without the
+// CRC-32C trailer.
+inline uint32_t max_payload(uint32_t link_mtu, bool crc = false) {
+  const uint32_t hdr = wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize +
+                       wire::kSesStandardSize + (crc ? wire::kCrcTrailerSize : 0);
   return link_mtu > hdr + 64 ? link_mtu - hdr : 64;
 }
 
