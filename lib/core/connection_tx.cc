@@ -52,8 +52,10 @@ bool Connection::wants_to_send() const {
   if (retx_count_ > 0) return true;
   if (rr_tx_ == rr_tail_) {
     if (sq_tx_ == sq_tail_) return false;
-    const SendWqe& w = sq_[sq_tx_ & sq_mask_];
-    if (w.wr.fence && !w.started && reads_outstanding_ > 0) return false;
+    if (reads_outstanding_ > 0) {  // a fenced request waits for them
+      const SendWqe& w = sq_[sq_tx_ & sq_mask_];
+      if (w.wr.fence && !w.started) return false;
+    }
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
   return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
@@ -101,7 +103,7 @@ bool Connection::next_new_packet(TxRecord* r) {
   SendWqe& w = sq_[sq_tx_ & sq_mask_];
   // A fenced request waits for the data of every READ before it: a WRITE
   // after a READ of the same bytes must not be placed before they are read.
-  if (w.wr.fence && !w.started && reads_outstanding_ > 0) return false;
+  if (reads_outstanding_ > 0 && w.wr.fence && !w.started) return false;
   r->kind = TxKind::kRequest;
   r->seq = w.msn;
   if (w.wr.opcode == Opcode::kRead) {
