@@ -10,22 +10,8 @@
 namespace braid::test {
 namespace {
 
-std::vector<WorkCompletion> poll_all(CompletionQueue& cq) {
-  std::vector<WorkCompletion> v;
-  WorkCompletion wc[16];
-  uint32_t n;
-  while ((n = cq.poll(wc, 16)) > 0) v.insert(v.end(), wc, wc + n);
-  return v;
-}
-
 SendRequest write_wr(uint64_t id, uint8_t* src, uint32_t len, uint8_t* dst, uint32_t rkey) {
-  SendRequest wr;
-  wr.wr_id = id;
-  wr.opcode = Opcode::kWrite;
-  wr.local = sgl_of(src, len);
-  wr.remote_addr = reinterpret_cast<uintptr_t>(dst);
-  wr.rkey = rkey;
-  return wr;
+  return request(id, Opcode::kWrite, src, len, dst, rkey);
 }
 
 TEST(CompletionSemantics, ErrorLandsOnTheRefusedRequestNotAnEarlierOne) {
@@ -185,21 +171,7 @@ TEST(CompletionSemantics, ReadFromAResponderWithoutItsSendPsnCompletes) {
   c.mtu = 1024;
   DirectPair p(c);
   // b (the responder) sends from PSN 0; a expects 5000.
-  ConnectionConfig ca = c;
-  ca.local_id = 3;
-  ca.remote_id = 4;
-  ca.remote_mac = mac_of(2);
-  ca.remote_ip = kIpB;
-  ca.rx_psn = 5000;
-  ConnectionConfig cb = c;
-  cb.local_id = 4;
-  cb.remote_id = 3;
-  cb.remote_mac = mac_of(1);
-  cb.remote_ip = kIpA;
-  cb.rx_psn = 0;
-  cb.tx_psn = 0;
-  Connection* qa = p.a.create_connection(ca, &p.a_scq, &p.a_rcq);
-  Connection* qb = p.b.create_connection(cb, &p.b_scq, &p.b_rcq);
+  auto [qa, qb] = p.add_rtr_responder_pair(c);
   ASSERT_TRUE(qa && qb);
 
   std::vector<uint8_t> source(8000), local(8000, 0);

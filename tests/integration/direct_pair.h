@@ -34,6 +34,25 @@ class DirectPair {
     qb = b.create_connection(cb, &b_scq, &b_rcq);
   }
 
+  // A second pair of connections (ids 3 on a, 4 on b) where b is a READ
+  // responder left in RTR, as perftest's ib_read_bw server: it sends from
+  // PSN 0 while a expects 5000, the PSN b would have been given at RTS.
+  std::pair<Connection*, Connection*> add_rtr_responder_pair(const ConnectionConfig& c) {
+    ConnectionConfig ca = c, cb = c;
+    ca.local_id = 3;
+    ca.remote_id = 4;
+    ca.remote_mac = mac_of(2);
+    ca.remote_ip = kIpB;
+    ca.rx_psn = 5000;
+    cb.local_id = 4;
+    cb.remote_id = 3;
+    cb.remote_mac = mac_of(1);
+    cb.remote_ip = kIpA;
+    cb.rx_psn = 0;
+    cb.tx_psn = 0;
+    return {a.create_connection(ca, &a_scq, &a_rcq), b.create_connection(cb, &b_scq, &b_rcq)};
+  }
+
   // Every frame `from` wants to send now.
   std::vector<Frame> drain(Endpoint& from) {
     std::vector<Frame> out;

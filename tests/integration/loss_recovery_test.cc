@@ -28,13 +28,8 @@ TEST_P(BurstLoss, IsInferredWithoutATimeoutWhileLaterPacketsArrive) {
   std::vector<uint8_t> src(kSize), dst(kSize, 0);
   fill_pattern(src.data(), src.size(), burst);
   const uint32_t rkey = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
-  SendRequest wr;
-  wr.wr_id = 1;
-  wr.opcode = Opcode::kWrite;
-  wr.local = sgl_of(src.data(), kSize);
-  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
-  wr.rkey = rkey;
-  ASSERT_EQ(p.qa->post_send(wr), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), rkey)),
+            PostError::kOk);
   ASSERT_TRUE(p.run_until([&] { return p.qb->stats().data_received >= 300; }));
   p.net.drop_burst(p.ha, p.hb, 0, burst);  // the next `burst` data packets
   ASSERT_TRUE(p.run_until([&] { return p.a_scq.size() > 0; }));
@@ -66,13 +61,8 @@ TEST_P(BurstLoss, IsInferredWithinARoundTripWhenAcksAnswerBursts) {
   std::vector<uint8_t> src(kSize), dst(kSize, 0);
   fill_pattern(src.data(), src.size(), burst + 1);
   const uint32_t rkey = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
-  SendRequest wr;
-  wr.wr_id = 1;
-  wr.opcode = Opcode::kWrite;
-  wr.local = sgl_of(src.data(), kSize);
-  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
-  wr.rkey = rkey;
-  ASSERT_EQ(p.qa->post_send(wr), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), rkey)),
+            PostError::kOk);
   constexpr TimeNs kRound = 250'000;  // a round trip is two
   uint64_t data_frames = 0;
   TimeNs burst_at = 0, all_inferred_at = 0;

@@ -11,25 +11,6 @@
 namespace braid::test {
 namespace {
 
-std::vector<WorkCompletion> poll_all(CompletionQueue& cq) {
-  std::vector<WorkCompletion> v;
-  WorkCompletion wc[16];
-  uint32_t n;
-  while ((n = cq.poll(wc, 16)) > 0) v.insert(v.end(), wc, wc + n);
-  return v;
-}
-
-SendRequest request(uint64_t id, Opcode op, uint8_t* local, uint32_t len, uint8_t* remote = nullptr,
-                    uint32_t rkey = 0) {
-  SendRequest wr;
-  wr.wr_id = id;
-  wr.opcode = op;
-  if (len > 0 || local != nullptr) wr.local = sgl_of(local, len);
-  wr.remote_addr = reinterpret_cast<uintptr_t>(remote);
-  wr.rkey = rkey;
-  return wr;
-}
-
 constexpr size_t kAckFrameMax = 200;  // ACKs and NACKs; data frames here are larger
 
 // An acknowledged READ request is not the end of a READ: a responder that
@@ -257,11 +238,8 @@ TEST(RcSemantics, ZeroLengthWriteImmAndReadCheckNoKey) {
   ASSERT_EQ(p.qb->post_recv(4, sgl_of(rbuf.data(), 16)), PostError::kOk);
   SendRequest doorbell = request(1, Opcode::kWriteImm, nullptr, 0);
   doorbell.imm_data = 0x1234;
-  doorbell.local.num = 0;
   ASSERT_EQ(p.qa->post_send(doorbell), PostError::kOk);
-  SendRequest fence = request(2, Opcode::kRead, nullptr, 0);
-  fence.local.num = 0;
-  ASSERT_EQ(p.qa->post_send(fence), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, nullptr, 0)), PostError::kOk);
   p.settle();
   const auto wa = poll_all(p.a_scq);
   ASSERT_EQ(wa.size(), 2u);
@@ -312,21 +290,7 @@ TEST(RcSemantics, ResponderThatAnsweredAReadInRtrMovesToRtsAndSends) {
   ConnectionConfig c;
   c.mtu = 1024;
   DirectPair p(c);
-  ConnectionConfig ca = c;
-  ca.local_id = 3;
-  ca.remote_id = 4;
-  ca.remote_mac = mac_of(2);
-  ca.remote_ip = kIpB;
-  ca.rx_psn = 5000;
-  ConnectionConfig cb = c;
-  cb.local_id = 4;
-  cb.remote_id = 3;
-  cb.remote_mac = mac_of(1);
-  cb.remote_ip = kIpA;
-  cb.rx_psn = 0;
-  cb.tx_psn = 0;
-  Connection* qa = p.a.create_connection(ca, &p.a_scq, &p.a_rcq);
-  Connection* qb = p.b.create_connection(cb, &p.b_scq, &p.b_rcq);
+  auto [qa, qb] = p.add_rtr_responder_pair(c);
   ASSERT_TRUE(qa && qb);
   std::vector<uint8_t> source(3000, 4), local(3000, 0), back(500, 6), a_target(500, 0);
   const uint32_t rkey =

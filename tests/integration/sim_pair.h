@@ -105,4 +105,25 @@ inline SgList sgl_of(uint8_t* p, uint32_t n) {
   return l;
 }
 
+// A work request of `len` bytes at `local` (none when null), to `remote`.
+inline SendRequest request(uint64_t id, Opcode op, uint8_t* local, uint32_t len,
+                           uint8_t* remote = nullptr, uint32_t rkey = 0) {
+  SendRequest wr;
+  wr.wr_id = id;
+  wr.opcode = op;
+  if (local != nullptr) wr.local = sgl_of(local, len);
+  wr.remote_addr = reinterpret_cast<uintptr_t>(remote);
+  wr.rkey = rkey;
+  return wr;
+}
+
+// Every completion the queue holds, oldest first.
+inline std::vector<WorkCompletion> poll_all(CompletionQueue& cq) {
+  std::vector<WorkCompletion> v;
+  WorkCompletion wc[16];
+  uint32_t n;
+  while ((n = cq.poll(wc, 16)) > 0) v.insert(v.end(), wc, wc + n);
+  return v;
+}
+
 }  // namespace braid::test
