@@ -11,7 +11,7 @@ vnic_pair() {
     virtio)
       sock="$dir/vhost.sock"
       server_port="net_vhost0,iface=$sock,queues=1"
-      client_port="net_virtio_user0,path=$sock,queues=1"
+      client_port="net_virtio_user0,path=$sock,queues=1,mac=02:00:c6:12:00:02"
       ;;
     memif)
       sock="$dir/memif.sock"
