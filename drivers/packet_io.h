@@ -57,6 +57,9 @@ class PacketIo {
   virtual bool link_up() const = 0;
   virtual PacketIoStats stats() const = 0;
   virtual std::string describe() const = 0;
+  // True when frames never leave this host's memory (a shared-memory or
+  // in-process link): nothing on the way can corrupt them.
+  virtual bool host_local() const { return false; }
   // The calling thread is about to drive this backend besides the one that
   // opened it (a progress thread), and is done with it. DPDK gives a thread
   // it does not know no per-core mbuf cache: every buffer then goes through

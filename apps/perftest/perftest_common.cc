@@ -460,8 +460,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
   app.add_option("--link-mtu", o.link_mtu, "Braid: Ethernet MTU of the port (default 1500)")
       ->check(CLI::Range(576, 9216));
   app.add_option("--udp-port", o.udp_port, "Braid: UDP destination port (default 4793)");
-  app.add_flag("--crc", o.crc,
-               "Braid: CRC-32C trailer on every packet, checked on receipt (both ends)");
+  app.add_option("--crc", o.crc,
+                 "Braid: CRC-32C trailer on what we send: on, off, or auto (default: on where "
+                 "frames leave the host); every trailer received is checked")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_flag("--verify", o.verify, "Braid: check the transferred data byte for byte");
   app.add_flag("--stats", o.stats,
                "Braid: print transport counters (retransmits, losses, drops) after the run");
@@ -677,7 +679,7 @@ int Session::open_device() {
   cfg.mtu = o_.link_mtu;
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
-  cfg.crc = o_.crc ? 1 : 0;
+  cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;

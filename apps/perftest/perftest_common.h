@@ -58,7 +58,7 @@ struct Options {
   uint32_t link_mtu = 0;
   uint16_t entropies = 0;
   uint16_t udp_port = 0;
-  bool crc = false;
+  std::string crc = "auto";
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

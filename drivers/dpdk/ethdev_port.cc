@@ -595,6 +595,13 @@ uint32_t EthdevPort::pool_available() const {
   return pool_ ? rte_mempool_avail_count(pool_) : 0;
 }
 
+bool EthdevPort::host_local() const {
+  for (const char* d : {"net_memif", "net_vhost", "net_virtio_user", "net_ring", "net_null"}) {
+    if (is_driver(driver_, d)) return true;
+  }
+  return false;
+}
+
 std::string EthdevPort::describe() const {
   std::ostringstream out;
   out << "dpdk " << port_label(port_id_, name_, driver_) << ": MTU " << mtu_ << ", ";

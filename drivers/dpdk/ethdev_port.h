@@ -68,6 +68,8 @@ class EthdevPort final : public PacketIo {
   void attach_thread() override;
   void detach_thread() override;
   std::string describe() const override;
+  // memif, vhost-user, virtio-user, ring and null ports.
+  bool host_local() const override;
 
   uint16_t port_id() const { return port_id_; }
   uint32_t mtu() const { return mtu_; }

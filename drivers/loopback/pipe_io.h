@@ -30,6 +30,7 @@ class PipeIo : public PacketIo {
   bool link_up() const override { return true; }
   PacketIoStats stats() const override { return stats_; }
   std::string describe() const override { return "pipe"; }
+  bool host_local() const override { return true; }
 
   // Test hooks: frames sent from this end are dropped while cut; inject()
   // puts any bytes on the wire towards the other end, as if sent.

@@ -54,11 +54,13 @@ struct braid_device_config {
   /* How long open waits for the link of a port that connects to a peer (a
    * memif client, virtio-user...), retrying the connection: default 2000. */
   uint32_t link_wait_ms;
-  /* 1: every packet ends in a CRC-32C of its UDP payload, checked on receipt
-   * (corrupted packets are dropped, counted as rx_bad_crc, and resent). Both
-   * ends must agree; a peer without it fails the QP (the trailer reads as
-   * payload). Default 0: it costs ~100 ns per 1.4 KiB and ~400 ns per 4 KiB
-   * at each end (docs/benchmarks.md). */
+  /* End-to-end integrity: 1 puts a CRC-32C trailer on every packet sent,
+   * -1 none, 0 (default) only on ports whose frames leave the host (a NIC,
+   * AF_PACKET, AF_XDP; not memif, vhost/virtio-user, ring). A flag in each
+   * packet says whether it carries one, so the ends need not agree; every
+   * trailer received is checked (corrupted packets are dropped, counted as
+   * rx_bad_crc, and resent). It costs ~100 ns per 1.4 KiB and ~400 ns per
+   * 4 KiB at each end (docs/benchmarks.md). */
   int crc;
 };
 

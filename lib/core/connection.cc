@@ -47,7 +47,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
   mac_known_ = !cfg.await_remote_mac;
   decode_opts_.udp_port = cfg.udp_port;
-  decode_opts_.crc_trailer = cfg.crc_trailer;
+  decode_opts_.crc_trailer = false;
   decode_opts_.trim_dscp = cfg.trim_dscp;
 
   tx_.resize(cfg_.window_packets);

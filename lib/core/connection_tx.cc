@@ -295,7 +295,10 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
 
 uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const {
   uint8_t* p = buf + wire::kL2L4Size;
-  if (cfg_.crc_trailer) wire::store_be32(p + body, wire::crc32c(p, body));
+  if (cfg_.crc_trailer) {
+    p[1] |= wire::kFlagCrcTrailer;  // the prologue says a trailer follows
+    wire::store_be32(p + body, wire::crc32c(p, body));
+  }
   const size_t udp_payload = body + trailer();
   frame_.write(buf, entropy, static_cast<uint32_t>(udp_payload), tos);
   return static_cast<uint32_t>(wire::kL2L4Size + udp_payload);

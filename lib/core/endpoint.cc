@@ -7,7 +7,9 @@ namespace braid {
 
 Endpoint::Endpoint(const EndpointConfig& cfg) : cfg_(cfg), wheel_(cfg.timer_tick_ns, 4096) {
   decode_.udp_port = cfg.udp_port;
-  decode_.crc_trailer = cfg.crc_trailer;
+  // A trailer is checked wherever a packet carries one; peers that send
+  // none are not refused (each sender chooses).
+  decode_.crc_trailer = false;
   decode_.trim_dscp = cfg.trim_dscp;
 }
 

@@ -55,7 +55,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.lcore = lcore < 0 ? 0 : lcore;
   c.progress_thread = progress_thread ? 1 : 0;
   c.link_wait_ms = link_wait_ms == 0 ? 1 : link_wait_ms;  // 0 in braid's config: the default
-  c.crc = crc ? 1 : 0;
+  c.crc = crc;
   return c;
 }
 
@@ -129,8 +129,9 @@ DeviceSettings load_settings(std::string* error) {
     s.link_wait_ms = static_cast<uint32_t>(n);
   }
   if (kv.count("crc")) {
+    // 1: on, 0: off; unset: on where frames leave the host.
     if (!to_number(kv["crc"], 0, 1, &n)) return bad("crc");
-    s.crc = n == 1;
+    s.crc = n == 1 ? 1 : -1;
   }
   // Unmodified programs do not choose a core: two of them on one host must
   // not both be pinned to core 0, so the engine's thread keeps the

@@ -36,7 +36,7 @@ struct DeviceSettings {
   // ibv_open_device waits this long for the link (a memif or vhost-user
   // peer attaching) before it reports the port DOWN.
   uint32_t link_wait_ms = 30000;
-  bool crc = false;    // CRC-32C trailer on every packet (both ends must agree)
+  int crc = 0;         // braid_device_config.crc: 0 auto, 1 on, -1 off
   std::string source;  // where the settings came from, for messages
 
   bool usable() const { return !port.empty() && !ip.empty(); }

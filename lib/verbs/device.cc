@@ -77,7 +77,8 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   ec.udp_port = c->config.udp_port;
   ec.prefix_len = static_cast<uint32_t>(c->config.prefix_len);
   ec.gateway = gateway;
-  ec.crc_trailer = c->config.crc == 1;
+  ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
+  c->crc = ec.crc_trailer;
   c->engine = std::make_unique<Engine>(std::move(io), ec);
   // Static neighbours: "ip=mac,ip=mac".
   std::stringstream ss(c->neighbors);

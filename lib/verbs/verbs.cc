@@ -414,7 +414,7 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   a->state =
       c->engine->io().link_up() && !c->engine->tx_stalled() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
-  a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->config.crc == 1));
+  a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->crc));
   a->gid_tbl_len = 1;
   a->max_msg_sz = 0x7fffffff;
   a->link_layer = 2;
@@ -736,7 +736,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // payload bytes at MTU 1500 rather than 1024, 8916 at 9000 rather than
   // 4096. Like RoCE, both ends need the link MTU the QP was set up with.
   const uint32_t ib_mtu = 128u << std::clamp<int>(a->path_mtu, 1, 5);
-  const uint32_t link_payload = braid::max_payload(link_mtu, c->config.crc == 1);
+  const uint32_t link_payload = braid::max_payload(link_mtu, c->crc);
   cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;

@@ -19,6 +19,7 @@ struct braid_context {
   braid_device_config config{};
   std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
   uint32_t ip = 0;
+  bool crc = false;  // a CRC-32C trailer on what we send (config.crc resolved)
   std::unique_ptr<braid::Engine> engine;
   // Run-to-completion by default; with a progress thread every entry point
   // takes `lock`.

@@ -41,6 +41,8 @@ const char* drop_reason_name(DropReason r) {
       return "unknown_next_header";
     case DropReason::kBadCrc:
       return "bad_crc";
+    case DropReason::kNoCrc:
+      return "no_crc";
     case DropReason::kNotForUs:
       return "not_for_us";
     case DropReason::kUnknownConnection:
@@ -107,13 +109,18 @@ DropReason decode_ses_after(const uint8_t* p, size_t len, uint8_t next_hdr, Pars
 
 }  // namespace
 
-DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out) {
-  if (crc_trailer) {
-    if (len < kPrologueSize + kCrcTrailerSize) return DropReason::kTruncatedPds;
-    len -= kCrcTrailerSize;
-    if (crc32c(p, len) != load_be32(p + len)) return DropReason::kBadCrc;
-  }
+DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out,
+                              bool trimmed) {
   if (len < kPrologueSize) return DropReason::kTruncatedPds;
+  if (!trimmed) {
+    if (p[1] & kFlagCrcTrailer) {  // the prologue's flags are byte 1's low 7 bits
+      if (len < kPrologueSize + kCrcTrailerSize) return DropReason::kTruncatedPds;
+      len -= kCrcTrailerSize;
+      if (crc32c(p, len) != load_be32(p + len)) return DropReason::kBadCrc;
+    } else if (crc_trailer) {
+      return DropReason::kNoCrc;
+    }
+  }
   out->has_ses_request = false;
   out->has_ses_response = false;
   out->pro = decode_prologue(p);
@@ -192,8 +199,7 @@ DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& op
   out->dst_port = load_be16(udp + 2);
   if (out->dst_port != opt.udp_port) return DropReason::kWrongUdpPort;
   out->trimmed = out->ip.dscp == opt.trim_dscp;
-  return decode_udp_payload(udp + kUdpSize, udp_len - kUdpSize, opt.crc_trailer && !out->trimmed,
-                            out);
+  return decode_udp_payload(udp + kUdpSize, udp_len - kUdpSize, opt.crc_trailer, out, out->trimmed);
 }
 
 FrameTemplate::FrameTemplate(const MacAddr& src_mac, const MacAddr& dst_mac, uint32_t src_ip,

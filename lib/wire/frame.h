@@ -49,6 +49,7 @@ enum class DropReason : uint8_t {
   kTruncatedSes,
   kUnknownNextHeader,
   kBadCrc,
+  kNoCrc,  // no CRC-32C trailer where one is required
   kNotForUs,
   kUnknownConnection,
   kCount,
@@ -87,7 +88,9 @@ struct ParsedPacket {
 
 struct DecodeOptions {
   uint16_t udp_port = kUetUdpPort;
-  bool crc_trailer = false;  // the last 4 bytes of the UDP payload are CRC-32C of the rest
+  // Require the CRC-32C trailer (kFlagCrcTrailer): packets without one are
+  // dropped (kNoCrc). Packets that carry one are checked either way.
+  bool crc_trailer = false;
   // Packets arriving with this DSCP were trimmed by the network: headers only,
   // no CRC check (the trailer was cut). 0xff: trimming not in use.
   uint8_t trim_dscp = 0xff;
@@ -99,7 +102,9 @@ DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& op
 
 // Decodes the UDP payload only (PDS + SES + data). Used by decode_frame and by
 // the fuzzer.
-DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out);
+// `trimmed`: the payload was cut by a switch, trailer and all: not checked.
+DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out,
+                              bool trimmed = false);
 
 uint16_t ipv4_checksum(const uint8_t* hdr, size_t len);
 

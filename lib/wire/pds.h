@@ -42,6 +42,11 @@ enum class NextHeader : uint8_t {
 inline constexpr uint8_t kReqFlagRetx = 0x10;
 inline constexpr uint8_t kReqFlagAckReq = 0x08;
 inline constexpr uint8_t kReqFlagSyn = 0x04;
+// Braid's extension, in any PDS type's flags (a bit UET leaves reserved):
+// the last 4 bytes of the UDP payload are a CRC-32C of the rest. The flag
+// makes the trailer self-describing: each sender chooses, every receiver
+// checks what carries one.
+inline constexpr uint8_t kFlagCrcTrailer = 0x40;
 // ACK and NACK flags.
 inline constexpr uint8_t kAckFlagEcn = 0x20;  // "M": an ECN-CE mark was seen
 inline constexpr uint8_t kAckFlagRetx = 0x10;

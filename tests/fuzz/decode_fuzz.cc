@@ -201,7 +201,7 @@ void check_upper_layers(const ParsedPacket& a, const ParsedPacket& b) {
 void fuzz_udp_payload(const uint8_t* data, size_t size, bool crc) {
   ParsedPacket p;
   if (decode_udp_payload(data, size, crc, &p) != DropReason::kNone) return;
-  const std::vector<uint8_t> again = encode_udp_payload(p, crc);
+  const std::vector<uint8_t> again = encode_udp_payload(p, (p.pro.flags & kFlagCrcTrailer) != 0);
   FUZZ_CHECK_EQ(again.size(), size);  // every byte is a header, payload or the trailer
   ParsedPacket q;
   if (decode_udp_payload(again.data(), again.size(), crc, &q) != DropReason::kNone) {
@@ -220,7 +220,8 @@ void fuzz_frame(const uint8_t* data, size_t size, const DecodeOptions& opt) {
     mismatch("a trimmed packet kept more than its PDS header");
   }
   // A trimmed packet is re-sent as what is left of it: the PDS header.
-  const std::vector<uint8_t> udp = encode_udp_payload(p, opt.crc_trailer && !p.trimmed);
+  const std::vector<uint8_t> udp =
+      encode_udp_payload(p, (p.pro.flags & kFlagCrcTrailer) != 0 && !p.trimmed);
   std::vector<uint8_t> frame(kL2L4Size + udp.size());
   const FrameTemplate t(p.src_mac, p.dst_mac, p.ip.src, p.ip.dst, p.dst_port, p.ip.ttl);
   t.write(frame.data(), p.entropy, static_cast<uint32_t>(udp.size()),

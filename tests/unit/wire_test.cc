@@ -1030,6 +1030,7 @@ TEST(WireFrameDrop, UnknownNextHeader) {
 
 // Appends the big-endian CRC-32C of `udp` (the trailer Braid optionally adds).
 Bytes with_crc(Bytes udp) {
+  if (udp.size() > 1) udp[1] |= kFlagCrcTrailer;  // the prologue says a trailer follows
   const uint32_t c = crc32c(udp.data(), udp.size());
   udp.resize(udp.size() + 4);
   store_be32(udp.data() + udp.size() - 4, c);
@@ -1041,9 +1042,17 @@ TEST(WireFrameDrop, BadCrc) {
   ParsedPacket p;
   ASSERT_EQ(decode(make_frame(udp), &p, true), DropReason::kNone);
   EXPECT_EQ(p.payload_len, 33u);
-  // Without the option the trailer is just 4 more payload bytes.
+  // The prologue's flag says a trailer follows: it is checked and removed
+  // whether or not the receiver requires one.
   ASSERT_EQ(decode(make_frame(udp), &p, false), DropReason::kNone);
-  EXPECT_EQ(p.payload_len, 37u);
+  EXPECT_EQ(p.payload_len, 33u);
+  Bytes bad_unrequired = udp;
+  bad_unrequired[kRequestSize + 3] ^= 0x10;
+  EXPECT_EQ(decode(make_frame(bad_unrequired), nullptr, false), DropReason::kBadCrc);
+  // A packet without one is refused only where one is required.
+  const Bytes plain = make_write_udp_payload(33);
+  EXPECT_EQ(decode(make_frame(plain), nullptr, false), DropReason::kNone);
+  EXPECT_EQ(decode(make_frame(plain), nullptr, true), DropReason::kNoCrc);
 
   for (size_t i :
        {size_t{0}, size_t{5}, kRequestSize + 3, udp.size() - 40, udp.size() - 5, udp.size() - 1}) {
@@ -1053,8 +1062,9 @@ TEST(WireFrameDrop, BadCrc) {
     EXPECT_EQ(decode_payload(bad, true), DropReason::kBadCrc) << i;
   }
   // A payload too short to hold a prologue and a trailer.
-  EXPECT_EQ(decode(make_frame(Bytes{0x11, 0x98, 0x00, 0x00, 0x00}), nullptr, true),
-            DropReason::kTruncatedPds);
+  EXPECT_EQ(
+      decode(make_frame(Bytes{0x11, 0x98 | kFlagCrcTrailer, 0x00, 0x00, 0x00}), nullptr, true),
+      DropReason::kTruncatedPds);
 }
 
 TEST(WireFrameDrop, CrcIsCheckedBeforeTheHeaders) {
@@ -1110,8 +1120,8 @@ TEST(WireFrame, TrimmedPacketsKeepOnlyThePdsHeader) {
   // Without trimming configured the cut packet is just damaged.
   opt.trim_dscp = 0xff;
   EXPECT_EQ(decode_with(cut, opt, &p), DropReason::kBadCrc);
-  opt.crc_trailer = false;
-  EXPECT_EQ(decode_with(cut, opt, &p), DropReason::kTruncatedSes);
+  opt.crc_trailer = false;  // its flag still says a trailer follows
+  EXPECT_EQ(decode_with(cut, opt, &p), DropReason::kBadCrc);
 
   // A trimmed packet must still hold its whole PDS header.
   opt.trim_dscp = kTrimDscp;

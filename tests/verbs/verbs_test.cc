@@ -39,7 +39,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     ca.ipv4 = "198.18.0.1";
     braid_device_config cb{};
     cb.ipv4 = "198.18.0.2";
-    ca.crc = cb.crc = crc_;
+    ca.crc = crc_;
+    cb.crc = crc_b_ != 0 ? crc_b_ : crc_;
     if (GetParam() == Backend::kPipe) {
       const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
       auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
@@ -160,7 +161,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
 
-  int crc_ = 0;  // both devices' integrity trailer
+  int crc_ = 0;    // both devices' integrity trailer (braid_device_config.crc)
+  int crc_b_ = 0;  // b's, when it differs
   Side a, b;
   std::string port_a, port_b;
   braid::PipeIo* pipe_a = nullptr;  // pipe backend only
@@ -856,6 +858,44 @@ TEST_P(VerbsPipeCrc, CorruptedFramesAreDroppedCountedAndResent) {
   ASSERT_EQ(braid_query_qp_stats(a.qp, &qs), 0);
   EXPECT_GT(qs.retransmits, 0u);
 }
+
+// Only a sends trailers (b's port is host-local, so its default is none):
+// each packet says whether it carries one, so both directions work, and
+// b checks what a sends.
+class VerbsPipeCrcOneSide : public VerbsPipe {
+ protected:
+  VerbsPipeCrcOneSide() {
+    crc_ = 1;
+    crc_b_ = 0;  // auto: off on a pipe
+  }
+};
+
+TEST_P(VerbsPipeCrcOneSide, PeersThatDifferInIntegrityStillTalk) {
+  learn_macs();
+  pipe_a->set_corrupt_every(25);  // a's frames carry trailers: caught at b
+  for (size_t i = 0; i < 300000; ++i) a.buf[i] = static_cast<uint8_t>(i * 5 + 1);
+  for (size_t i = 0; i < 300000; ++i) b.buf[i + 400000] = static_cast<uint8_t>(i * 3 + 2);
+  braid_sge sa = sge(a, 0, 300000);
+  braid_send_wr wa_wr = write_to_b(&sa, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &wa_wr, nullptr), 0);
+  braid_sge sb = sge(b, 400000, 300000);
+  braid_send_wr wb_wr = rdma_write(&sb, 2, a, 400000);
+  ASSERT_EQ(braid_post_send(b.qp, &wb_wr, nullptr), 0);
+  auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  auto wb = wait(b, 1);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, BRAID_WC_SUCCESS);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), 300000), 0);
+  EXPECT_EQ(std::memcmp(a.buf.data() + 400000, b.buf.data() + 400000, 300000), 0);
+  braid_port_stats pb{};
+  ASSERT_EQ(braid_query_port_stats(b.ctx, &pb), 0);
+  EXPECT_GT(pb.rx_bad_crc, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrcOneSide, ::testing::Values(Backend::kPipe),
+                         [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrc, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
