@@ -256,6 +256,8 @@ void Connection::set_error(WcStatus status) {
         s = status;
         error_given = true;
       }
+    } else if (w.failed && w.fail_status == WcStatus::kLocProtErr) {
+      s = w.fail_status;  // its region was deregistered: it says so (dereg_mr)
     }
     if (s == WcStatus::kSuccess) {
       push_send_completion(w, s);  // a full CQ drops it: counted as overrun
@@ -364,12 +366,10 @@ void Connection::on_read_timeout(TimeNs now) {
 
 void Connection::on_rto(TimeNs now) {
   if (state_ != ConnectionState::kActive) return;
-  // An RNR wait is the receiver's doing, not loss: nothing is charged to the
-  // retry budget until it is over (rnr_retry counts the episodes).
-  if (now < tx_hold_until_) {
-    wheel_->schedule(&rto_timer_, tx_hold_until_ + rto_);
-    return;
-  }
+  // Requests held back by an RNR wait are the receiver's doing, not loss:
+  // they are not charged to the retry budget (rnr_retry counts the
+  // episodes). Everything else times out as usual, READ responses included.
+  const bool rnr_wait = now < tx_hold_until_ + rto_;
   if (snd_una_ == snd_nxt_) {
     if (reads_outstanding_ > 0) on_read_timeout(now);
     return;
@@ -393,7 +393,8 @@ void Connection::on_rto(TimeNs now) {
       inflight_bytes_ += charge(r);
       mark_lost(r, LossKind::kTimeout, now);
       if (state_ != ConnectionState::kActive) return;
-    } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now) {
+    } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now &&
+               !(rnr_wait && r.kind == TxKind::kRequest)) {
       // Queued for retransmission and still not sent a whole RTO after its
       // last transmission: the port takes nothing (a stalled TX ring). It
       // spends the retry budget like a timeout, or the QP would wait on a

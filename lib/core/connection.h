@@ -86,6 +86,8 @@ struct ConnectionStats {
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
+  uint64_t after_refusal = 0;    // packets at or after a refused one, not placed
+  uint64_t missing_crc = 0;      // no trailer from a peer that sends them: dropped
   uint64_t bytes_placed = 0;
 };
 
@@ -266,6 +268,8 @@ class Connection {
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   static constexpr uint32_t kPacketCharge = 64;  // headers count towards the window
   uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
+  // During an RNR wait: READ responses (lost ones first), no requests.
+  uint32_t produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now);
   // The next new packet (a READ response first), window and CC allowing.
   uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
   void mark_lost(TxRecord& r, LossKind why, TimeNs now);
@@ -350,6 +354,7 @@ class Connection {
   // refused packet gets the NACK again (the first may have been lost).
   PendingNack fatal_nack_{};
   bool has_fatal_nack_ = false;
+  bool peer_crc_ = false;  // the peer's packets carry CRC-32C trailers
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;

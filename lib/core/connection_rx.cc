@@ -19,6 +19,15 @@ void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t 
 }
 
 void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  // A peer that sends trailers sends them on every packet: one without is a
+  // packet whose flag a bit error cleared (its trailer would be read as
+  // payload), dropped like any corrupted one.
+  if (pkt.crc_checked) {
+    peer_crc_ = true;
+  } else if (peer_crc_ && !pkt.trimmed) {
+    ++stats_.missing_crc;
+    return;
+  }
   switch (static_cast<wire::PdsType>(pkt.pro.type)) {
     case wire::PdsType::kRudReq:
     case wire::PdsType::kRodReq:
@@ -26,9 +35,17 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::PdsType::kRodCcReq:
       if (state_ == ConnectionState::kActive) {
         on_data(pkt, now);
-      } else if (has_fatal_nack_ && pkt.req.psn == fatal_nack_.psn) {
-        // The refused packet again: our NACK was lost. Say why once more.
-        queue_nack(fatal_nack_.psn, fatal_nack_.code, fatal_nack_.vendor, fatal_nack_.flags);
+      } else if (has_fatal_nack_) {
+        if (pkt.req.psn == fatal_nack_.psn) {
+          // The refused packet again: our NACK was lost. Say why once more.
+          queue_nack(fatal_nack_.psn, fatal_nack_.code, fatal_nack_.vendor, fatal_nack_.flags);
+        } else if (psn_le(pkt.req.psn, rx_.cack())) {
+          // A packet we accepted before the error, again: our last ACK was
+          // lost. Its request is done here; say so once more.
+          ack_trigger_psn_ = rx_.cack();
+          ack_trigger_retx_ = true;
+          ack_due_ = true;
+        }
       }
       break;
     case wire::PdsType::kAck:
@@ -65,6 +82,14 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ++stats_.out_of_window;
     return;
   }
+  if (has_fatal_nack_ && v == ReceiveWindow::Verdict::kNew && psn_le(fatal_nack_.psn, psn)) {
+    // A refused request ends the connection once everything before it has
+    // arrived; until then nothing from it on is placed (its NACK again for
+    // a retransmission of it).
+    if (psn == fatal_nack_.psn) queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
+    ++stats_.after_refusal;
+    return;
+  }
   if (v == ReceiveWindow::Verdict::kDuplicate) {
     // The ACK for it was lost or is late: say again what we have.
     ++stats_.duplicates;
@@ -97,6 +122,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
         // As an InfiniBand responder: the refused request ends the
         // connection here too. Nothing after it is placed, posted receives
         // flush, and the ACK owed for what came before still goes out.
+        // Packets before it that are still on their way (other paths) are
+        // placed and acknowledged first: the error waits for them.
         fatal_nack_ = PendingNack{
             psn, kErr,
             static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
@@ -104,7 +131,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
             0};
         has_fatal_nack_ = true;
         queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
-        set_error(WcStatus::kWrFlushErr);
+        if (psn == rx_.cack() + 1) set_error(WcStatus::kWrFlushErr);
         break;
     }
     return;
@@ -129,6 +156,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (advanced > 0) on_in_order_advance();
   if (pkt.has_ses_response) complete_sends();
   if (state_ != ConnectionState::kActive) return;
+  if (has_fatal_nack_ && rx_.cack() + 1 == fatal_nack_.psn) {
+    set_error(WcStatus::kWrFlushErr);  // everything before the refusal is in: ACKed now
+    return;
+  }
   schedule_ack(!in_order || ce || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
 }
 
@@ -225,9 +256,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
         // with LOC_LEN_ERR, our own sends are flushed, the sender learns it
         // from the NACK.
         w.status = WcStatus::kLocLenErr;
-        invalid();
-        set_error(WcStatus::kWrFlushErr);
-        return false;
+        return invalid();
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
       stats_.bytes_placed += len;

@@ -131,10 +131,30 @@ bool Connection::next_new_packet(TxRecord* r) {
   return true;
 }
 
+uint32_t Connection::produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now) {
+  // Lost responses first. Their queue entries stay where they are (requests
+  // wait in front of them); once resent, an entry is skipped when popped.
+  for (uint32_t i = 0; i < retx_count_; ++i) {
+    const uint32_t psn = retx_queue_[(retx_head_ + i) & retx_mask_];
+    TxRecord& r = rec(psn);
+    if (r.psn != psn || r.state != TxState::kLost || r.kind != TxKind::kReadResponse ||
+        psn_lt(psn, snd_una_)) {
+      continue;
+    }
+    if (inflight_bytes_ > 0 && inflight_bytes_ + charge(r) > cc_.cwnd_bytes()) return 0;
+    const uint32_t n = build_data(buf, cap, r, true, now);
+    if (n == 0) return 0;
+    r.queued_for_retx = false;
+    ++stats_.retransmits;
+    return n;
+  }
+  return rr_tx_ != rr_tail_ ? produce_new(buf, cap, now) : 0;
+}
+
 uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
   // An RNR wait holds our requests back, not our answers to the peer's
   // READs (its READ would otherwise time out behind our wait).
-  if (now < tx_hold_until_) return rr_tx_ != rr_tail_ ? produce_new(buf, cap, now) : 0;
+  if (now < tx_hold_until_) return produce_responses_only(buf, cap, now);
   const uint32_t cwnd = cc_.cwnd_bytes();
   // Retransmissions first: they hold back completion of everything after them.
   while (retx_count_ > 0) {

@@ -37,10 +37,12 @@ struct MemoryRegion {
 
 class MemoryRegionTable {
  public:
-  // Keys are not guessable from the order of registration (a peer probing
-  // for another application's region must guess 32 bits): the slot part is
+  // Keys do not follow from the order of registration: the slot part is
   // scrambled with a per-table mask and each slot's generation starts at a
-  // random value. `seed` 0 draws them from the system.
+  // random value. A peer that knows none must guess 32 bits; one that knows
+  // a key of the table still has a 12-bit generation to guess per region,
+  // and each wrong guess costs it its QP (a refused access is fatal).
+  // `seed` 0 draws them from the system.
   explicit MemoryRegionTable(uint64_t seed = 0);
   // Returns the key (used as both lkey and rkey), 0 when the table is full
   // (2^20 regions). A key is index << 12 | generation, the generation 1..4095

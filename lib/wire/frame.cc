@@ -112,11 +112,13 @@ DropReason decode_ses_after(const uint8_t* p, size_t len, uint8_t next_hdr, Pars
 DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out,
                               bool trimmed) {
   if (len < kPrologueSize) return DropReason::kTruncatedPds;
+  out->crc_checked = false;
   if (!trimmed) {
     if (p[1] & kFlagCrcTrailer) {  // the prologue's flags are byte 1's low 7 bits
       if (len < kPrologueSize + kCrcTrailerSize) return DropReason::kTruncatedPds;
       len -= kCrcTrailerSize;
       if (crc32c(p, len) != load_be32(p + len)) return DropReason::kBadCrc;
+      out->crc_checked = true;
     } else if (crc_trailer) {
       return DropReason::kNoCrc;
     }

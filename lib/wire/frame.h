@@ -79,6 +79,7 @@ struct ParsedPacket {
   CtrlHeader ctrl;    // CTRL
   bool has_ses_request = false;
   bool has_ses_response = false;
+  bool crc_checked = false;  // it carried a CRC-32C trailer, and it matched
   SesRequest ses;
   SesResponse resp;
   const uint8_t* payload = nullptr;

@@ -14,9 +14,10 @@ using Frame = std::vector<uint8_t>;
 
 class DirectPair {
  public:
-  explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024)
-      : a(EndpointConfig{mac_of(1), kIpA}),
-        b(EndpointConfig{mac_of(2), kIpB}),
+  // crc: both endpoints put CRC-32C trailers on what they send.
+  explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false)
+      : a(EndpointConfig{mac_of(1), kIpA, wire::kUetUdpPort, crc}),
+        b(EndpointConfig{mac_of(2), kIpB, wire::kUetUdpPort, crc}),
         a_scq(cq_depth),
         a_rcq(cq_depth),
         b_scq(cq_depth),

@@ -230,6 +230,126 @@ TEST(RcSemantics, LostRefusalNackIsAnsweredAgain) {
   EXPECT_EQ(dropped, 2);  // one NACK lost, the second one through
 }
 
+// The refused request's packet overtakes the packets of an earlier, valid
+// request (another path): the responder places and acknowledges those first,
+// then goes to error. The earlier WRITE succeeds without a retransmission.
+TEST(RcSemantics, RefusalThatOvertakesEarlierPacketsWaitsForThem) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(3000, 6), target(3000, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 3000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 3000, target.data(), rkey)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, src.data(), 100, target.data(), rkey ^ 1)),
+            PostError::kOk);
+  std::vector<Frame> frames = p.drain(p.a);
+  ASSERT_EQ(frames.size(), 4u);  // three packets of WRITE 1, one of WRITE 2
+  std::rotate(frames.begin(), frames.begin() + 3, frames.end());  // WRITE 2's first
+  p.deliver(p.b, frames);
+  ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.a_scq.size() >= 2; }));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wa[1].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(p.qa->stats().retransmits, 0u);
+  EXPECT_EQ(target, src);
+  EXPECT_EQ(p.qb->state(), ConnectionState::kError);
+}
+
+// The responder's last ACK (and its NACK) are lost: the requester's
+// retransmissions get them again from the responder in error.
+TEST(RcSemantics, ResponderInErrorAcknowledgesWhatItAcceptedAgain) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.ack_every = 64;
+  DirectPair p(c);
+  std::vector<uint8_t> src(2000, 6), target(2000, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 2000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 2000, target.data(), rkey)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, src.data(), 100, target.data(), rkey ^ 1)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  ASSERT_EQ(p.qb->state(), ConnectionState::kError);
+  EXPECT_FALSE(p.drain(p.b).empty());  // the ACK and the NACK, lost
+  ASSERT_TRUE(p.run_for(200'000'000, 100'000, [&] { return p.a_scq.size() >= 2; }));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wa[1].status, WcStatus::kRemAccessErr);
+}
+
+// A region deregistered under outstanding work: the request that uses it
+// says LOC_PROT_ERR even when an earlier request is still unfinished.
+TEST(RcSemantics, RevokedRegionsRequestCompletesWithLocalProtectionError) {
+  DirectPair p;
+  std::vector<uint8_t> one(100, 1), two(100, 2), target(200, 0);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 200, kAccessRemoteWrite, 0);
+  const uint32_t lkey = p.a.memory().register_region(two.data(), 100, kAccessLocalWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, one.data(), 100, target.data(), rkey)),
+            PostError::kOk);
+  SendRequest w = request(2, Opcode::kWrite, two.data(), 100, target.data() + 100, rkey);
+  w.local.sge[0].lkey = lkey;
+  ASSERT_EQ(p.qa->post_send(w), PostError::kOk);
+  EXPECT_TRUE(p.qa->revoke_local_key(lkey));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 2u);
+  EXPECT_EQ(wa[0].status, WcStatus::kWrFlushErr);
+  EXPECT_EQ(wa[1].wr_id, 2u);
+  EXPECT_EQ(wa[1].status, WcStatus::kLocProtErr);
+}
+
+// A lost READ response during the responder's own RNR wait is resent at
+// once, not after the wait (655 ms here, longer than the READ's budget).
+TEST(RcSemantics, LostReadResponseIsResentDuringAnRnrWait) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.rnr_delay_ns = 655'360'000;
+  DirectPair p(c);
+  std::vector<uint8_t> msg(100, 1), source(4000), local(4000, 0);
+  fill_pattern(source.data(), source.size(), 9);
+  ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(), 4000, source.data(), rkey)),
+            PostError::kOk);
+  int responses = 0;
+  ASSERT_TRUE(p.run_for(
+      100'000'000, 100'000, [&] { return p.a_scq.size() > 0; },
+      [&](const Frame& f, bool a_to_b) { return !a_to_b && f.size() > 500 && responses++ == 0; }))
+      << "the lost response waited for b's RNR delay";
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+}
+
+// Trailers on both sides: a packet whose CRC flag a bit error cleared (its
+// trailer would read as payload) is dropped, not placed, and resent.
+TEST(RcSemantics, PacketWithoutTheTrailerItsPeerAlwaysSendsIsDropped) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c, 1024, true);
+  std::vector<uint8_t> src(4000), target(4000, 0);
+  fill_pattern(src.data(), src.size(), 3);
+  const uint32_t rkey = p.b.memory().register_region(target.data(), 4000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 4000, target.data(), rkey)),
+            PostError::kOk);
+  std::vector<Frame> frames = p.drain(p.a);
+  ASSERT_EQ(frames.size(), 4u);
+  Frame& f = frames[2];
+  f[wire::kL2L4Size + 1] &= static_cast<uint8_t>(~wire::kFlagCrcTrailer);  // the flag flips
+  p.deliver(p.b, frames);
+  EXPECT_EQ(p.qb->stats().missing_crc, 1u);
+  ASSERT_TRUE(p.run_for(100'000'000, 100'000, [&] { return p.a_scq.size() > 0; }));
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(target, src);
+}
+
 // Zero-length operations touch no memory and check no key (InfiniBand):
 // a WRITE_IMM doorbell and a READ used as a fence, both with rkey 0.
 TEST(RcSemantics, ZeroLengthWriteImmAndReadCheckNoKey) {
