@@ -11,6 +11,21 @@
 namespace braid::test {
 namespace {
 
+// b's SEND finds no receive at a, so b waits its RNR delay before it tries
+// again; meanwhile a READs `local.size()` bytes of `source` from b.
+void read_during_rnr_wait(DirectPair& p, std::vector<uint8_t>& source,
+                          std::vector<uint8_t>& local) {
+  static std::vector<uint8_t> msg(100, 1);  // outlives the SEND
+  fill_pattern(source.data(), source.size(), 8);
+  ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(),
+                                    static_cast<uint32_t>(local.size()), source.data(), rkey)),
+            PostError::kOk);
+}
+
 constexpr size_t kAckFrameMax = 200;  // ACKs and NACKs; data frames here are larger
 
 // An acknowledged READ request is not the end of a READ: a responder that
@@ -163,15 +178,8 @@ TEST(RcSemantics, RnrWaitDoesNotHoldBackReadResponses) {
   c.mtu = 1024;
   c.rnr_delay_ns = 655'360'000;
   DirectPair p(c);
-  std::vector<uint8_t> msg(100, 1), source(4000), local(4000, 0);
-  fill_pattern(source.data(), source.size(), 8);
-  // b's SEND finds no receive at a: b waits 655 ms before it tries again.
-  ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
-  const uint32_t rkey =
-      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
-  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(), 4000, source.data(), rkey)),
-            PostError::kOk);
+  std::vector<uint8_t> source(4000), local(4000, 0);
+  ASSERT_NO_FATAL_FAILURE(read_during_rnr_wait(p, source, local));
   ASSERT_TRUE(p.run_for(50'000'000, 100'000, [&] { return p.a_scq.size() > 0; }))
       << "the READ waited for b's RNR delay";
   const auto wcs = poll_all(p.a_scq);
@@ -307,14 +315,8 @@ TEST(RcSemantics, LostReadResponseIsResentDuringAnRnrWait) {
   c.mtu = 1024;
   c.rnr_delay_ns = 655'360'000;
   DirectPair p(c);
-  std::vector<uint8_t> msg(100, 1), source(4000), local(4000, 0);
-  fill_pattern(source.data(), source.size(), 9);
-  ASSERT_EQ(p.qb->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 100'000, [&] { return p.qb->stats().rnr_nacks_received > 0; }));
-  const uint32_t rkey =
-      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
-  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, local.data(), 4000, source.data(), rkey)),
-            PostError::kOk);
+  std::vector<uint8_t> source(4000), local(4000, 0);
+  ASSERT_NO_FATAL_FAILURE(read_during_rnr_wait(p, source, local));
   int responses = 0;
   ASSERT_TRUE(p.run_for(
       100'000'000, 100'000, [&] { return p.a_scq.size() > 0; },

@@ -188,16 +188,20 @@ class VerbsPipe : public VerbsPair {
     ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
     EXPECT_EQ(qs.acks_sent, 1u);
   }
+  // A new RC QP of `s` with these capabilities, on its CQ, in RESET.
+  static braid_qp* new_qp(Side& s, braid_qp_cap cap) {
+    braid_qp_init_attr ia{};
+    ia.send_cq = s.cq;
+    ia.recv_cq = s.cq;
+    ia.cap = cap;
+    ia.qp_type = BRAID_QPT_RC;
+    return braid_create_qp(s.pd, &ia);
+  }
   // Both QPs replaced by ones with these capabilities, connected again.
   void replace_qps(braid_qp_cap cap) {
     for (Side* x : {&a, &b}) {
       ASSERT_EQ(braid_destroy_qp(x->qp), 0);
-      braid_qp_init_attr ia{};
-      ia.send_cq = x->cq;
-      ia.recv_cq = x->cq;
-      ia.cap = cap;
-      ia.qp_type = BRAID_QPT_RC;
-      x->qp = braid_create_qp(x->pd, &ia);
+      x->qp = new_qp(*x, cap);
       ASSERT_NE(x->qp, nullptr) << braid_last_error();
     }
     connect();
@@ -452,19 +456,9 @@ TEST_P(VerbsPipe, DeadPeerEndsInRetryExceededAndANewQpWorksAfterwards) {
   EXPECT_EQ(wa[0].status, BRAID_WC_RETRY_EXC_ERR);
   // The survivor replaces its QP; the peer comes back and does the same.
   pipe_b->set_cut(false);
-  for (Side* x : {&a, &b}) {
-    ASSERT_EQ(braid_destroy_qp(x->qp), 0);
-    braid_qp_init_attr ia{};
-    ia.send_cq = x->cq;
-    ia.recv_cq = x->cq;
-    ia.cap = {128, 128, 1, 1, 64};
-    ia.qp_type = BRAID_QPT_RC;
-    x->qp = braid_create_qp(x->pd, &ia);
-    ASSERT_NE(x->qp, nullptr);
-  }
   while (braid_poll_cq(b.cq, 4, wc) > 0) {
   }
-  connect();
+  replace_qps({128, 128, 1, 1, 64});
   ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
   wa = wait(a, 1);
   ASSERT_EQ(wa.size(), 1u);
@@ -665,12 +659,7 @@ TEST_P(VerbsPipe, PostsToAQpInErrorCompleteWithFlush) {
   EXPECT_EQ(wa[1].status, BRAID_WC_WR_FLUSH_ERR);
 
   // A QP in INIT with receives posted, moved to ERR.
-  braid_qp_init_attr ia{};
-  ia.send_cq = a.cq;
-  ia.recv_cq = a.cq;
-  ia.cap = {8, 8, 1, 1, 0};
-  ia.qp_type = BRAID_QPT_RC;
-  braid_qp* q = braid_create_qp(a.pd, &ia);
+  braid_qp* q = new_qp(a, {8, 8, 1, 1, 0});
   ASSERT_NE(q, nullptr);
   at.qp_state = BRAID_QPS_INIT;
   ASSERT_EQ(braid_modify_qp(q, &at, BRAID_QP_STATE), 0);
@@ -749,12 +738,7 @@ TEST_P(VerbsPipe, DeregisteredReadDestinationIsNotWrittenByTheResponse) {
 // reused soon) is not failed when the old resolution gives up.
 TEST_P(VerbsPipe, DestroyedQpsPendingArpDoesNotFailANewQpWithItsNumber) {
   learn_macs();
-  braid_qp_init_attr ia{};
-  ia.send_cq = a.cq;
-  ia.recv_cq = a.cq;
-  ia.cap = {8, 8, 1, 1, 0};
-  ia.qp_type = BRAID_QPT_RC;
-  braid_qp* lost = braid_create_qp(a.pd, &ia);
+  braid_qp* lost = new_qp(a, {8, 8, 1, 1, 0});
   ASSERT_NE(lost, nullptr);
   const uint32_t qpn = braid_qp_num(lost);
   braid_qp_attr at{};
@@ -772,16 +756,8 @@ TEST_P(VerbsPipe, DestroyedQpsPendingArpDoesNotFailANewQpWithItsNumber) {
   ASSERT_EQ(braid_destroy_qp(lost), 0);
   // The next QP would get another number: make it take the old one.
   a.ctx->next_qpn = qpn;
-  ASSERT_EQ(braid_destroy_qp(a.qp), 0);
-  ia.cap = {128, 128, 1, 1, 64};
-  a.qp = braid_create_qp(a.pd, &ia);
-  ASSERT_NE(a.qp, nullptr);
+  replace_qps({128, 128, 1, 1, 64});
   ASSERT_EQ(braid_qp_num(a.qp), qpn);
-  ASSERT_EQ(braid_destroy_qp(b.qp), 0);
-  ia.send_cq = ia.recv_cq = b.cq;
-  b.qp = braid_create_qp(b.pd, &ia);
-  ASSERT_NE(b.qp, nullptr);
-  connect();
   // Until the old resolution has given up (3 requests, 1 s apart).
   while (a.ctx->engine->neighbor_state(0xc6120063) != braid::net::NeighborState::kFailed) {
     braid_progress(a.ctx);
