@@ -3,6 +3,7 @@
 #pragma once
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
 #include "sim_pair.h"
@@ -22,17 +23,19 @@ class DirectPair {
         a_rcq(cq_depth),
         b_scq(cq_depth),
         b_rcq(cq_depth) {
-    ConnectionConfig ca = c, cb = c;
-    ca.local_id = 1;
-    ca.remote_id = 2;
+    std::tie(qa, qb) = add_pair(c, c, 1, 2);
+  }
+
+  // Connections `id_a` on a and `id_b` on b, addressed to each other.
+  std::pair<Connection*, Connection*> add_pair(ConnectionConfig ca, ConnectionConfig cb,
+                                               uint16_t id_a, uint16_t id_b) {
+    ca.local_id = cb.remote_id = id_a;
+    cb.local_id = ca.remote_id = id_b;
     ca.remote_mac = mac_of(2);
     ca.remote_ip = kIpB;
-    cb.local_id = 2;
-    cb.remote_id = 1;
     cb.remote_mac = mac_of(1);
     cb.remote_ip = kIpA;
-    qa = a.create_connection(ca, &a_scq, &a_rcq);
-    qb = b.create_connection(cb, &b_scq, &b_rcq);
+    return {a.create_connection(ca, &a_scq, &a_rcq), b.create_connection(cb, &b_scq, &b_rcq)};
   }
 
   // A second pair of connections (ids 3 on a, 4 on b) where b is a READ
@@ -40,18 +43,10 @@ class DirectPair {
   // PSN 0 while a expects 5000, the PSN b would have been given at RTS.
   std::pair<Connection*, Connection*> add_rtr_responder_pair(const ConnectionConfig& c) {
     ConnectionConfig ca = c, cb = c;
-    ca.local_id = 3;
-    ca.remote_id = 4;
-    ca.remote_mac = mac_of(2);
-    ca.remote_ip = kIpB;
     ca.rx_psn = 5000;
-    cb.local_id = 4;
-    cb.remote_id = 3;
-    cb.remote_mac = mac_of(1);
-    cb.remote_ip = kIpA;
     cb.rx_psn = 0;
     cb.tx_psn = 0;
-    return {a.create_connection(ca, &a_scq, &a_rcq), b.create_connection(cb, &b_scq, &b_rcq)};
+    return add_pair(ca, cb, 3, 4);
   }
 
   // Every frame `from` wants to send now.

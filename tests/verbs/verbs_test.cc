@@ -709,12 +709,8 @@ TEST_P(VerbsPipe, DeregisteredReadDestinationIsNotWrittenByTheResponse) {
                                BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_READ);
   ASSERT_NE(smr, nullptr);
   braid_sge s = sge(a, 0, 8192);
-  braid_send_wr rd{};
-  rd.wr_id = 5;
-  rd.sg_list = &s;
-  rd.num_sge = 1;
+  braid_send_wr rd = rdma_write(&s, 5, b, 0);
   rd.opcode = BRAID_WR_RDMA_READ;
-  rd.send_flags = BRAID_SEND_SIGNALED;
   rd.rdma.remote_addr = reinterpret_cast<uintptr_t>(src.data());
   rd.rdma.rkey = smr->rkey;
   ASSERT_EQ(braid_post_send(a.qp, &rd, nullptr), 0);  // the request leaves now
