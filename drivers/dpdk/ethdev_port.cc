@@ -15,6 +15,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -204,6 +205,41 @@ std::string offload_names(uint64_t offloads, bool rx) {
   return out.empty() ? "none" : out;
 }
 
+// Pools of ports closed while some of their buffers were still out (in a
+// PMD's RX descriptors after stop, or in a ring a same-process peer has not
+// read): freeing them would leave those buffers pointing into freed memory.
+// The port's next open takes its pool back instead of making another, so
+// open and close cycles do not grow memory; a pool found full is freed.
+struct RetainedPool {
+  uint16_t port;
+  rte_mempool* pool;
+};
+std::mutex g_retained_lock;
+std::vector<RetainedPool> g_retained;
+
+// A pool of `port` with `n` buffers of `elt_room` bytes, if one was kept.
+rte_mempool* take_retained(uint16_t port, uint32_t n, uint16_t elt_room) {
+  std::lock_guard<std::mutex> g(g_retained_lock);
+  for (auto it = g_retained.begin(); it != g_retained.end(); ++it) {
+    if (it->port == port && it->pool->size == n &&
+        rte_pktmbuf_data_room_size(it->pool) == elt_room) {
+      rte_mempool* p = it->pool;
+      g_retained.erase(it);
+      return p;
+    }
+  }
+  return nullptr;
+}
+
+void free_full_retained() {
+  std::lock_guard<std::mutex> g(g_retained_lock);
+  std::erase_if(g_retained, [](const RetainedPool& r) {
+    if (!rte_mempool_full(r.pool)) return false;
+    rte_mempool_free(r.pool);
+    return true;
+  });
+}
+
 // Mempools are most compact at 2^q - 1 elements.
 uint32_t round_pool_size(uint32_t n) {
   uint32_t size = 1023;
@@ -322,8 +358,11 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
       "braid_p" + std::to_string(port) + "_" + std::to_string(pool_serial++);
   int socket = rte_eth_dev_socket_id(port);
   if (socket < 0) socket = SOCKET_ID_ANY;
-  p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), mbufs, cache, 0,
-                                     static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM), socket);
+  const auto elt_room = static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM);
+  p->pool_ = take_retained(port, mbufs, elt_room);
+  if (p->pool_ == nullptr) {
+    p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), mbufs, cache, 0, elt_room, socket);
+  }
   if (!p->pool_) {
     const uint64_t mb = (uint64_t{mbufs} * (room + RTE_PKTMBUF_HEADROOM + 128)) >> 20;
     return fail("cannot allocate " + std::to_string(mbufs) + " mbufs of " + std::to_string(room) +
@@ -374,6 +413,9 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
                                   "mbuf_data_room) or other descriptor counts"
                                 : ": see the PMD's log above"));
   }
+  // Setting the queue up released the previous one's buffers: pools kept
+  // for them may be whole again.
+  free_full_retained();
   rte_eth_txconf txconf = info.default_txconf;
   txconf.offloads = p->tx_offloads_;
   if (int ret = rte_eth_tx_queue_setup(port, 0, txd, socket, &txconf); ret != 0) {
@@ -446,6 +488,15 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 EthdevPort::~EthdevPort() {
   SigpipeGuard no_sigpipe;
   if (started_) {
+    // Frames waiting in the RX queue go back to the pool first (on a ring
+    // port, what we sent last, the ARP announcement at open, comes back
+    // there).
+    RxFrame frames[kMaxBurst];
+    for (int i = 0; i < 64; ++i) {
+      const uint16_t n = rx_burst(frames, kMaxBurst);
+      if (n == 0) break;
+      rx_release(frames, n);
+    }
     Eal::run_on_interrupt_thread([](void* p) { rte_eth_dev_stop(*static_cast<uint16_t*>(p)); },
                                  &port_id_);
     // Stopping a memif or vhost port raises events (its peer's disconnect)
@@ -461,8 +512,14 @@ void EthdevPort::release_pool() {
   // Buffers still out would point into freed memory; leaving the pool
   // allocated is the lesser harm (a PMD that keeps RX buffers after stop,
   // or frames in a same-process peer's ring).
-  if (rte_mempool_full(pool_)) rte_mempool_free(pool_);
+  if (rte_mempool_full(pool_)) {
+    rte_mempool_free(pool_);
+  } else {
+    std::lock_guard<std::mutex> g(g_retained_lock);
+    g_retained.push_back(RetainedPool{port_id_, pool_});
+  }
   pool_ = nullptr;
+  free_full_retained();
 }
 
 uint16_t EthdevPort::rx_burst(RxFrame* frames, uint16_t n) {

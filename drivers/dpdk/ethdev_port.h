@@ -43,9 +43,10 @@ class EthdevPort final : public PacketIo {
   // Configures and starts the port, or returns null with *error naming the
   // cause and the fix.
   static std::unique_ptr<EthdevPort> open(const EthdevPortConfig& config, std::string* error);
-  // Stops the port (it may be opened again) and frees its mbuf pool, unless
-  // buffers are still out (in a peer's ring, or not released), which would
-  // then point into freed memory.
+  // Returns what waits in the RX queue to the pool, stops the port (it may
+  // be opened again) and frees its mbuf pool; a pool with buffers still out
+  // (in a PMD's descriptors, or a same-process peer's ring), which would
+  // then point into freed memory, is kept for the port's next open.
   ~EthdevPort() override;
 
   EthdevPort(const EthdevPort&) = delete;

@@ -96,6 +96,10 @@ enum braid_port_state {
   BRAID_PORT_ACTIVE = 4,
 };
 
+/* braid_device_attr.vendor_id: not an IEEE OUI but the locally
+ * administered prefix of Braid's node GUIDs. */
+#define BRAID_VENDOR_ID 0x02b7a1
+
 struct braid_device_attr {
   char fw_ver[64];
   uint64_t max_mr_size;

@@ -26,6 +26,9 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
   ac.gateway = cfg.gateway;
   ac.prefix_len = static_cast<uint8_t>(cfg.gateway != 0 ? cfg.prefix_len : 0);
   arp_ = std::make_unique<Arp>(ac);
+  // We reach ourselves without asking: packets to our own address are
+  // delivered locally (transmit_at), on any port.
+  arp_->arp.neighbors().add_static(cfg.ip, io_->mac());
   // Announce ourselves so peers that already wait for us learn our MAC.
   const size_t n = arp_->arp.announce(arp_->frame, sizeof(arp_->frame));
   if (n > 0) send_raw(arp_->frame, static_cast<uint32_t>(n));
@@ -166,6 +169,12 @@ uint32_t Engine::transmit() {
   return transmit_at(now());
 }
 
+bool Engine::to_self(const TxFrame& f) const {
+  constexpr uint32_t kIpDst = wire::kEthernetSize + 16;
+  return f.len >= kIpDst + 4 && wire::load_be16(f.data + 12) == wire::kEtherTypeIpv4 &&
+         wire::load_be32(f.data + kIpDst) == cfg_.ip;
+}
+
 uint32_t Engine::transmit_at(TimeNs t) {
   tx_held_back_ = false;
   // Frames a full TX ring handed back (tx_[0..tx_held_)) leave first, in
@@ -173,10 +182,17 @@ uint32_t Engine::transmit_at(TimeNs t) {
   // the transport back instead of losing what it sent.
   uint16_t filled = tx_held_;
   if (filled == cfg_.burst) return flush_tx(filled, t);
+  // A packet to our own address is received at once from the buffer it was
+  // built in, as a NIC hands same-port traffic back to its host: a QP
+  // connected to a QP of this device works on any port, needs no ARP and
+  // costs no wire. What that delivery makes ready (the ACK, the next
+  // packets) is built in this same loop, up to a bound per call.
+  const uint32_t max_local = 4u * cfg_.burst;
+  uint32_t local = 0;
   // Buffers are taken 8 at a time, so one ready packet does not cost a whole
   // burst of allocations and frees; the frames still leave in one tx_burst
   // (a virtio kick is per burst).
-  while (filled < cfg_.burst && endpoint_.wants_to_send()) {
+  while (filled < cfg_.burst && local < max_local && endpoint_.wants_to_send()) {
     const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(8, cfg_.burst - filled));
     const uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
     if (k == 0) {
@@ -184,17 +200,23 @@ uint32_t Engine::transmit_at(TimeNs t) {
       break;
     }
     uint16_t used = 0;
-    while (used < k) {
+    while (used < k && local < max_local) {
       TxFrame& f = tx_[filled + used];
       f.len = endpoint_.transmit(f.data, f.cap, t);
       if (f.len == 0) break;
+      if (to_self(f)) {
+        endpoint_.receive(f.data, f.len, t);
+        ++local;
+        continue;  // the buffer is built again
+      }
       ++used;
     }
     if (used < k) io_->tx_free(tx_.data() + filled + used, static_cast<uint16_t>(k - used));
     filled = static_cast<uint16_t>(filled + used);
     if (used < k) break;
   }
-  return filled > 0 ? flush_tx(filled, t) : 0;
+  stats_.local_frames += local;
+  return (filled > 0 ? flush_tx(filled, t) : 0) + local;
 }
 
 uint32_t Engine::flush_tx(uint16_t filled, TimeNs t) {

@@ -31,6 +31,9 @@ struct EngineStats {
   uint64_t arp_frames = 0;
   uint64_t tx_no_buffer = 0;  // the backend had no free transmit buffer
   uint64_t tx_ring_full = 0;  // frames the TX ring handed back, sent later
+  // Frames to our own address (a QP connected to a QP of this device),
+  // delivered in software without touching the port.
+  uint64_t local_frames = 0;
 };
 
 class Engine {
@@ -87,6 +90,7 @@ class Engine {
   void send_raw(const uint8_t* frame, uint32_t len);
   void update_routes(TimeNs now);
   uint32_t transmit_at(TimeNs now);
+  bool to_self(const TxFrame& f) const;
   uint32_t flush_tx(uint16_t filled, TimeNs now);
   struct PendingRoute {
     uint16_t local_id;

@@ -140,19 +140,17 @@ BRAID_EXPORT __be64 ibv_get_device_guid(ibv_device* device) {
   return d ? braid::ibv::node_guid(*d) : 0;
 }
 
-BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
-  Device* d = braid::ibv::device_of(device);
-  if (d == nullptr) {
-    errno = ENODEV;
-    return nullptr;
-  }
+namespace braid::ibv {
+namespace {
+
+// Opens the device's Braid device for its first context; waits for the link.
+braid_context* open_shared(Device* d) {
   const braid_device_config cfg = d->settings->to_config();
   braid_context* bctx = braid_open_device(&cfg);
   if (bctx == nullptr) {
     std::fprintf(stderr, "braid libibverbs: cannot open %s on %s (settings from %s): %s\n",
                  d->dev.name, d->settings->port.c_str(), d->settings->source.c_str(),
                  braid_last_error());
-    errno = ENODEV;
     return nullptr;
   }
   // A memif or vhost-user port is DOWN until its peer attaches, and
@@ -173,15 +171,38 @@ BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     braid_progress(bctx);
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  return bctx;
+}
+
+}  // namespace
+}  // namespace braid::ibv
+
+BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
+  Device* d = braid::ibv::device_of(device);
+  if (d == nullptr) {
+    errno = ENODEV;
+    return nullptr;
+  }
   auto* c = new (std::nothrow) Context();
   if (c == nullptr) {
-    braid_close_device(bctx);
     errno = ENOMEM;
     return nullptr;
   }
+  {
+    std::lock_guard<std::mutex> g(d->open_lock);
+    if (d->shared == nullptr) d->shared = braid::ibv::open_shared(d);
+    if (d->shared == nullptr) {
+      delete c;
+      errno = ENODEV;
+      return nullptr;
+    }
+    ++d->contexts;
+    c->braid = d->shared;
+  }
   c->device = d;
-  c->braid = bctx;
   braid::ibv::init_context(c);
+  braid::ibv::trace("open_device %s -> %p (%d open)", d->dev.name,
+                    static_cast<void*>(&c->vctx.context), d->contexts);
   return &c->vctx.context;
 }
 
@@ -189,13 +210,23 @@ BRAID_EXPORT int ibv_close_device(ibv_context* context) {
   Context* c = braid::ibv::context_of(context);
   if (c == nullptr) return EINVAL;
   braid::ibv::release_objects(c);
-  const int rc = braid_close_device(c->braid);
-  if (rc != 0) {  // objects still open: the context stays
-    std::fprintf(stderr, "braid libibverbs: cannot close %s: %s\n", c->device->dev.name,
-                 braid_last_error());
-    errno = rc;
-    return rc;
+  Device* d = c->device;
+  {
+    std::lock_guard<std::mutex> g(d->open_lock);
+    if (d->contexts == 1) {
+      // The last context: the port stops.
+      const int rc = braid_close_device(d->shared);
+      if (rc != 0) {  // objects still open: the context stays
+        std::fprintf(stderr, "braid libibverbs: cannot close %s: %s\n", d->dev.name,
+                     braid_last_error());
+        errno = rc;
+        return rc;
+      }
+      d->shared = nullptr;
+    }
+    --d->contexts;
   }
+  braid::ibv::trace("close_device %p", static_cast<void*>(context));
   if (c->vctx.context.async_fd >= 0) close(c->vctx.context.async_fd);
   if (c->vctx.context.cmd_fd >= 0) close(c->vctx.context.cmd_fd);
   pthread_mutex_destroy(&c->vctx.context.mutex);

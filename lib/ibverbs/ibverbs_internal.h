@@ -17,14 +17,23 @@ namespace braid::ibv {
 struct Device {
   ibv_device dev;  // what ibv_get_device_list hands out
   const DeviceSettings* settings = nullptr;
+  // Every context of the device shares one Braid device (its DPDK port,
+  // engine and progress thread), as every context of a kernel device shares
+  // its hardware: the first ibv_open_device opens it, the last
+  // ibv_close_device closes it (stopping the port).
+  std::mutex open_lock;
+  braid_context* shared = nullptr;
+  int contexts = 0;
 };
 
 struct Context {
   verbs_context vctx;  // ends with the ibv_context programs hold
   Device* device = nullptr;
-  braid_context* braid = nullptr;
-  // What the program created and has not destroyed: like a kernel device,
-  // closing the context releases it (programs do leave objects behind).
+  braid_context* braid = nullptr;  // the device's, shared with its other contexts
+  // What the program created on this context and has not destroyed: like a
+  // kernel device, closing the context releases it (programs do leave
+  // objects behind), and objects of one context cannot be used with
+  // another's.
   std::unordered_set<ibv_qp*> qps;
   std::unordered_set<ibv_mr*> mrs;
   std::unordered_set<ibv_cq*> cqs;

@@ -239,8 +239,15 @@ BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
   if (iova != reinterpret_cast<uintptr_t>(addr)) return fail_null<ibv_mr>(EOPNOTSUPP);
   // Optional bits (relaxed ordering and the rest of IBV_ACCESS_OPTIONAL_RANGE)
   // may be ignored; other unknown bits may not.
-  if (access & ~(kAccessBits | IBV_ACCESS_OPTIONAL_RANGE)) return fail_null<ibv_mr>(EINVAL);
-  if (access & IBV_ACCESS_REMOTE_ATOMIC) return fail_null<ibv_mr>(EOPNOTSUPP);
+  // MW_BIND lets memory windows be bound to the region: Braid has none
+  // (ibv_alloc_mw fails), so the permission is granted and never used, as
+  // a kernel device without windows grants it. HUGETLB is a hint.
+  constexpr unsigned kAccepted =
+      kAccessBits | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
+  constexpr unsigned kMissing =
+      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;
+  if (access & ~(kAccepted | kMissing)) return fail_null<ibv_mr>(EINVAL);
+  if (access & kMissing) return fail_null<ibv_mr>(EOPNOTSUPP);  // atomics, zero-based, ODP
   braid_mr* b = braid_reg_mr(pd_of(pd)->b, addr, length, static_cast<int>(access & kAccessBits));
   if (b == nullptr) return fail_null<ibv_mr>(EINVAL);
   auto* m = new (std::nothrow) Mr{};
@@ -328,6 +335,10 @@ Cq* braid::ibv::create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_
                           int comp_vector) {
   Context* c = context_of(ctx);
   if (c == nullptr || cqe < 1) return fail_null<Cq>(EINVAL);
+  // One completion vector (num_comp_vectors); a channel of another context
+  // is not this one's to use.
+  if (comp_vector < 0 || comp_vector >= ctx->num_comp_vectors) return fail_null<Cq>(EINVAL);
+  if (channel != nullptr && channel->context != ctx) return fail_null<Cq>(EINVAL);
   auto* q = new (std::nothrow) Cq{};
   if (q == nullptr) return fail_null<Cq>(ENOMEM);
   braid_comp_channel* bch = channel ? reinterpret_cast<Channel*>(channel)->b : nullptr;
@@ -405,6 +416,11 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     return fail_null<Qp>(EOPNOTSUPP);  // UC, UD, raw, XRC and SRQs: not in Braid
   }
   if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<Qp>(EINVAL);
+  // Objects of one context are not visible to another (a kernel device
+  // finds no such handle in the context's file).
+  if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
+    return fail_null<Qp>(EINVAL);
+  }
   braid_qp_init_attr b{};
   b.qp_context = attr->qp_context;
   b.send_cq = cq_of(attr->send_cq)->b;

@@ -84,6 +84,7 @@ int query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* input,
   ibv_device_attr_ex out{};
   if (const int rc = fill_device_attr(c, &out.orig_attr)) return rc;
   out.device_cap_flags_ex = out.orig_attr.device_cap_flags;
+  out.phys_port_cnt_ex = out.orig_attr.phys_port_cnt;
   out.max_dm_size = 0;
   std::memcpy(attr, &out, std::min(size, sizeof out));
   return 0;
@@ -158,7 +159,7 @@ BRAID_EXPORT int _ibv_query_gid_ex(ibv_context* ctx, uint32_t port, uint32_t ind
 BRAID_EXPORT ssize_t _ibv_query_gid_table(ibv_context* ctx, ibv_gid_entry* entries,
                                           size_t max_entries, uint32_t flags, size_t entry_size) {
   if (entries == nullptr || flags != 0 || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
-  if (max_entries < 1) return -ENOMEM;
+  if (max_entries < 1) return -EINVAL;  // too small for the table, as rdma-core
   const int rc = _ibv_query_gid_ex(ctx, 1, 0, entries, 0, entry_size);
   return rc == 0 ? 1 : -rc;
 }

@@ -383,8 +383,10 @@ int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
   std::memset(a, 0, sizeof(*a));
   std::snprintf(a->fw_ver, sizeof(a->fw_ver), "braid-0.1");
   a->max_mr_size = ~uint64_t{0};
-  a->vendor_id = 0;
-  a->vendor_part_id = 0;
+  // Not an IEEE-assigned OUI (Braid has none): the locally administered
+  // prefix of Braid's node GUIDs (02:b7:a1), non-zero as programs expect.
+  a->vendor_id = BRAID_VENDOR_ID;
+  a->vendor_part_id = 1;
   a->max_qp = 65535;
   a->max_qp_wr = 32768;
   a->max_sge = braid::kMaxSge;
@@ -528,7 +530,7 @@ int braid_comp_channel_fd(struct braid_comp_channel* ch) {
 
 struct braid_cq* braid_create_cq(struct braid_context* c, int cqe, void* cq_context,
                                  struct braid_comp_channel* channel, int comp_vector) {
-  (void)comp_vector;
+  if (comp_vector != 0) return fail_null<braid_cq>(EINVAL, "create_cq: one completion vector (0)");
   if (c == nullptr || cqe < 1 || cqe > (1 << 20)) {
     return fail_null<braid_cq>(EINVAL, "create_cq: cqe must be 1..2^20");
   }

@@ -1,0 +1,408 @@
+// Several contexts of one device in one process, as a kernel device allows
+// (every rdma-core test opens one per side; NCCL, UCX and MPI components each
+// open their own): they share one DPDK port and engine, see only their own
+// objects, reach each other's QPs and their own without ARP or the wire,
+// and opening and closing them 1000 times grows nothing. Through Braid's
+// libibverbs.so.1 (compiled against the system's <infiniband/verbs.h>) on
+// the port BRAID_IBV_PORT names (ctest runs it on net_ring0 and net_null0:
+// a null port drops every frame it is given, so traffic there proves local
+// delivery).
+#include <dirent.h>
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+#include <rte_malloc.h>
+#include <rte_mempool.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+ibv_device* the_device() {
+  static ibv_device* dev = [] {
+    setenv("BRAID_IBV_IP", "198.18.0.9", 0);
+    setenv("BRAID_IBV_PORT", "net_ring0", 0);
+    setenv("BRAID_IBV_LINK_WAIT_MS", "2000", 0);
+    int n = 0;
+    // Freed at exit: its entry is used by every test.
+    static std::unique_ptr<ibv_device*, void (*)(ibv_device**)> list(ibv_get_device_list(&n),
+                                                                     ibv_free_device_list);
+    ibv_device* d = list != nullptr && n == 1 ? list.get()[0] : nullptr;
+    // The first open brings DPDK's EAL up (it stays), so its pools and heap
+    // can be counted from the start.
+    if (d != nullptr) {
+      ibv_context* c = ibv_open_device(d);
+      if (c == nullptr || ibv_close_device(c) != 0) d = nullptr;
+    }
+    return d;
+  }();
+  return dev;
+}
+
+// Mempools Braid made for ports (named braid_p<port>_<n>).
+int braid_pools() {
+  int n = 0;
+  rte_mempool_walk(
+      [](rte_mempool* mp, void* arg) {
+        if (std::strncmp(mp->name, "braid_p", 7) == 0) ++*static_cast<int*>(arg);
+      },
+      &n);
+  return n;
+}
+
+size_t dpdk_heap_bytes() {
+  rte_malloc_socket_stats s{};
+  size_t total = 0;
+  for (int socket = 0; socket < RTE_MAX_NUMA_NODES; ++socket) {
+    if (rte_malloc_get_socket_stats(socket, &s) == 0) total += s.heap_allocsz_bytes;
+  }
+  return total;
+}
+
+int open_fds() {
+  int n = 0;
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (readdir(d) != nullptr) ++n;
+    closedir(d);
+  }
+  return n;
+}
+
+struct Side {
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  ibv_mr* mr = nullptr;
+  std::vector<uint8_t> buf;
+
+  bool make(ibv_context* ctx, size_t bytes) {
+    buf.assign(bytes, 0);
+    pd = ibv_alloc_pd(ctx);
+    cq = ibv_create_cq(ctx, 64, nullptr, nullptr, 0);
+    if (pd == nullptr || cq == nullptr) return false;
+    mr = ibv_reg_mr(pd, buf.data(), buf.size(),
+                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {32, 32, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    qp = ibv_create_qp(pd, &ia);
+    return mr != nullptr && qp != nullptr;
+  }
+  void destroy() {
+    EXPECT_TRUE(qp == nullptr || ibv_destroy_qp(qp) == 0);
+    EXPECT_TRUE(mr == nullptr || ibv_dereg_mr(mr) == 0);
+    EXPECT_TRUE(cq == nullptr || ibv_destroy_cq(cq) == 0);
+    EXPECT_TRUE(pd == nullptr || ibv_dealloc_pd(pd) == 0);
+    qp = nullptr, mr = nullptr, cq = nullptr, pd = nullptr;
+  }
+};
+
+// RESET -> INIT -> RTR -> RTS towards `peer`, addressed by our own GID: the
+// peer is a QP of this same device.
+bool connect(ibv_context* ctx, ibv_qp* qp, uint32_t peer_qpn) {
+  ibv_gid gid{};
+  if (ibv_query_gid(ctx, 1, 0, &gid) != 0) return false;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+    return false;
+  }
+  a = {};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = peer_qpn;
+  a.rq_psn = 0;
+  a.max_dest_rd_atomic = 4;
+  a.min_rnr_timer = 1;
+  a.ah_attr.is_global = 1;
+  a.ah_attr.grh.dgid = gid;
+  a.ah_attr.grh.hop_limit = 64;
+  a.ah_attr.port_num = 1;
+  if (ibv_modify_qp(qp, &a,
+                    IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+    return false;
+  }
+  a = {};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;
+  a.sq_psn = 0;
+  a.max_rd_atomic = 4;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC) == 0;
+}
+
+// Two sides made on contexts ca and cb, their QPs connected to each other.
+void make_pair(ibv_context* ca, Side& a, ibv_context* cb, Side& b, size_t bytes) {
+  ASSERT_TRUE(a.make(ca, bytes));
+  ASSERT_TRUE(b.make(cb, bytes));
+  ASSERT_TRUE(connect(ca, a.qp, b.qp->qp_num));
+  ASSERT_TRUE(connect(cb, b.qp, a.qp->qp_num));
+}
+
+// Two contexts of the device.
+void open_two(ibv_context** c1, ibv_context** c2) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  *c1 = ibv_open_device(dev);
+  *c2 = ibv_open_device(dev);
+  ASSERT_NE(*c1, nullptr);
+  ASSERT_NE(*c2, nullptr);
+}
+
+// Polls until one completion arrives (the engine's retry budget ends every
+// request in a completion, so this cannot hang).
+ibv_wc wait_one(ibv_cq* cq) {
+  ibv_wc wc{};
+  while (ibv_poll_cq(cq, 1, &wc) == 0) {
+  }
+  return wc;
+}
+
+// A WRITE, a SEND into a posted receive and a READ from a's QP to b's,
+// each checked byte for byte.
+void exchange(Side& a, Side& b, uint8_t seed) {
+  const size_t n = a.buf.size() / 2;
+  for (size_t i = 0; i < n; ++i) a.buf[i] = static_cast<uint8_t>(seed + i * 7);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), static_cast<uint32_t>(n), a.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  wr.wr.rdma.rkey = b.mr->rkey;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  ibv_wc wc = wait_one(a.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data(), n), 0);
+
+  ibv_sge rsge{reinterpret_cast<uintptr_t>(b.buf.data() + n), static_cast<uint32_t>(n), b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.wr_id = 7;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  for (size_t i = 0; i < n; ++i) a.buf[i] = static_cast<uint8_t>(seed ^ (i * 13));
+  wr.opcode = IBV_WR_SEND;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  wc = wait_one(a.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  wc = wait_one(b.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(wc.wr_id, 7u);
+  EXPECT_EQ(wc.byte_len, n);
+  EXPECT_EQ(std::memcmp(a.buf.data(), b.buf.data() + n, n), 0);
+
+  // READ b's first half into a's second half.
+  ibv_sge dst{reinterpret_cast<uintptr_t>(a.buf.data() + n), static_cast<uint32_t>(n), a.mr->lkey};
+  wr.opcode = IBV_WR_RDMA_READ;
+  wr.sg_list = &dst;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  wc = wait_one(a.cq);
+  ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+  EXPECT_EQ(std::memcmp(a.buf.data() + n, b.buf.data(), n), 0);
+}
+
+TEST(IbvContexts, ManyContextsOfOneDeviceShareItsPortAndTheLastCloseStopsIt) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  const int pools_before = braid_pools();
+  std::vector<ibv_context*> ctxs;
+  for (int i = 0; i < 4; ++i) {
+    ibv_context* c = ibv_open_device(dev);
+    ASSERT_NE(c, nullptr) << "open " << i << ": " << std::strerror(errno);
+    ctxs.push_back(c);
+  }
+  // One port underneath: one pool, whatever the number of contexts.
+  EXPECT_EQ(braid_pools(), pools_before + 1);
+  for (ibv_context* c : ctxs) {
+    ibv_port_attr pa{};
+    ASSERT_EQ(ibv_query_port(c, 1, &pa), 0);
+    EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  }
+  // Closing all but one leaves the last one working.
+  for (size_t i = 0; i + 1 < ctxs.size(); ++i) ASSERT_EQ(ibv_close_device(ctxs[i]), 0);
+  Side a, b;
+  make_pair(ctxs.back(), a, ctxs.back(), b, 8192);
+  if (HasFatalFailure()) return;
+  exchange(a, b, 3);
+  a.destroy();
+  b.destroy();
+  ASSERT_EQ(ibv_close_device(ctxs.back()), 0);
+  // The port stopped and its buffers came back: the pool is gone.
+  EXPECT_EQ(braid_pools(), pools_before);
+  // And it opens again.
+  ibv_context* again = ibv_open_device(dev);
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(ibv_close_device(again), 0);
+}
+
+TEST(IbvContexts, QpsOfTwoContextsOfOneDeviceTalkWithoutTheWire) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  make_pair(c1, a, c2, b, 1 << 16);
+  if (HasFatalFailure()) return;
+  EXPECT_NE(a.qp->qp_num, b.qp->qp_num);
+  for (uint8_t round = 0; round < 4; ++round) exchange(a, b, round);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
+TEST(IbvContexts, ObjectsOfOneContextAreNotUsableInAnother) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  ibv_pd* pd1 = ibv_alloc_pd(c1);
+  ibv_cq* cq2 = ibv_create_cq(c2, 8, nullptr, nullptr, 0);
+  ibv_comp_channel* ch1 = ibv_create_comp_channel(c1);
+  ASSERT_NE(pd1, nullptr);
+  ASSERT_NE(cq2, nullptr);
+  ASSERT_NE(ch1, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq2;
+  ia.cap = {4, 4, 1, 1, 0};
+  ia.qp_type = IBV_QPT_RC;
+  errno = 0;
+  EXPECT_EQ(ibv_create_qp(pd1, &ia), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(c2, 8, nullptr, ch1, 0), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Closing one context releases its objects only: the other's CQ lives on.
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  ibv_wc wc{};
+  EXPECT_EQ(ibv_poll_cq(cq2, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq2), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
+TEST(IbvContexts, ContextsAreOpenedAndClosedFromManyThreadsAtOnce) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  // One context stays open throughout, with a QP pair exchanging data,
+  // while the others come and go.
+  ibv_context* keep = ibv_open_device(dev);
+  ASSERT_NE(keep, nullptr);
+  Side a, b;
+  make_pair(keep, a, keep, b, 4096);
+  if (HasFatalFailure()) return;
+  constexpr int kThreads = 3, kRounds = 30;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        ibv_context* c = ibv_open_device(dev);
+        if (c == nullptr) {
+          ++failures[t];
+          continue;
+        }
+        ibv_pd* pd = ibv_alloc_pd(c);
+        if (pd == nullptr) ++failures[t];
+        // Left for close to release, as programs do.
+        if (ibv_create_cq(c, 4, nullptr, nullptr, 0) == nullptr) ++failures[t];
+        if (ibv_close_device(c) != 0) ++failures[t];
+      }
+    });
+  }
+  for (uint8_t round = 0; round < 8; ++round) exchange(a, b, round);
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(keep), 0);
+}
+
+TEST(IbvContexts, OpeningAndClosing1000TimesGrowsNothing) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  auto cycle = [&](int i) {
+    ibv_context* c = ibv_open_device(dev);
+    ASSERT_NE(c, nullptr) << "cycle " << i << ": " << std::strerror(errno);
+    // Objects left behind, as programs leave them: close releases them.
+    Side s;
+    ASSERT_TRUE(s.make(c, 4096));
+    ASSERT_EQ(ibv_close_device(c), 0) << "cycle " << i;
+  };
+  for (int i = 0; i < 10; ++i) cycle(i);
+  const int pools = braid_pools();
+  const size_t heap = dpdk_heap_bytes();
+  const int fds = open_fds();
+  for (int i = 10; i < 1000; ++i) {
+    cycle(i);
+    if (HasFatalFailure()) return;
+  }
+  EXPECT_EQ(braid_pools(), pools);
+  EXPECT_EQ(open_fds(), fds);
+  // A port's mbuf pool is megabytes; a leak per cycle would be gigabytes.
+  EXPECT_LE(dpdk_heap_bytes(), heap + (1u << 20)) << "DPDK heap grew from " << heap;
+}
+
+}  // namespace
+
+namespace {
+
+// What rdma-core's suite found (tests/rdma-core), checked here directly.
+TEST(IbvConformance, AccessFlagsCompVectorsAndDeviceAttributes) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  ibv_context* c = ibv_open_device(dev);
+  ASSERT_NE(c, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(c);
+  ASSERT_NE(pd, nullptr);
+  std::vector<uint8_t> buf(4096);
+  // MW_BIND is a permission the kernel path grants; missing features are
+  // EOPNOTSUPP, never EINVAL; unknown bits are EINVAL.
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(),
+                          IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
+  ASSERT_NE(mr, nullptr) << std::strerror(errno);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  for (int missing : {IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE, int{IBV_ACCESS_ON_DEMAND},
+                      int{IBV_ACCESS_ZERO_BASED}}) {
+    errno = 0;
+    EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), missing), nullptr);
+    EXPECT_EQ(errno, EOPNOTSUPP) << "access 0x" << std::hex << missing;
+  }
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, buf.data(), buf.size(), 1 << 19), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Completion vectors: 0 .. num_comp_vectors - 1.
+  ASSERT_EQ(c->num_comp_vectors, 1);
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq(c, 4, nullptr, nullptr, c->num_comp_vectors), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  ibv_cq_init_attr_ex cx{};
+  cx.cqe = 4;
+  cx.comp_vector = c->num_comp_vectors + 1;
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(c, &cx), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  // Device attributes programs check.
+  ibv_device_attr_ex ax{};
+  ASSERT_EQ(ibv_query_device_ex(c, nullptr, &ax), 0);
+  EXPECT_NE(ax.orig_attr.vendor_id, 0u);
+  EXPECT_EQ(ax.phys_port_cnt_ex, ax.orig_attr.phys_port_cnt);
+  ibv_gid_entry entries[2];
+  EXPECT_EQ(ibv_query_gid_table(c, entries, 0, 0), -EINVAL);
+  EXPECT_EQ(ibv_query_gid_table(c, entries, 2, 0), 1);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  EXPECT_EQ(ibv_close_device(c), 0);
+}
+
+}  // namespace
