@@ -188,6 +188,7 @@ BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     errno = ENOMEM;
     return nullptr;
   }
+  int open = 0;
   {
     std::lock_guard<std::mutex> g(d->open_lock);
     if (d->shared == nullptr) d->shared = braid::ibv::open_shared(d);
@@ -196,13 +197,13 @@ BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
       errno = ENODEV;
       return nullptr;
     }
-    ++d->contexts;
+    open = ++d->contexts;
     c->braid = d->shared;
   }
   c->device = d;
   braid::ibv::init_context(c);
   braid::ibv::trace("open_device %s -> %p (%d open)", d->dev.name,
-                    static_cast<void*>(&c->vctx.context), d->contexts);
+                    static_cast<void*>(&c->vctx.context), open);
   return &c->vctx.context;
 }
 
