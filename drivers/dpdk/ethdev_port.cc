@@ -16,6 +16,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string_view>
 #include <thread>
@@ -205,39 +206,145 @@ std::string offload_names(uint64_t offloads, bool rx) {
   return out.empty() ? "none" : out;
 }
 
-// Pools of ports closed while some of their buffers were still out (in a
-// PMD's RX descriptors after stop, or in a ring a same-process peer has not
-// read): freeing them would leave those buffers pointing into freed memory.
-// The port's next open takes its pool back instead of making another, so
-// open and close cycles do not grow memory; a pool found full is freed.
-struct RetainedPool {
-  uint16_t port;
-  rte_mempool* pool;
-};
-std::mutex g_retained_lock;
-std::vector<RetainedPool> g_retained;
-
-// A pool of `port` with `n` buffers of `elt_room` bytes, if one was kept.
-rte_mempool* take_retained(uint16_t port, uint32_t n, uint16_t elt_room) {
-  std::lock_guard<std::mutex> g(g_retained_lock);
-  for (auto it = g_retained.begin(); it != g_retained.end(); ++it) {
-    if (it->port == port && it->pool->size == n &&
-        rte_pktmbuf_data_room_size(it->pool) == elt_room) {
-      rte_mempool* p = it->pool;
-      g_retained.erase(it);
-      return p;
-    }
+// A port's queues and pool outlive its EthdevPort. Closing stops the port;
+// the next open with the same parameters starts it again on the same queues
+// and pool instead of setting them up anew: a PMD may leak on every queue
+// setup (memif: about 27 KB of DPDK heap each time), and buffers still out
+// at close (in a PMD's RX descriptors after stop, or in a ring a
+// same-process peer has not read) belong to a pool that stays in use, so
+// 1000 opens and closes make no new pool and grow nothing. The pool is DPDK
+// heap the EAL holds until the process ends anyway.
+struct PortSetup {
+  uint16_t port = 0;
+  std::string name;
+  rte_mempool* pool = nullptr;
+  uint32_t mbufs = 0, elt_room = 0, ethdev_mtu = 0;
+  uint16_t rxd = 0, txd = 0;
+  uint64_t rx_offloads = 0, tx_offloads = 0;
+  bool in_use = false;  // an EthdevPort runs on it
+  bool same_queues(const PortSetup& o) const {
+    return port == o.port && name == o.name && mbufs == o.mbufs && elt_room == o.elt_room &&
+           ethdev_mtu == o.ethdev_mtu && rxd == o.rxd && txd == o.txd &&
+           rx_offloads == o.rx_offloads && tx_offloads == o.tx_offloads;
   }
-  return nullptr;
+};
+std::mutex g_setup_lock;
+std::vector<PortSetup> g_setups;
+// Pools replaced (another MTU) or given up (a failed open) while some of
+// their buffers were still out: freed once whole again.
+std::vector<rte_mempool*> g_orphans;
+
+void orphan_pool(rte_mempool* pool) {
+  if (pool == nullptr) return;
+  std::lock_guard<std::mutex> g(g_setup_lock);
+  g_orphans.push_back(pool);
 }
 
-void free_full_retained() {
-  std::lock_guard<std::mutex> g(g_retained_lock);
-  std::erase_if(g_retained, [](const RetainedPool& r) {
-    if (!rte_mempool_full(r.pool)) return false;
-    rte_mempool_free(r.pool);
+void free_whole_orphans() {
+  std::lock_guard<std::mutex> g(g_setup_lock);
+  std::erase_if(g_orphans, [](rte_mempool* pool) {
+    if (!rte_mempool_full(pool)) return false;
+    rte_mempool_free(pool);
     return true;
   });
+}
+
+// The setup recorded for the port, removed from the record (the caller puts
+// it back once the port runs on it), if the port still has its queues (a
+// port closed and probed again under the same id has none).
+std::optional<PortSetup> take_setup(uint16_t port, const rte_eth_dev_info& info, bool* busy) {
+  std::lock_guard<std::mutex> g(g_setup_lock);
+  *busy = false;
+  for (auto it = g_setups.begin(); it != g_setups.end(); ++it) {
+    if (it->port != port) continue;
+    if (it->in_use) {
+      *busy = true;
+      return std::nullopt;
+    }
+    PortSetup s = std::move(*it);
+    g_setups.erase(it);
+    if (info.nb_rx_queues == 1 && info.nb_tx_queues == 1) return s;
+    g_orphans.push_back(s.pool);  // stale: its queues are gone
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+void record_setup(PortSetup s) {
+  std::lock_guard<std::mutex> g(g_setup_lock);
+  s.in_use = true;
+  g_setups.push_back(std::move(s));
+}
+
+void release_setup(uint16_t port) {
+  std::lock_guard<std::mutex> g(g_setup_lock);
+  for (PortSetup& s : g_setups) {
+    if (s.port == port) s.in_use = false;
+  }
+}
+
+// Makes the pool and sets the port's queues up for `want` (configure, MTU,
+// one RX and one TX queue). *pool is set once made, even when a later step
+// fails. Returns why it failed, or "".
+std::string set_up_queues(const PortSetup& want, uint32_t cache, int socket,
+                          const std::string& pool_name, const std::string& label,
+                          uint32_t config_mtu, const rte_eth_dev_info& info, rte_mempool** pool) {
+  const uint16_t port = want.port;
+  const uint32_t room = want.elt_room - RTE_PKTMBUF_HEADROOM;
+  *pool = rte_pktmbuf_pool_create(pool_name.c_str(), want.mbufs, cache, 0,
+                                  static_cast<uint16_t>(want.elt_room), socket);
+  if (*pool == nullptr) {
+    const uint64_t mb = (uint64_t{want.mbufs} * (want.elt_room + 128)) >> 20;
+    return "cannot allocate " + std::to_string(want.mbufs) + " mbufs of " + std::to_string(room) +
+           " B (about " + std::to_string(mb) + " MB) for " + label + ": " +
+           rte_strerror(rte_errno) +
+           ": give the EAL more memory (EalConfig::memory_mb, -m) or lower mbufs or the MTU";
+  }
+  // Offloads the engine can use when offered; it computes checksums itself,
+  // so their absence costs nothing but CPU.
+  rte_eth_conf conf{};
+  conf.rxmode.mq_mode = RTE_ETH_MQ_RX_NONE;
+  conf.rxmode.mtu = want.ethdev_mtu;
+  conf.txmode.mq_mode = RTE_ETH_MQ_TX_NONE;
+  conf.rxmode.offloads = want.rx_offloads;
+  conf.txmode.offloads = want.tx_offloads;
+  if (int ret = rte_eth_dev_configure(port, 1, 1, &conf); ret != 0) {
+    return "rte_eth_dev_configure(" + label + ", 1 RX and 1 TX queue, MTU " +
+           std::to_string(config_mtu) + ") failed: " + rte_strerror(-ret) +
+           (ret == -EBUSY ? ": the port is started already; is another EthdevPort open on it?"
+                          : ": see the PMD's log above");
+  }
+  // configure recorded the MTU; set_mtu makes PMDs that apply it only there
+  // program it. PMDs without the operation keep the recorded value. Not
+  // beyond the PMD's reported limit: AF_PACKET would set its kernel
+  // interface back to that limit.
+  const bool beyond_limit = want.ethdev_mtu != config_mtu;
+  if (int ret =
+          beyond_limit ? 0 : rte_eth_dev_set_mtu(port, static_cast<uint16_t>(want.ethdev_mtu));
+      ret != 0) {
+    uint16_t now = 0;
+    if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != want.ethdev_mtu) {
+      return label + " refused MTU " + std::to_string(want.ethdev_mtu) + " (" + rte_strerror(-ret) +
+             "); the PMD reports a maximum of " + std::to_string(info.max_mtu) +
+             ": use an MTU up to that";
+    }
+  }
+  rte_eth_rxconf rxconf = info.default_rxconf;
+  rxconf.offloads = want.rx_offloads;
+  if (int ret = rte_eth_rx_queue_setup(port, 0, want.rxd, socket, &rxconf, *pool); ret != 0) {
+    return "rte_eth_rx_queue_setup(" + label + ", " + std::to_string(want.rxd) +
+           " descriptors, mbufs of " + std::to_string(room) + " B) failed: " + rte_strerror(-ret) +
+           (ret == -EINVAL ? ": the PMD may need larger buffers for this MTU (raise "
+                             "mbuf_data_room) or other descriptor counts"
+                           : ": see the PMD's log above");
+  }
+  rte_eth_txconf txconf = info.default_txconf;
+  txconf.offloads = want.tx_offloads;
+  if (int ret = rte_eth_tx_queue_setup(port, 0, want.txd, socket, &txconf); ret != 0) {
+    return "rte_eth_tx_queue_setup(" + label + ", " + std::to_string(want.txd) +
+           " descriptors) failed: " + rte_strerror(-ret) + ": see the PMD's log above";
+  }
+  return "";
 }
 
 // Mempools are most compact at 2^q - 1 elements.
@@ -358,69 +465,43 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
       "braid_p" + std::to_string(port) + "_" + std::to_string(pool_serial++);
   int socket = rte_eth_dev_socket_id(port);
   if (socket < 0) socket = SOCKET_ID_ANY;
-  const auto elt_room = static_cast<uint16_t>(room + RTE_PKTMBUF_HEADROOM);
-  p->pool_ = take_retained(port, mbufs, elt_room);
-  if (p->pool_ == nullptr) {
-    p->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), mbufs, cache, 0, elt_room, socket);
-  }
-  if (!p->pool_) {
-    const uint64_t mb = (uint64_t{mbufs} * (room + RTE_PKTMBUF_HEADROOM + 128)) >> 20;
-    return fail("cannot allocate " + std::to_string(mbufs) + " mbufs of " + std::to_string(room) +
-                " B (about " + std::to_string(mb) + " MB) for " + label + ": " +
-                rte_strerror(rte_errno) +
-                ": give the EAL more memory (EalConfig::memory_mb, -m) or lower mbufs or the MTU");
-  }
-
-  // Offloads the engine can use when offered; it computes checksums itself,
-  // so their absence costs nothing but CPU.
-  rte_eth_conf conf{};
-  conf.rxmode.mq_mode = RTE_ETH_MQ_RX_NONE;
-  conf.rxmode.mtu = ethdev_mtu;
-  conf.txmode.mq_mode = RTE_ETH_MQ_TX_NONE;
   p->rx_offloads_ = info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
   p->tx_offloads_ =
       info.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
-  conf.rxmode.offloads = p->rx_offloads_;
-  conf.txmode.offloads = p->tx_offloads_;
-  if (int ret = rte_eth_dev_configure(port, 1, 1, &conf); ret != 0) {
-    return fail("rte_eth_dev_configure(" + label + ", 1 RX and 1 TX queue, MTU " +
-                std::to_string(config.mtu) + ") failed: " + rte_strerror(-ret) +
-                (ret == -EBUSY ? ": the port is started already; is another EthdevPort open on it?"
-                               : ": see the PMD's log above"));
+  PortSetup want;
+  want.port = port;
+  want.name = p->name_;
+  want.mbufs = mbufs;
+  want.elt_room = room + RTE_PKTMBUF_HEADROOM;
+  want.ethdev_mtu = ethdev_mtu;
+  want.rxd = rxd;
+  want.txd = txd;
+  want.rx_offloads = p->rx_offloads_;
+  want.tx_offloads = p->tx_offloads_;
+  bool busy = false;
+  std::optional<PortSetup> had = take_setup(port, info, &busy);
+  if (busy) {
+    return fail(label +
+                " is open already (another EthdevPort runs on it in this process): close "
+                "that one first, or share it");
   }
-  // configure recorded the MTU; set_mtu makes PMDs that apply it only there
-  // program it. PMDs without the operation keep the recorded value. Not
-  // beyond the PMD's reported limit: AF_PACKET would set its kernel
-  // interface back to that limit.
-  const bool beyond_limit = ethdev_mtu != config.mtu;
-  if (int ret = beyond_limit ? 0 : rte_eth_dev_set_mtu(port, static_cast<uint16_t>(ethdev_mtu));
-      ret != 0) {
-    uint16_t now = 0;
-    if (ret != -ENOTSUP || rte_eth_dev_get_mtu(port, &now) != 0 || now != ethdev_mtu) {
-      return fail(label + " refused MTU " + std::to_string(ethdev_mtu) + " (" + rte_strerror(-ret) +
-                  "); the PMD reports a maximum of " + std::to_string(info.max_mtu) +
-                  ": use an MTU up to that");
+  if (had && had->same_queues(want)) {
+    // Set up by an earlier open: start it again as it is.
+    p->pool_ = had->pool;
+    p->setup_kept_ = true;
+    record_setup(std::move(*had));
+  } else {
+    // New queues: the old ones' pool goes once its buffers are back.
+    if (had) orphan_pool(had->pool);
+    if (std::string why =
+            set_up_queues(want, cache, socket, pool_name, label, config.mtu, info, &p->pool_);
+        !why.empty()) {
+      return fail(why);
     }
-  }
-
-  rte_eth_rxconf rxconf = info.default_rxconf;
-  rxconf.offloads = p->rx_offloads_;
-  if (int ret = rte_eth_rx_queue_setup(port, 0, rxd, socket, &rxconf, p->pool_); ret != 0) {
-    return fail("rte_eth_rx_queue_setup(" + label + ", " + std::to_string(rxd) +
-                " descriptors, mbufs of " + std::to_string(room) +
-                " B) failed: " + rte_strerror(-ret) +
-                (ret == -EINVAL ? ": the PMD may need larger buffers for this MTU (raise "
-                                  "mbuf_data_room) or other descriptor counts"
-                                : ": see the PMD's log above"));
-  }
-  // Setting the queue up released the previous one's buffers: pools kept
-  // for them may be whole again.
-  free_full_retained();
-  rte_eth_txconf txconf = info.default_txconf;
-  txconf.offloads = p->tx_offloads_;
-  if (int ret = rte_eth_tx_queue_setup(port, 0, txd, socket, &txconf); ret != 0) {
-    return fail("rte_eth_tx_queue_setup(" + label + ", " + std::to_string(txd) +
-                " descriptors) failed: " + rte_strerror(-ret) + ": see the PMD's log above");
+    want.pool = p->pool_;
+    p->setup_kept_ = true;
+    record_setup(want);
+    free_whole_orphans();
   }
 
   // A memif client connects at start and does not retry by itself: a server
@@ -508,18 +589,18 @@ EthdevPort::~EthdevPort() {
 }
 
 void EthdevPort::release_pool() {
-  if (!pool_) return;
-  // Buffers still out would point into freed memory; leaving the pool
-  // allocated is the lesser harm (a PMD that keeps RX buffers after stop,
-  // or frames in a same-process peer's ring).
-  if (rte_mempool_full(pool_)) {
-    rte_mempool_free(pool_);
-  } else {
-    std::lock_guard<std::mutex> g(g_retained_lock);
-    g_retained.push_back(RetainedPool{port_id_, pool_});
+  // A pool the port's queues run on stays with them (see PortSetup); one a
+  // failed open made goes, once its buffers are back.
+  if (setup_kept_) release_setup(port_id_);
+  if (pool_ != nullptr && !setup_kept_) {
+    if (rte_mempool_full(pool_)) {
+      rte_mempool_free(pool_);
+    } else {
+      orphan_pool(pool_);
+    }
   }
   pool_ = nullptr;
-  free_full_retained();
+  free_whole_orphans();
 }
 
 uint16_t EthdevPort::rx_burst(RxFrame* frames, uint16_t n) {

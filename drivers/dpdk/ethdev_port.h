@@ -43,10 +43,11 @@ class EthdevPort final : public PacketIo {
   // Configures and starts the port, or returns null with *error naming the
   // cause and the fix.
   static std::unique_ptr<EthdevPort> open(const EthdevPortConfig& config, std::string* error);
-  // Returns what waits in the RX queue to the pool, stops the port (it may
-  // be opened again) and frees its mbuf pool; a pool with buffers still out
-  // (in a PMD's descriptors, or a same-process peer's ring), which would
-  // then point into freed memory, is kept for the port's next open.
+  // Returns what waits in the RX queue to the pool and stops the port. Its
+  // queues and mbuf pool stay set up: the next open with the same
+  // parameters starts it again on them (so open/close cycles grow nothing,
+  // whatever buffers are still out: in a PMD's descriptors, or a
+  // same-process peer's ring).
   ~EthdevPort() override;
 
   EthdevPort(const EthdevPort&) = delete;
@@ -92,6 +93,7 @@ class EthdevPort final : public PacketIo {
   bool started_ = false;
   uint32_t reconnects_ = 0;  // memif client handshakes started again at open
   rte_mempool* pool_ = nullptr;
+  bool setup_kept_ = false;  // pool_ belongs to the port's recorded setup
   uint32_t mtu_ = 0;
   uint32_t data_room_ = 0;
   uint16_t rx_descriptors_ = 0;

@@ -14,9 +14,13 @@
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
+#include <rte_malloc.h>
+#include <rte_mempool.h>
 #include <rte_ring.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <dirent.h>
 
 #include <csignal>
 
@@ -476,6 +480,99 @@ TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
   }
   EXPECT_TRUE(Eal::remove_vdev("net_memif2").ok());
   EXPECT_TRUE(Eal::remove_vdev("net_memif1").ok());
+}
+
+// What a port's open and close could leave behind: DPDK pools and heap, and
+// file descriptors (memif's sockets and event fds).
+struct Usage {
+  int pools = 0;
+  size_t heap = 0;
+  int fds = 0;
+  static Usage now() {
+    Usage u;
+    rte_mempool_walk([](rte_mempool*, void* arg) { ++*static_cast<int*>(arg); }, &u.pools);
+    for (int socket = 0; socket < RTE_MAX_NUMA_NODES; ++socket) {
+      rte_malloc_socket_stats st{};
+      if (rte_malloc_get_socket_stats(socket, &st) == 0) u.heap += st.heap_allocsz_bytes;
+    }
+    if (DIR* d = opendir("/proc/self/fd")) {
+      while (readdir(d) != nullptr) ++u.fds;
+      closedir(d);
+    }
+    return u;
+  }
+};
+
+void expect_no_growth(const Usage& before, const Usage& after) {
+  EXPECT_EQ(after.pools, before.pools);
+  EXPECT_EQ(after.fds, before.fds);
+  // A port's pool is megabytes: a leak per cycle would be far more.
+  EXPECT_LE(after.heap, before.heap + (1u << 20)) << "DPDK heap grew from " << before.heap;
+}
+
+// A port closed while frames it sent still wait in its peer's ring (a ring
+// pair in one process) cannot free its pool: its next open runs on that
+// pool again, and the frames drain into it. 1000 cycles make no new pool.
+// A second open of a port that is open is refused.
+TEST_F(EthdevPortTest, ClosingWithFramesInFlightAThousandTimesGrowsNothing) {
+  {
+    auto a = open(kPortA);
+    ASSERT_TRUE(a);
+    EthdevPortConfig c;
+    c.name = kPortA;
+    std::string error;
+    EXPECT_FALSE(EthdevPort::open(c, &error));
+    EXPECT_NE(error.find("is open already"), std::string::npos) << error;
+  }
+  auto cycle = [&](uint32_t i) {
+    auto a = open("net_ring_braid_a");
+    ASSERT_TRUE(a);
+    // Into b's RX ring, which nobody reads while a is closed.
+    ASSERT_EQ(send(*a, {pattern(60, i), pattern(1514, i + 1)}), 2u);
+    auto b = open("net_ring_braid_b");
+    ASSERT_TRUE(b);
+    // Opening b drained the ring: what a sent before comes to b, or was
+    // returned to a's pool when b's RX queue was set up.
+    EXPECT_LE(receive(*b, 2).size(), 2u);
+    ASSERT_EQ(send(*a, {pattern(200, i + 2)}), 1u);
+  };
+  for (uint32_t i = 0; i < 10; ++i) cycle(i);
+  const Usage before = Usage::now();
+  for (uint32_t i = 10; i < 1000 && !HasFatalFailure(); ++i) cycle(i);
+  expect_no_growth(before, Usage::now());
+}
+
+// A memif server and client, connected each time (the handshake, memif's
+// regions and sockets), with frames left in the client's rings at close,
+// 1000 times. (Setting memif's queues up again on each open leaked 27 KB of
+// DPDK heap a time: a port keeps its queues across close and open.)
+TEST_F(EthdevPortTest, MemifPairOpenedAndClosedRepeatedlyGrowsNothing) {
+  ScratchDir dir;
+  const std::string socket = (dir.path / "cycles.sock").string();
+  ASSERT_EQ(rte_dev_probe(("net_memif5,role=server,id=5,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif6,role=client,id=5,socket=" + socket).c_str()), 0);
+  auto cycle = [&](uint32_t i) {
+    EthdevPortConfig c;
+    c.name = "net_memif5";
+    c.require_link_up = false;
+    std::string error;
+    auto server = EthdevPort::open(c, &error);
+    ASSERT_TRUE(server) << error;
+    c.name = "net_memif6";
+    c.require_link_up = true;
+    auto client = EthdevPort::open(c, &error);
+    ASSERT_TRUE(client) << error;
+    const std::vector<std::vector<uint8_t>> frames = {pattern(60, i), pattern(1514, i)};
+    ASSERT_EQ(send(*client, frames), frames.size());
+    EXPECT_EQ(receive(*server, frames.size()), frames);
+    ASSERT_EQ(send(*client, frames), frames.size());  // left unread
+  };
+  for (uint32_t i = 0; i < 5; ++i) cycle(i);
+  const Usage before = Usage::now();
+  for (uint32_t i = 5; i < 1000 && !HasFatalFailure(); ++i) cycle(i);
+  expect_no_growth(before, Usage::now());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif6").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif5").ok());
 }
 
 // memif carries jumbo frames although it reports 1518 B: with bsize=10240
