@@ -39,7 +39,10 @@ struct braid_comp_channel;
 /* Device configuration. Unset fields (0 / NULL) take the defaults shown. */
 struct braid_device_config {
   /* DPDK port: a vdev spec ("net_memif0,role=client,socket=/tmp/m.sock"),
-   * a PCI address ("0000:3b:00.0"), or the name of a port already probed. */
+   * a PCI address ("0000:3b:00.0"), or the name of a port already probed.
+   * One braid_context per port at a time in a process (a second open is
+   * refused: share the context, from any thread with a progress thread);
+   * libibverbs' contexts of one device share theirs. */
   const char* port;
   const char* ipv4;      /* our address, e.g. "198.18.0.1" (required) */
   int prefix_len;        /* on-link prefix, default 24 */
