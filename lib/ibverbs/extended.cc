@@ -301,9 +301,13 @@ uint8_t read_dlid_path_bits(ibv_cq_ex*) {
 
 ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
   if (attr == nullptr) return fail_null<ibv_cq_ex>(EINVAL);
-  // Parent domains (IBV_CQ_INIT_ATTR_MASK_PD) are not in Braid.
-  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS}) {
+  if (attr->comp_mask & ~uint32_t{IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD}) {
     return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  }
+  // A CQ's parent domain (its allocators: never called) must be one.
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) &&
+      (!is_parent_domain(attr->parent_domain) || attr->parent_domain->context != ctx)) {
+    return fail_null<ibv_cq_ex>(EINVAL);
   }
   // Single-threaded use and overrun tolerance are hints Braid needs not.
   constexpr uint32_t kFlags =

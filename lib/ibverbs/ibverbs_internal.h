@@ -59,7 +59,14 @@ void untrack(Context* c, std::unordered_set<T*>& set, T* obj) {
 struct Pd {
   ibv_pd pd;
   braid_pd* b;
+  // A parent domain (ibv_alloc_parent_domain): the protection domain it
+  // stands for (whose braid_pd `b` is). Null for a protection domain.
+  ibv_pd* protection = nullptr;
+  int parents = 0;  // parent domains standing for this one
 };
+// Whether `pd` is a parent domain of this library.
+bool is_parent_domain(ibv_pd* pd);
+ibv_pd* alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr);
 struct Mr {
   ibv_mr mr;
   braid_mr* b;

@@ -177,6 +177,7 @@ void install_object_ops(Context* c) {
   ops.alloc_mw = alloc_mw;
   ops.bind_mw = bind_mw;
   ops.dealloc_mw = dealloc_mw;
+  c->vctx.alloc_parent_domain = alloc_parent_domain;
 }
 
 }  // namespace braid::ibv
@@ -194,7 +195,45 @@ void braid::ibv::release_objects(Context* c) {
   for (ibv_mr* mr : copy(c->mrs)) ibv_dereg_mr(mr);
   for (ibv_cq* cq : copy(c->cqs)) ibv_destroy_cq(cq);
   for (ibv_comp_channel* ch : copy(c->channels)) ibv_destroy_comp_channel(ch);
+  // Parent domains before the protection domains they stand for.
+  for (ibv_pd* pd : copy(c->pds)) {
+    if (is_parent_domain(pd)) ibv_dealloc_pd(pd);
+  }
   for (ibv_pd* pd : copy(c->pds)) ibv_dealloc_pd(pd);
+}
+
+bool braid::ibv::is_parent_domain(ibv_pd* pd) {
+  return pd != nullptr && pd_of(pd)->protection != nullptr;
+}
+
+// Parent domains: a protection domain with allocators for the provider's
+// queue buffers. Braid's queues are not memory a device reads, so the
+// allocators are accepted and never called; objects made on a parent domain
+// belong to its protection domain (memory keys, QPs), as on hardware.
+ibv_pd* braid::ibv::alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr) {
+  Context* c = context_of(ctx);
+  if (c == nullptr || attr == nullptr || attr->pd == nullptr) return fail_null<ibv_pd>(EINVAL);
+  constexpr uint32_t kKnown =
+      IBV_PARENT_DOMAIN_INIT_ATTR_ALLOCATORS | IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  if (attr->comp_mask & ~kKnown) return fail_null<ibv_pd>(EINVAL);
+  // A thread domain would come from ibv_alloc_td, which Braid has not.
+  if (attr->td != nullptr) return fail_null<ibv_pd>(EOPNOTSUPP);
+  // Not a parent of a parent, and not a PD of another context.
+  if (attr->pd->context != ctx || is_parent_domain(attr->pd)) return fail_null<ibv_pd>(EINVAL);
+  auto* p = new (std::nothrow) Pd{};
+  if (p == nullptr) return fail_null<ibv_pd>(ENOMEM);
+  p->pd.context = ctx;
+  p->pd.handle = attr->pd->handle;
+  p->b = pd_of(attr->pd)->b;
+  p->protection = attr->pd;
+  {
+    std::lock_guard<std::mutex> g(c->objects_lock);
+    ++pd_of(attr->pd)->parents;
+    c->pds.insert(&p->pd);
+  }
+  trace("alloc_parent_domain of %p -> %p", static_cast<void*>(attr->pd),
+        static_cast<void*>(&p->pd));
+  return &p->pd;
 }
 
 // ---- Protection domains ----
@@ -220,12 +259,21 @@ BRAID_EXPORT ibv_pd* ibv_alloc_pd(ibv_context* ctx) {
 BRAID_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   trace("dealloc_pd %p", static_cast<void*>(pd));
   if (pd == nullptr) return fail(EINVAL);
-  if (const int rc = braid_dealloc_pd(pd_of(pd)->b)) return fail(rc);  // still in use
+  Context* c = context_of(pd->context);
+  Pd* p = pd_of(pd);
   {
-    Context* c = context_of(pd->context);
-    untrack(c, c->pds, pd);
+    std::lock_guard<std::mutex> g(c->objects_lock);
+    if (p->protection != nullptr) {  // a parent domain: its protection domain stays
+      --pd_of(p->protection)->parents;
+      c->pds.erase(pd);
+      delete p;
+      return 0;
+    }
+    if (p->parents > 0) return fail(EBUSY);  // parent domains still stand for it
   }
-  delete pd_of(pd);
+  if (const int rc = braid_dealloc_pd(p->b)) return fail(rc);  // still in use
+  untrack(c, c->pds, pd);
+  delete p;
   return 0;
 }
 

@@ -426,4 +426,66 @@ TEST(IbvConformance, AccessFlagsCompVectorsAndDeviceAttributes) {
   EXPECT_EQ(ibv_close_device(c), 0);
 }
 
+// A parent domain stands for its protection domain: QPs and MRs made on it
+// belong to that PD (a region of it is usable by a QP of the PD), the PD
+// cannot go while the parent domain stands, and closing the context
+// releases both in order.
+TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  ibv_context* c = ibv_open_device(dev);
+  ASSERT_NE(c, nullptr);
+  ibv_pd* pd = ibv_alloc_pd(c);
+  ASSERT_NE(pd, nullptr);
+  ibv_parent_domain_init_attr pa{};
+  pa.pd = pd;
+  pa.comp_mask = IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT;
+  ibv_pd* parent = ibv_alloc_parent_domain(c, &pa);
+  ASSERT_NE(parent, nullptr) << std::strerror(errno);
+  pa.pd = parent;  // not a parent of a parent
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_parent_domain(c, &pa), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
+  ibv_cq_init_attr_ex cx{};
+  cx.cqe = 8;
+  cx.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
+  cx.parent_domain = pd;  // must be a parent domain
+  errno = 0;
+  EXPECT_EQ(ibv_create_cq_ex(c, &cx), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  cx.parent_domain = parent;
+  ibv_cq_ex* cq = ibv_create_cq_ex(c, &cx);
+  ASSERT_NE(cq, nullptr);
+  // A WRITE between a QP made on the parent domain and one made on the PD,
+  // with a region of each: one protection domain.
+  Side a, b;
+  a.buf.assign(4096, 0);
+  b.buf.assign(4096, 0);
+  constexpr int kAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
+  a.mr = ibv_reg_mr(parent, a.buf.data(), a.buf.size(), kAccess);
+  b.mr = ibv_reg_mr(pd, b.buf.data(), b.buf.size(), kAccess);
+  ASSERT_NE(a.mr, nullptr);
+  ASSERT_NE(b.mr, nullptr);
+  EXPECT_EQ(a.mr->pd, parent);
+  a.cq = ibv_cq_ex_to_cq(cq);
+  b.cq = ibv_create_cq(c, 8, nullptr, nullptr, 0);
+  ASSERT_NE(b.cq, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = a.cq;
+  ia.cap = {8, 8, 1, 1, 0};
+  ia.qp_type = IBV_QPT_RC;
+  a.qp = ibv_create_qp(parent, &ia);
+  ia.send_cq = ia.recv_cq = b.cq;
+  b.qp = ibv_create_qp(pd, &ia);
+  ASSERT_NE(a.qp, nullptr);
+  ASSERT_NE(b.qp, nullptr);
+  EXPECT_EQ(a.qp->pd, parent);
+  ASSERT_TRUE(connect(c, a.qp, b.qp->qp_num));
+  ASSERT_TRUE(connect(c, b.qp, a.qp->qp_num));
+  exchange(a, b, 9);
+  // Left for close to release: the parent domain goes before its PD.
+  EXPECT_EQ(ibv_close_device(c), 0);
+}
+
 }  // namespace
