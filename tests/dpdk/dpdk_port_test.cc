@@ -575,6 +575,28 @@ TEST_F(EthdevPortTest, MemifPairOpenedAndClosedRepeatedlyGrowsNothing) {
   EXPECT_TRUE(Eal::remove_vdev("net_memif5").ok());
 }
 
+// A vhost-user server port (the virtio path's passive side), opened and
+// closed 1000 times without its virtio-user peer.
+TEST_F(EthdevPortTest, VhostServerOpenedAndClosedRepeatedlyGrowsNothing) {
+  ScratchDir dir;
+  const std::string socket = (dir.path / "vhost.sock").string();
+  ASSERT_EQ(rte_dev_probe(("net_vhost7,iface=" + socket + ",queues=1").c_str()), 0);
+  auto cycle = [&] {
+    EthdevPortConfig c;
+    c.name = "net_vhost7";
+    c.require_link_up = false;
+    std::string error;
+    auto port = EthdevPort::open(c, &error);
+    ASSERT_TRUE(port) << error;
+    EXPECT_FALSE(port->link_up());
+  };
+  for (int i = 0; i < 5; ++i) cycle();
+  const Usage before = Usage::now();
+  for (int i = 5; i < 1000 && !HasFatalFailure(); ++i) cycle();
+  expect_no_growth(before, Usage::now());
+  EXPECT_TRUE(Eal::remove_vdev("net_vhost7").ok());
+}
+
 // memif carries jumbo frames although it reports 1518 B: with bsize=10240
 // on both ends, MTU 9000 frames cross whole, byte-exact, one mbuf each.
 TEST_F(EthdevPortTest, MemifJumboFramesWithLargeBuffers) {
