@@ -249,37 +249,59 @@ void free_whole_orphans() {
   });
 }
 
-// The setup recorded for the port, removed from the record (the caller puts
-// it back once the port runs on it), if the port still has its queues (a
-// port closed and probed again under the same id has none).
-std::optional<PortSetup> take_setup(uint16_t port, const rte_eth_dev_info& info, bool* busy) {
+// Reserves the port for an opening EthdevPort and returns the setup its
+// queues have, if any (a port closed and probed again under the same id has
+// none). *busy: another EthdevPort holds it. The record stays, marked in
+// use, so two opens at once cannot both set the port up.
+std::optional<PortSetup> reserve_port(uint16_t port, const std::string& name,
+                                      const rte_eth_dev_info& info, bool* busy) {
   std::lock_guard<std::mutex> g(g_setup_lock);
   *busy = false;
-  for (auto it = g_setups.begin(); it != g_setups.end(); ++it) {
-    if (it->port != port) continue;
-    if (it->in_use) {
+  for (PortSetup& s : g_setups) {
+    if (s.port != port) continue;
+    if (s.in_use) {
       *busy = true;
       return std::nullopt;
     }
-    PortSetup s = std::move(*it);
-    g_setups.erase(it);
-    if (info.nb_rx_queues == 1 && info.nb_tx_queues == 1) return s;
-    g_orphans.push_back(s.pool);  // stale: its queues are gone
+    s.in_use = true;
+    if (s.pool != nullptr && info.nb_rx_queues == 1 && info.nb_tx_queues == 1 && s.name == name) {
+      return s;
+    }
+    if (s.pool != nullptr) g_orphans.push_back(s.pool);  // stale: its queues are gone
+    s.pool = nullptr;
     return std::nullopt;
   }
+  PortSetup placeholder;
+  placeholder.port = port;
+  placeholder.in_use = true;
+  g_setups.push_back(placeholder);
   return std::nullopt;
 }
 
-void record_setup(PortSetup s) {
+// The reserved port now runs on `s` (its queues were set up anew).
+void commit_setup(const PortSetup& s) {
   std::lock_guard<std::mutex> g(g_setup_lock);
-  s.in_use = true;
-  g_setups.push_back(std::move(s));
+  for (PortSetup& r : g_setups) {
+    if (r.port != s.port) continue;
+    if (r.pool != nullptr && r.pool != s.pool) g_orphans.push_back(r.pool);
+    r = s;
+    r.in_use = true;
+  }
 }
 
-void release_setup(uint16_t port) {
+// The EthdevPort that reserved the port closes. With `forget` its queues
+// are in no known state (a setup that failed half-way): the next open sets
+// them up again, and their pool goes once whole.
+void unreserve_port(uint16_t port, bool forget) {
   std::lock_guard<std::mutex> g(g_setup_lock);
-  for (PortSetup& s : g_setups) {
-    if (s.port == port) s.in_use = false;
+  for (auto it = g_setups.begin(); it != g_setups.end(); ++it) {
+    if (it->port != port) continue;
+    it->in_use = false;
+    if (forget) {
+      if (it->pool != nullptr) g_orphans.push_back(it->pool);
+      g_setups.erase(it);
+    }
+    return;
   }
 }
 
@@ -479,28 +501,27 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   want.rx_offloads = p->rx_offloads_;
   want.tx_offloads = p->tx_offloads_;
   bool busy = false;
-  std::optional<PortSetup> had = take_setup(port, info, &busy);
+  std::optional<PortSetup> had = reserve_port(port, p->name_, info, &busy);
   if (busy) {
     return fail(label +
                 " is open already (another EthdevPort runs on it in this process): close "
                 "that one first, or share it");
   }
+  p->reserved_ = true;
   if (had && had->same_queues(want)) {
     // Set up by an earlier open: start it again as it is.
     p->pool_ = had->pool;
     p->setup_kept_ = true;
-    record_setup(std::move(*had));
   } else {
-    // New queues: the old ones' pool goes once its buffers are back.
-    if (had) orphan_pool(had->pool);
     if (std::string why =
             set_up_queues(want, cache, socket, pool_name, label, config.mtu, info, &p->pool_);
         !why.empty()) {
       return fail(why);
     }
+    // The old queues' pool, if any, goes once its buffers are back.
     want.pool = p->pool_;
+    commit_setup(want);
     p->setup_kept_ = true;
-    record_setup(want);
     free_whole_orphans();
   }
 
@@ -591,7 +612,7 @@ EthdevPort::~EthdevPort() {
 void EthdevPort::release_pool() {
   // A pool the port's queues run on stays with them (see PortSetup); one a
   // failed open made goes, once its buffers are back.
-  if (setup_kept_) release_setup(port_id_);
+  if (reserved_) unreserve_port(port_id_, /*forget=*/!setup_kept_);
   if (pool_ != nullptr && !setup_kept_) {
     if (rte_mempool_full(pool_)) {
       rte_mempool_free(pool_);

@@ -93,6 +93,7 @@ class EthdevPort final : public PacketIo {
   bool started_ = false;
   uint32_t reconnects_ = 0;  // memif client handshakes started again at open
   rte_mempool* pool_ = nullptr;
+  bool reserved_ = false;    // this port's setup record is ours until close
   bool setup_kept_ = false;  // pool_ belongs to the port's recorded setup
   uint32_t mtu_ = 0;
   uint32_t data_room_ = 0;

@@ -320,6 +320,10 @@ ibv_cq_ex* create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr) {
   Cq* q = create_cq(ctx, static_cast<int>(attr->cqe), attr->cq_context, attr->channel,
                     static_cast<int>(attr->comp_vector));
   if (q == nullptr) return nullptr;
+  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+    q->parent_domain = attr->parent_domain;
+    count_parent_user(q->parent_domain, +1);
+  }
   return &q->cqx;
 }
 

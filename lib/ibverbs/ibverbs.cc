@@ -211,6 +211,17 @@ BRAID_EXPORT int ibv_close_device(ibv_context* context) {
   Context* c = braid::ibv::context_of(context);
   if (c == nullptr) return EINVAL;
   braid::ibv::release_objects(c);
+  {
+    std::lock_guard<std::mutex> g(c->objects_lock);
+    const size_t left =
+        c->qps.size() + c->mrs.size() + c->cqs.size() + c->channels.size() + c->pds.size();
+    if (left != 0) {  // some would not go (a destroy failed): the context stays
+      std::fprintf(stderr, "braid libibverbs: cannot close a context of %s: %zu objects remain\n",
+                   c->device->dev.name, left);
+      errno = EBUSY;
+      return EBUSY;
+    }
+  }
   Device* d = c->device;
   {
     std::lock_guard<std::mutex> g(d->open_lock);

@@ -63,7 +63,10 @@ struct Pd {
   // stands for (whose braid_pd `b` is). Null for a protection domain.
   ibv_pd* protection = nullptr;
   int parents = 0;  // parent domains standing for this one
+  int users = 0;    // a parent domain's QPs, MRs and CQs: it cannot go first
 };
+// Counts an object made on `pd` if it is a parent domain (+1 or -1).
+void count_parent_user(ibv_pd* pd, int delta);
 // Whether `pd` is a parent domain of this library.
 bool is_parent_domain(ibv_pd* pd);
 ibv_pd* alloc_parent_domain(ibv_context* ctx, ibv_parent_domain_init_attr* attr);
@@ -83,6 +86,7 @@ struct Cq {
   braid_cq* b = nullptr;
   // The completion ibv_start_poll / ibv_next_poll stand on.
   braid_wc cur{};
+  ibv_pd* parent_domain = nullptr;  // ibv_create_cq_ex's, if given
   ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&cqx); }
 };
 

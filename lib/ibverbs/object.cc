@@ -206,6 +206,13 @@ bool braid::ibv::is_parent_domain(ibv_pd* pd) {
   return pd != nullptr && pd_of(pd)->protection != nullptr;
 }
 
+void braid::ibv::count_parent_user(ibv_pd* pd, int delta) {
+  if (!is_parent_domain(pd)) return;
+  Context* c = context_of(pd->context);
+  std::lock_guard<std::mutex> g(c->objects_lock);
+  pd_of(pd)->users += delta;
+}
+
 // Parent domains: a protection domain with allocators for the provider's
 // queue buffers. Braid's queues are not memory a device reads, so the
 // allocators are accepted and never called; objects made on a parent domain
@@ -263,7 +270,8 @@ BRAID_EXPORT int ibv_dealloc_pd(ibv_pd* pd) {
   Pd* p = pd_of(pd);
   {
     std::lock_guard<std::mutex> g(c->objects_lock);
-    if (p->protection != nullptr) {  // a parent domain: its protection domain stays
+    if (p->protection != nullptr) {          // a parent domain: its protection domain stays
+      if (p->users > 0) return fail(EBUSY);  // QPs, MRs or CQs made on it
       --pd_of(p->protection)->parents;
       c->pds.erase(pd);
       delete p;
@@ -314,6 +322,7 @@ BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
     Context* c = context_of(pd->context);
     track(c, c->mrs, &m->mr);
   }
+  count_parent_user(pd, +1);
   trace("reg_mr %p+%zu access 0x%x -> %p", addr, length, access, static_cast<void*>(&m->mr));
   return &m->mr;
 }
@@ -337,6 +346,7 @@ BRAID_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
     Context* c = context_of(mr->context);
     untrack(c, c->mrs, mr);
   }
+  count_parent_user(mr->pd, -1);
   delete m;
   return 0;
 }
@@ -426,6 +436,7 @@ BRAID_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
     Context* c = context_of(cq->context);
     untrack(c, c->cqs, cq);
   }
+  count_parent_user(q->parent_domain, -1);
   pthread_cond_destroy(&cq->cond);
   pthread_mutex_destroy(&cq->mutex);
   delete q;
@@ -510,6 +521,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
     Context* c = context_of(pd->context);
     track(c, c->qps, qp);
   }
+  count_parent_user(pd, +1);
   trace("create_qp -> %p qpn %u", static_cast<void*>(qp), qp->qp_num);
   return q;
 }
@@ -615,6 +627,7 @@ BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
     Context* c = context_of(qp->context);
     untrack(c, c->qps, qp);
   }
+  count_parent_user(qp->pd, -1);
   pthread_cond_destroy(&qp->cond);
   pthread_mutex_destroy(&qp->mutex);
   delete q;

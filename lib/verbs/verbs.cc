@@ -440,6 +440,9 @@ int braid_dealloc_pd(struct braid_pd* pd) {
   if (pd == nullptr) return EINVAL;
   braid_context* c = pd->context;
   Guard g(c);
+  if (pd->users > 0) {
+    return fail(EBUSY, "dealloc_pd: " + std::to_string(pd->users) + " MRs and QPs still use it");
+  }
   --c->open_objects;
   delete pd;
   return 0;
@@ -466,6 +469,7 @@ struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, in
       c->engine->endpoint().memory().register_region(addr, length, core_access, pd->id);
   if (key == 0) return fail_null<braid_mr>(ENOMEM, "reg_mr: memory-region table full");
   ++c->open_objects;
+  ++pd->users;
   return new braid_mr{c, pd, addr, length, key, key};
 }
 
@@ -496,6 +500,7 @@ int braid_dereg_mr(struct braid_mr* mr) {
     }
   }
   --c->open_objects;
+  --mr->pd->users;
   delete mr;
   return 0;
 }
@@ -678,6 +683,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
   ++a->send_cq->users;
   ++a->recv_cq->users;
+  ++pd->users;
   ++c->open_objects;
   c->qps.push_back(qp);
   return qp;
@@ -698,6 +704,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   --qp->send_cq->users;
   --qp->recv_cq->users;
+  --qp->pd->users;
   --c->open_objects;
   delete qp;
   return 0;

@@ -58,6 +58,7 @@ void stop_all_progress_threads();
 struct braid_pd {
   braid_context* context;
   uint32_t id;
+  int users = 0;  // MRs and QPs on it: it cannot go before them
 };
 
 struct braid_comp_channel {

@@ -15,6 +15,7 @@
 #include <rte_mempool.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -176,11 +177,18 @@ void open_two(ibv_context** c1, ibv_context** c2) {
   ASSERT_NE(*c2, nullptr);
 }
 
-// Polls until one completion arrives (the engine's retry budget ends every
-// request in a completion, so this cannot hang).
+// Polls until one completion arrives. The engine's retry budget ends every
+// request in a completion within seconds; the bound only turns a bug that
+// loses one into a failure instead of a hang.
 ibv_wc wait_one(ibv_cq* cq) {
   ibv_wc wc{};
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (ibv_poll_cq(cq, 1, &wc) == 0) {
+    if (std::chrono::steady_clock::now() > give_up) {
+      ADD_FAILURE() << "no completion";
+      wc.status = IBV_WC_GENERAL_ERR;
+      break;
+    }
   }
   return wc;
 }
@@ -350,6 +358,42 @@ TEST(IbvContexts, ContextsAreOpenedAndClosedFromManyThreadsAtOnce) {
   EXPECT_EQ(ibv_close_device(keep), 0);
 }
 
+// No context stays open: the first open of one thread races the last close
+// of another, which opens and stops the port.
+TEST(IbvContexts, FirstOpensAndLastClosesRaceFromManyThreads) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  constexpr int kThreads = 3, kRounds = 40;
+  std::vector<std::thread> threads;
+  std::vector<int> failures(kThreads, 0);
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int r = 0; r < kRounds; ++r) {
+        ibv_context* c = ibv_open_device(dev);
+        ibv_port_attr pa{};
+        if (c == nullptr || ibv_query_port(c, 1, &pa) != 0 || pa.state != IBV_PORT_ACTIVE) {
+          ++failures[t];
+        }
+        if (c != nullptr && ibv_close_device(c) != 0) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(failures[t], 0) << "thread " << t;
+  // The device still works afterwards.
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  make_pair(c1, a, c2, b, 4096);
+  if (HasFatalFailure()) return;
+  exchange(a, b, 1);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
 TEST(IbvContexts, OpeningAndClosing1000TimesGrowsNothing) {
   ibv_device* dev = the_device();
   ASSERT_NE(dev, nullptr);
@@ -447,6 +491,24 @@ TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
   EXPECT_EQ(ibv_alloc_parent_domain(c, &pa), nullptr);
   EXPECT_EQ(errno, EINVAL);
   EXPECT_EQ(ibv_dealloc_pd(pd), EBUSY);
+  {
+    // In use: a PD with a region, a parent domain with a region.
+    std::vector<uint8_t> mem(64);
+    ibv_mr* on_pd = ibv_reg_mr(pd, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+    ibv_mr* on_parent = ibv_reg_mr(parent, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(on_pd, nullptr);
+    ASSERT_NE(on_parent, nullptr);
+    EXPECT_EQ(ibv_dealloc_pd(parent), EBUSY);
+    EXPECT_EQ(ibv_dereg_mr(on_parent), 0);
+    ibv_pd* alone = ibv_alloc_pd(c);
+    ASSERT_NE(alone, nullptr);
+    ibv_mr* on_alone = ibv_reg_mr(alone, mem.data(), mem.size(), IBV_ACCESS_LOCAL_WRITE);
+    ASSERT_NE(on_alone, nullptr);
+    EXPECT_EQ(ibv_dealloc_pd(alone), EBUSY);
+    EXPECT_EQ(ibv_dereg_mr(on_alone), 0);
+    EXPECT_EQ(ibv_dealloc_pd(alone), 0);
+    EXPECT_EQ(ibv_dereg_mr(on_pd), 0);
+  }
   ibv_cq_init_attr_ex cx{};
   cx.cqe = 8;
   cx.comp_mask = IBV_CQ_INIT_ATTR_MASK_PD;
