@@ -1,0 +1,212 @@
+// braid_fabric: Braid's protocol core on a simulated datacenter fabric (fat
+// tree or leaf-spine, switches with queues, ECN and trimming, ECMP), running
+// the scenarios of docs/fabric-results.md side by side for several
+// transport profiles. Times are virtual; the wall-clock event rate is
+// reported too.
+#include <fmt/format.h>
+#include <CLI/CLI.hpp>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fabric/workload.h"
+
+namespace {
+
+using braid::TimeNs;
+using namespace braid::fabric;
+
+struct Options {
+  std::string scenario = "permutation";
+  std::string topology = "fat-tree";
+  int k = 8;
+  int leaves = 4, spines = 4, hosts_per_leaf = 8;
+  double oversubscription = 1.0;
+  double gbps = 100.0;
+  double link_delay_us = 1.0;
+  double switch_latency_us = 0.0;
+  std::string size = "2M";
+  int incast_senders = 8;
+  std::vector<std::string> profiles{"braid", "single-path"};
+  bool trim = true;
+  double queue_bdp = 0;  // 0: 1 BDP with trimming, 5 without
+  double ecn_kmin = 0.2, ecn_kmax = 0.8;
+  bool ecn = true;
+  uint64_t seed = 42;
+  double time_limit_ms = 1000;
+  std::string csv;
+};
+
+uint64_t parse_size(const std::string& s) {
+  size_t used = 0;
+  const double v = std::stod(s, &used);
+  uint64_t mult = 1;
+  if (used < s.size()) {
+    switch (s[used]) {
+      case 'k':
+      case 'K':
+        mult = 1024;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1024 * 1024;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1024ull * 1024 * 1024;
+        break;
+      default:
+        throw CLI::ValidationError("--size", "use a number with K, M or G: " + s);
+    }
+  }
+  return static_cast<uint64_t>(v * static_cast<double>(mult));
+}
+
+TopologyConfig topology_of(const Options& o) {
+  TopologyConfig t;
+  t.kind = o.topology == "leaf-spine" ? TopologyConfig::Kind::kLeafSpine
+                                      : TopologyConfig::Kind::kFatTree;
+  t.k = o.k;
+  t.leaves = o.leaves;
+  t.spines = o.spines;
+  t.hosts_per_leaf = o.hosts_per_leaf;
+  t.oversubscription = o.oversubscription;
+  t.host_link = LinkSpec{o.gbps, static_cast<TimeNs>(o.link_delay_us * 1000)};
+  t.fabric_link = t.host_link;
+  t.sw.latency_ns = static_cast<TimeNs>(o.switch_latency_us * 1000);
+  return t;
+}
+
+void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p) {
+  const double bdp = static_cast<double>(base_rtt_ns(t, p)) * o.gbps / 8.0;
+  const double queue = o.queue_bdp > 0 ? o.queue_bdp : (o.trim ? 1.0 : 5.0);
+  t.sw.buffer_bytes = static_cast<uint32_t>(queue * bdp);
+  t.sw.trim = o.trim;
+  if (o.ecn) {
+    t.sw.ecn_kmin_bytes = static_cast<uint32_t>(o.ecn_kmin * bdp);
+    t.sw.ecn_kmax_bytes = static_cast<uint32_t>(o.ecn_kmax * bdp);
+  }
+}
+
+std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes) {
+  if (o.scenario == "permutation") return permutation(hosts, bytes, o.seed);
+  if (o.scenario == "incast") return incast(hosts, o.incast_senders, 0, bytes);
+  if (o.scenario == "single") return {FlowSpec{0, hosts - 1, bytes, 0}};
+  throw CLI::ValidationError("--scenario", "permutation, incast or single");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Braid's protocol core on a simulated datacenter fabric: scenarios side by side for "
+      "transport profiles (docs/fabric-results.md)"};
+  app.add_option("--scenario", o.scenario, "permutation, incast or single (one flow alone)")
+      ->capture_default_str();
+  app.add_option("--topology", o.topology, "fat-tree or leaf-spine")->capture_default_str();
+  app.add_option("-k", o.k, "fat tree arity (128 hosts at 8, 1024 at 16)")->capture_default_str();
+  app.add_option("--leaves", o.leaves, "leaf-spine: leaves")->capture_default_str();
+  app.add_option("--spines", o.spines, "leaf-spine: spines")->capture_default_str();
+  app.add_option("--hosts-per-leaf", o.hosts_per_leaf, "leaf-spine: hosts per leaf")
+      ->capture_default_str();
+  app.add_option("--oversubscription", o.oversubscription,
+                 "hosts per edge switch relative to a full-bisection fabric")
+      ->capture_default_str();
+  app.add_option("--gbps", o.gbps, "link rate, Gb/s (100, 200, 400, 800)")->capture_default_str();
+  app.add_option("--link-delay-us", o.link_delay_us, "propagation delay per link")
+      ->capture_default_str();
+  app.add_option("--switch-latency-us", o.switch_latency_us, "forwarding latency per switch")
+      ->capture_default_str();
+  app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
+  app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
+  app.add_option("--profile", o.profiles, "transport profiles run side by side: braid, single-path")
+      ->capture_default_str();
+  app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
+  app.add_option("--queue-bdp", o.queue_bdp,
+                 "egress queue in BDPs (default 1 with trim, 5 without)");
+  app.add_flag("!--no-ecn", o.ecn, "no ECN marking");
+  app.add_option("--ecn-kmin", o.ecn_kmin, "WRED Kmin as a fraction of the BDP")
+      ->capture_default_str();
+  app.add_option("--ecn-kmax", o.ecn_kmax, "WRED Kmax as a fraction of the BDP")
+      ->capture_default_str();
+  app.add_option("--seed", o.seed, "seed (ECMP, WRED, the permutation)")->capture_default_str();
+  app.add_option("--time-limit-ms", o.time_limit_ms, "virtual time limit")->capture_default_str();
+  app.add_option("--csv", o.csv, "write one line per flow and profile to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  uint64_t bytes = 0;
+  try {
+    bytes = parse_size(o.size);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "braid_fabric: bad --size '{}': {}\n", o.size, e.what());
+    return 2;
+  }
+  std::unique_ptr<std::ofstream> csv;
+  if (!o.csv.empty()) {
+    csv = std::make_unique<std::ofstream>(o.csv);
+    *csv << "profile,flow,src,dst,bytes,start_ns,end_ns,fct_us,goodput_pct,ok,retransmits,"
+            "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acks\n";
+  }
+  TopologyConfig topo = topology_of(o);
+  fmt::print("braid_fabric: {} ({}), {} of {} B per flow, seed {}\n", o.scenario, topo.describe(),
+             o.scenario == "incast" ? fmt::format("{} senders", o.incast_senders) : "flows", bytes,
+             o.seed);
+  fmt::print(
+      "{:<12} {:>6} {:>9} {:>9} {:>9} {:>9} {:>7} {:>7} {:>6} {:>8} {:>8} {:>8} {:>9} "
+      "{:>10}\n",
+      "profile", "flows", "FCT mean", "p50", "p99", "max", "gput%", "min%", "Jain", "retrans",
+      "timeouts", "trimmed", "peak q KB", "wall s");
+  int status = 0;
+  for (const std::string& name : o.profiles) {
+    ExperimentConfig ec;
+    try {
+      ec.profile = profile_named(name);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "braid_fabric: {}\n", e.what());
+      return 2;
+    }
+    ec.topo = topo;
+    finish_switch_config(ec.topo, o, ec.profile);
+    ec.seed = o.seed;
+    Experiment x(ec);
+    for (const FlowSpec& f : flows_of(o, x.hosts(), bytes)) x.add_flow(f);
+    const auto wall0 = std::chrono::steady_clock::now();
+    const bool all = x.run(static_cast<TimeNs>(o.time_limit_ms * 1e6));
+    const double wall =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    const Summary s = x.summarize(wall);
+    fmt::print(
+        "{:<12} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.1f} {:>7.1f} {:>6.3f} {:>8} "
+        "{:>8} {:>8} {:>9.1f} {:>10.2f}\n",
+        name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
+        s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
+        s.peak_queue_bytes / 1000.0, wall);
+    if (!all || s.failed > 0) {
+      fmt::print("  {}: {} of {} flows completed, {} failed within {} ms of virtual time\n", name,
+                 s.completed, s.flows, s.failed, o.time_limit_ms);
+      status = 1;
+    }
+    if (csv) {
+      const auto& rs = x.results();
+      for (size_t i = 0; i < rs.size(); ++i) {
+        const FlowResult& r = rs[i];
+        const double fct_us = r.end == braid::kNever ? 0 : r.fct() / 1000.0;
+        const double gput = fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / o.gbps * 100 : 0;
+        *csv << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{}\n", name, i,
+                            r.spec.src, r.spec.dst, r.spec.bytes, r.spec.start,
+                            r.end == braid::kNever ? -1 : static_cast<int64_t>(r.end), fct_us, gput,
+                            r.ok ? 1 : 0, r.sender.retransmits, r.sender.timeouts,
+                            r.sender.lost_inferred, r.sender.lost_nacked,
+                            r.receiver.trimmed_received, r.sender.acks_received);
+      }
+    }
+    fmt::print("  {}: {} events in {:.2f} s of wall time ({:.2f} M/s), {:.3f} ms of virtual time\n",
+               name, s.events, wall, s.events / wall / 1e6, x.fabric().now() / 1e6);
+  }
+  return status;
+}

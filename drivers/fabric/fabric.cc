@@ -1,0 +1,411 @@
+#include "fabric/fabric.h"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+
+#include "wire/byte_order.h"
+#include "wire/frame.h"
+
+namespace braid::fabric {
+namespace {
+
+constexpr uint32_t kIpOff = wire::kEthernetSize;
+constexpr uint32_t kUdpOff = wire::kEthernetSize + wire::kIpv4Size;
+
+bool later(const auto& x, const auto& y) {
+  return x.at != y.at ? x.at > y.at : x.seq > y.seq;
+}
+
+uint64_t mix(uint64_t x) {
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// Rewrites the IPv4 TOS byte and the header checksum.
+void set_tos(uint8_t* f, uint8_t tos) {
+  uint8_t* ip = f + kIpOff;
+  ip[1] = tos;
+  wire::store_be16(ip + 10, 0);
+  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
+}
+
+}  // namespace
+
+double wred_probability(uint64_t queued, const SwitchConfig& cfg) {
+  if (cfg.ecn_kmin_bytes == 0 || queued <= cfg.ecn_kmin_bytes) return 0.0;
+  if (queued >= cfg.ecn_kmax_bytes) return 1.0;
+  const double span = std::max<double>(1, cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes);
+  return cfg.ecn_pmax * static_cast<double>(queued - cfg.ecn_kmin_bytes) / span;
+}
+
+bool Fabric::wred_mark(uint64_t queued, const SwitchConfig& cfg) {
+  const double p = wred_probability(queued, cfg);
+  return p >= 1.0 || (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p);
+}
+
+Fabric::Fabric(uint64_t seed, uint32_t max_frame)
+    : rng_(seed), slot_bytes_((max_frame + 63) / 64 * 64) {
+  heap_.reserve(1 << 16);
+}
+
+int Fabric::add_host(Endpoint* ep) {
+  Node n;
+  n.host = static_cast<int>(hosts_.size());
+  nodes_.push_back(n);
+  Host h;
+  h.ep = ep;
+  h.node = static_cast<int>(nodes_.size() - 1);
+  hosts_.push_back(h);
+  return n.host;
+}
+
+int Fabric::add_switch(const SwitchConfig& cfg) {
+  Node n;
+  n.is_switch = true;
+  n.sw = static_cast<int>(switches_.size());
+  Switch s;
+  s.cfg = cfg;
+  s.seed = mix(rng_());
+  switches_.push_back(std::move(s));
+  nodes_.push_back(n);
+  return static_cast<int>(nodes_.size() - 1);
+}
+
+int Fabric::connect(int a, int b, const LinkSpec& spec) {
+  const int first = static_cast<int>(ports_.size());
+  for (auto [from, to] : {std::pair{a, b}, std::pair{b, a}}) {
+    Port p;
+    p.node = from;
+    p.peer = to;
+    p.bytes_per_ns = spec.gbps / 8.0;
+    p.delay_ns = spec.delay_ns;
+    ports_.push_back(p);
+    nodes_[from].ports.push_back(static_cast<int>(ports_.size() - 1));
+  }
+  return first;
+}
+
+int Fabric::port_between(int node, int peer) const {
+  for (int p : nodes_[node].ports) {
+    if (ports_[p].peer == peer) return p;
+  }
+  return kNone;
+}
+
+void Fabric::set_port_up(int port, bool up) {
+  ports_.at(port).up = up;
+}
+
+void Fabric::build_routes() {
+  // Hosts by address, for O(1) lookups of a frame's destination.
+  uint32_t lo = ~0u, hi = 0;
+  for (const Host& h : hosts_) {
+    lo = std::min(lo, h.ep->config().ip);
+    hi = std::max(hi, h.ep->config().ip);
+  }
+  ip_base_ = lo;
+  host_by_ip_offset_.assign(hosts_.empty() ? 0 : size_t{hi - lo} + 1, kNone);
+  for (size_t i = 0; i < hosts_.size(); ++i) {
+    int& slot = host_by_ip_offset_[hosts_[i].ep->config().ip - lo];
+    if (slot != kNone) throw std::invalid_argument("two hosts with one IPv4 address");
+    slot = static_cast<int>(i);
+  }
+  // Equal-cost next hops: a breadth-first search from each host over the
+  // switches; a switch's group towards the host is its ports to neighbours
+  // one hop closer.
+  std::map<std::vector<int>, uint32_t> group_ids;
+  groups_.clear();
+  for (Switch& s : switches_) s.route.assign(hosts_.size(), kNil);
+  std::vector<int> dist(nodes_.size());
+  std::vector<int> frontier, next;
+  for (size_t h = 0; h < hosts_.size(); ++h) {
+    std::fill(dist.begin(), dist.end(), -1);
+    const int start = hosts_[h].node;
+    dist[start] = 0;
+    frontier.assign(1, start);
+    while (!frontier.empty()) {
+      next.clear();
+      for (int n : frontier) {
+        for (int p : nodes_[n].ports) {
+          const int m = ports_[p].peer;
+          if (dist[m] >= 0 || !nodes_[m].is_switch) continue;
+          dist[m] = dist[n] + 1;
+          next.push_back(m);
+        }
+      }
+      frontier.swap(next);
+    }
+    for (size_t n = 0; n < nodes_.size(); ++n) {
+      if (!nodes_[n].is_switch || dist[n] < 0) continue;
+      std::vector<int> hops;
+      for (int p : nodes_[n].ports) {
+        if (dist[ports_[p].peer] == dist[n] - 1) hops.push_back(p);
+      }
+      auto [it, fresh] = group_ids.emplace(hops, static_cast<uint32_t>(groups_.size()));
+      if (fresh) groups_.push_back(hops);
+      switches_[nodes_[n].sw].route[h] = it->second;
+    }
+  }
+}
+
+int Fabric::host_of_ip(uint32_t ip) const {
+  const uint32_t off = ip - ip_base_;
+  return off < host_by_ip_offset_.size() ? host_by_ip_offset_[off] : kNone;
+}
+
+int Fabric::route(int node, const uint8_t* f) const {
+  const Switch& s = switches_[nodes_[node].sw];
+  const int dst = host_of_ip(wire::load_be32(f + kIpOff + 16));
+  if (dst == kNone || s.route[dst] == kNil) return kNone;
+  const std::vector<int>& g = groups_[s.route[dst]];
+  if (g.size() == 1) return g[0];
+  // The 5-tuple: addresses, protocol, ports.
+  uint64_t key =
+      (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) | wire::load_be32(f + kIpOff + 16);
+  key = mix(key ^ s.seed);
+  key = mix(key ^ (uint64_t{wire::load_be32(f + kUdpOff)} << 8) ^ f[kIpOff + 9]);
+  return g[key % g.size()];
+}
+
+void Fabric::push(TimeNs at, Ev kind, uint32_t a, uint32_t b) {
+  heap_.push_back(Event{at, seq_++, a, b, kind});
+  std::push_heap(heap_.begin(), heap_.end(),
+                 [](const Event& x, const Event& y) { return later(x, y); });
+}
+
+void Fabric::at(TimeNs when, std::function<void()> fn) {
+  uint32_t i;
+  if (!free_calls_.empty()) {
+    i = free_calls_.back();
+    free_calls_.pop_back();
+    calls_[i] = std::move(fn);
+  } else {
+    i = static_cast<uint32_t>(calls_.size());
+    calls_.push_back(std::move(fn));
+  }
+  push(std::max(when, now_), Ev::kCall, i);
+}
+
+uint32_t Fabric::alloc_slot() {
+  if (free_ == kNil) {
+    // Grow by half again (at least 1024 slots): only while the fabric's
+    // occupancy still grows.
+    const size_t old = slot_len_.size();
+    const size_t grown = std::max<size_t>(1024, old + old / 2);
+    slots_.resize(grown * slot_bytes_);
+    slot_len_.resize(grown, 0);
+    slot_next_.resize(grown, kNil);
+    for (size_t i = grown; i-- > old;) free_slot(static_cast<uint32_t>(i));
+  }
+  const uint32_t s = free_;
+  free_ = slot_next_[s];
+  slot_next_[s] = kNil;
+  return s;
+}
+
+void Fabric::kick(int host) {
+  host_send(host);
+  schedule_host_timer(host);
+}
+
+void Fabric::schedule_host_timer(int host) {
+  Host& h = hosts_[host];
+  const TimeNs t = h.ep->next_timer();
+  if (t == kNever || (h.wake_at != kNever && h.wake_at <= t)) return;
+  // A deadline already past runs at the next nanosecond: the timer wheel
+  // may report a slot's start before its timers are due.
+  h.wake_at = std::max(t, now_ + 1);
+  push(h.wake_at, Ev::kHostTimer, static_cast<uint32_t>(host));
+}
+
+// A host's NIC pulls the next frame from its endpoint when it is free: the
+// host never queues more than the frame on the wire.
+void Fabric::host_send(int host) {
+  Host& h = hosts_[host];
+  const int port = nodes_[h.node].ports.at(0);
+  Port& p = ports_[port];
+  if (p.busy) return;
+  const uint32_t s = alloc_slot();
+  const uint32_t len = h.ep->transmit(data(s), slot_bytes_, now_);
+  if (len == 0) {
+    free_slot(s);
+    return;
+  }
+  slot_len_[s] = len;
+  // The NIC queue holds just this frame.
+  p.lo_head = p.lo_tail = s;
+  p.queued_bytes = len;
+  start_tx(port);
+}
+
+void Fabric::enqueue(int port, uint32_t s) {
+  Port& p = ports_[port];
+  const SwitchConfig& cfg = switches_[nodes_[p.node].sw].cfg;
+  uint8_t* f = data(s);
+  uint32_t len = slot_len_[s];
+  uint8_t tos = f[kIpOff + 1];
+  const bool control = (tos >> 2) == wire::kDscpAck || (tos >> 2) == cfg.trim_dscp;
+  bool high = control;
+  if (p.queued_bytes + len > cfg.buffer_bytes) {
+    if (!cfg.trim || control || len <= cfg.trimmed_bytes ||
+        p.queued_bytes + cfg.trimmed_bytes > cfg.buffer_bytes + cfg.buffer_bytes / 4) {
+      ++p.stats.dropped;
+      ++stats_.dropped;
+      stats_.bytes_lost += len;
+      free_slot(s);
+      return;
+    }
+    // Trim: keep the headers, say so in the DSCP, send them ahead of data.
+    len = cfg.trimmed_bytes;
+    slot_len_[s] = len;
+    const uint16_t ip_len = static_cast<uint16_t>(len - wire::kEthernetSize);
+    wire::store_be16(f + kIpOff + 2, ip_len);
+    wire::store_be16(f + kUdpOff + 4, static_cast<uint16_t>(ip_len - wire::kIpv4Size));
+    tos = static_cast<uint8_t>((cfg.trim_dscp << 2) | (tos & 3));
+    set_tos(f, tos);
+    ++p.stats.trimmed;
+    ++stats_.trimmed;
+    high = true;
+  }
+  if (!cfg.ecn_at_dequeue && !control && (tos & 3) != wire::kEcnNotEct &&
+      (tos & 3) != wire::kEcnCe && wred_mark(p.queued_bytes, cfg)) {
+    set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
+    ++p.stats.ecn_marked;
+    ++stats_.ecn_marked;
+  }
+  uint32_t& head = high ? p.hi_head : p.lo_head;
+  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
+  slot_next_[s] = kNil;
+  if (tail == kNil) {
+    head = s;
+  } else {
+    slot_next_[tail] = s;
+  }
+  tail = s;
+  p.queued_bytes += len;
+  p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
+  if (!p.busy) start_tx(port);
+}
+
+void Fabric::start_tx(int port) {
+  Port& p = ports_[port];
+  const bool high = p.hi_head != kNil;
+  uint32_t& head = high ? p.hi_head : p.lo_head;
+  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
+  if (head == kNil) return;
+  const uint32_t s = head;
+  head = slot_next_[s];
+  if (head == kNil) tail = kNil;
+  const uint32_t len = slot_len_[s];
+  p.queued_bytes -= len;
+  const Node& n = nodes_[p.node];
+  if (n.is_switch) {
+    const SwitchConfig& cfg = switches_[n.sw].cfg;
+    uint8_t* f = data(s);
+    const uint8_t tos = f[kIpOff + 1];
+    if (cfg.ecn_at_dequeue && (tos & 3) != wire::kEcnNotEct && (tos & 3) != wire::kEcnCe &&
+        (tos >> 2) != wire::kDscpAck && (tos >> 2) != cfg.trim_dscp &&
+        wred_mark(p.queued_bytes, cfg)) {
+      set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
+      ++p.stats.ecn_marked;
+      ++stats_.ecn_marked;
+    }
+  }
+  // Whole nanoseconds, the fractions carried to the next frame: a port's
+  // clock stays exact over any number of frames.
+  const double exact = static_cast<double>(len) / p.bytes_per_ns + p.carry_ns;
+  const auto ser = static_cast<TimeNs>(exact);
+  p.carry_ns = exact - static_cast<double>(ser);
+  p.busy = true;
+  ++p.stats.packets;
+  p.stats.bytes += len;
+  push(now_ + ser, Ev::kTxDone, static_cast<uint32_t>(port));
+  if (!p.up) {
+    ++p.stats.dropped_down;
+    ++stats_.dropped;
+    stats_.bytes_lost += len;
+    free_slot(s);
+    return;
+  }
+  TimeNs arrive = now_ + ser + p.delay_ns;
+  const Node& peer = nodes_[p.peer];
+  if (peer.is_switch) arrive += switches_[peer.sw].cfg.latency_ns;
+  push(arrive, Ev::kDeliver, static_cast<uint32_t>(port), s);
+}
+
+void Fabric::deliver(int port, uint32_t s) {
+  const Node& n = nodes_[ports_[port].peer];
+  if (!n.is_switch) {
+    Host& h = hosts_[n.host];
+    h.ep->receive(data(s), slot_len_[s], now_);
+    free_slot(s);
+    ++stats_.packets_delivered;
+    kick(n.host);
+    if (on_host_activity) on_host_activity(n.host);
+    return;
+  }
+  const int out = route(ports_[port].peer, data(s));
+  if (out == kNone) {
+    ++stats_.dropped;
+    stats_.bytes_lost += slot_len_[s];
+    free_slot(s);
+    return;
+  }
+  enqueue(out, s);
+}
+
+bool Fabric::run(const std::function<bool()>& done, TimeNs until) {
+  const auto cmp = [](const Event& x, const Event& y) { return later(x, y); };
+  while (!heap_.empty()) {
+    if (done()) return true;
+    if (heap_.front().at > until) {
+      now_ = std::max(now_, until);
+      return done();
+    }
+    std::pop_heap(heap_.begin(), heap_.end(), cmp);
+    const Event e = heap_.back();
+    heap_.pop_back();
+    now_ = std::max(now_, e.at);
+    ++stats_.events;
+    switch (e.kind) {
+      case Ev::kDeliver:
+        deliver(static_cast<int>(e.a), e.b);
+        break;
+      case Ev::kTxDone: {
+        Port& p = ports_[e.a];
+        p.busy = false;
+        const Node& n = nodes_[p.node];
+        if (n.is_switch) {
+          start_tx(static_cast<int>(e.a));
+        } else {
+          kick(n.host);
+          if (on_host_activity) on_host_activity(n.host);
+        }
+        break;
+      }
+      case Ev::kHostTimer: {
+        Host& h = hosts_[e.a];
+        if (h.wake_at != e.at) break;  // superseded by an earlier one
+        h.wake_at = kNever;
+        h.ep->advance(now_);
+        kick(static_cast<int>(e.a));
+        if (on_host_activity) on_host_activity(static_cast<int>(e.a));
+        break;
+      }
+      case Ev::kCall: {
+        std::function<void()> fn = std::move(calls_[e.a]);
+        free_calls_.push_back(e.a);
+        fn();
+        break;
+      }
+    }
+  }
+  return done();
+}
+
+}  // namespace braid::fabric

@@ -1,0 +1,319 @@
+#include "fabric/workload.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+
+#include "wire/frame.h"
+#include "wire/pds.h"
+#include "wire/ses.h"
+
+namespace braid::fabric {
+namespace {
+
+constexpr uint32_t kIpBase = 0x0a000001;  // 10.0.0.1, host i at + i
+constexpr uint8_t kTrimDscp = 0x0b;
+
+wire::MacAddr mac_of(int host) {
+  const auto h = static_cast<uint32_t>(host);
+  return {0x02,
+          0xfa,
+          static_cast<uint8_t>(h >> 24),
+          static_cast<uint8_t>(h >> 16),
+          static_cast<uint8_t>(h >> 8),
+          static_cast<uint8_t>(h)};
+}
+
+uint32_t frame_overhead() {
+  return wire::kEthernetSize + wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize +
+         wire::kSesStandardSize + wire::kCrcTrailerSize;
+}
+
+}  // namespace
+
+Profile profile_named(const std::string& name) {
+  Profile p;
+  p.name = name;
+  if (name == "braid") {
+    p.entropies = 64;
+  } else if (name == "single-path") {
+    p.entropies = 1;
+  } else {
+    throw std::invalid_argument("unknown profile '" + name + "' (braid, single-path)");
+  }
+  return p;
+}
+
+Experiment::Experiment(const ExperimentConfig& cfg)
+    : cfg_(cfg), fabric_(cfg.seed, cfg.profile.mtu + frame_overhead() + 64) {
+  const int n = cfg.topo.hosts();
+  endpoints_.reserve(n);
+  state_.resize(n);
+  for (int h = 0; h < n; ++h) {
+    EndpointConfig ec;
+    ec.mac = mac_of(h);
+    ec.ip = kIpBase + static_cast<uint32_t>(h);
+    ec.trim_dscp = cfg.topo.sw.trim ? kTrimDscp : 0xff;
+    endpoints_.push_back(std::make_unique<Endpoint>(ec));
+    fabric_.add_host(endpoints_.back().get());
+  }
+  TopologyConfig topo = cfg.topo;
+  topo.sw.trim_dscp = kTrimDscp;
+  topo_ = build_topology(fabric_, topo);
+  fabric_.on_host_activity = [this](int host) { on_activity(host); };
+}
+
+Experiment::~Experiment() = default;
+
+TimeNs base_rtt_ns(const TopologyConfig& t, const Profile& p) {
+  const int hops = t.kind == TopologyConfig::Kind::kFatTree ? 6 : 4;  // links each way
+  const double frame = p.mtu + frame_overhead();
+  const double ser_host = frame * 8 / t.host_link.gbps;
+  const double ser_fab = frame * 8 / t.fabric_link.gbps;
+  const double one_way = 2 * (t.host_link.delay_ns + ser_host) +
+                         (hops - 2) * (t.fabric_link.delay_ns + ser_fab) +
+                         (hops - 1) * static_cast<double>(t.sw.latency_ns);
+  const double back = 2 * t.host_link.delay_ns + (hops - 2) * t.fabric_link.delay_ns;
+  return static_cast<TimeNs>(one_way + back);
+}
+
+void Experiment::add_flow(const FlowSpec& f) {
+  if (f.src == f.dst || f.src < 0 || f.dst < 0 || f.src >= hosts() || f.dst >= hosts()) {
+    throw std::invalid_argument("a flow joins two different hosts of the fabric");
+  }
+  const Profile& p = cfg_.profile;
+  HostState& s = state_[f.src];
+  HostState& d = state_[f.dst];
+  const size_t index = results_.size();
+  // Completion queues are made when the flows per host are known (run()).
+  ConnectionConfig c;
+  c.mtu = p.mtu;
+  c.entropy.count = p.entropies;
+  if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
+  c.ack_every = p.ack_every;
+  const TimeNs rto =
+      p.rto_min_ns != 0 ? p.rto_min_ns : std::max<TimeNs>(100'000, 8 * base_rtt_ns());
+  c.rto_min_ns = rto;
+  c.rto_initial_ns = rto;
+  c.window_packets = 4096;
+  c.sq_depth = 4;
+  c.rq_depth = 4;
+  c.trim_dscp = cfg_.topo.sw.trim ? kTrimDscp : 0xff;
+  ConnectionConfig cs = c, cd = c;
+  cs.local_id = s.next_id++;
+  cd.local_id = d.next_id++;
+  cs.remote_id = cd.local_id;
+  cd.remote_id = cs.local_id;
+  cs.qp_num = static_cast<uint32_t>(index);
+  cd.qp_num = static_cast<uint32_t>(index);
+  cs.remote_mac = mac_of(f.dst);
+  cd.remote_mac = mac_of(f.src);
+  cs.remote_ip = kIpBase + static_cast<uint32_t>(f.dst);
+  cd.remote_ip = kIpBase + static_cast<uint32_t>(f.src);
+  FlowResult r;
+  r.spec = f;
+  results_.push_back(r);
+  // Connections are created in run(), once the completion queues exist.
+  senders_.push_back(nullptr);
+  receivers_.emplace_back(f.dst, cd.local_id);
+  pending_.push_back(PendingFlow{cs, cd});
+}
+
+void Experiment::set_up_flows() {
+  set_up_ = true;
+  std::vector<uint32_t> sends(hosts(), 0);
+  uint64_t largest = 0;
+  for (const FlowResult& r : results_) {
+    ++sends[r.spec.src];
+    largest = std::max(largest, r.spec.bytes);
+  }
+  for (int h = 0; h < hosts(); ++h) {
+    state_[h].scq = std::make_unique<CompletionQueue>(sends[h] + 16);
+    state_[h].rcq = std::make_unique<CompletionQueue>(16);
+  }
+  if (!cfg_.verify) {
+    // One source and one destination buffer for every flow: placement does
+    // its copies, the bytes of overlapping flows are not looked at.
+    scratch_src_.assign(std::max<uint64_t>(largest, 1), 0x5a);
+    scratch_dst_.assign(std::max<uint64_t>(largest, 1), 0);
+  }
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const FlowSpec& f = results_[i].spec;
+    Endpoint& src = *endpoints_[f.src];
+    Endpoint& dst = *endpoints_[f.dst];
+    senders_[i] =
+        src.create_connection(pending_[i].src, state_[f.src].scq.get(), state_[f.src].rcq.get());
+    dst.create_connection(pending_[i].dst, state_[f.dst].scq.get(), state_[f.dst].rcq.get());
+    if (senders_[i] == nullptr) throw std::runtime_error("connection id taken");
+  }
+  if (cfg_.verify) {
+    src_mem_.resize(results_.size());
+    dst_mem_.resize(results_.size());
+    for (size_t i = 0; i < results_.size(); ++i) {
+      src_mem_[i].resize(std::max<uint64_t>(results_[i].spec.bytes, 1));
+      dst_mem_[i].assign(src_mem_[i].size(), 0);
+      for (size_t b = 0; b < src_mem_[i].size(); ++b) {
+        src_mem_[i][b] = static_cast<uint8_t>(b * 131 + i * 7 + (b >> 12));
+      }
+    }
+  }
+  for (size_t i = 0; i < results_.size(); ++i) {
+    fabric_.at(results_[i].spec.start, [this, i] { start_flow(i); });
+  }
+  open_flows_ = results_.size();
+}
+
+void Experiment::start_flow(size_t i) {
+  const FlowSpec& f = results_[i].spec;
+  Endpoint& src = *endpoints_[f.src];
+  Endpoint& dst = *endpoints_[f.dst];
+  uint8_t* from = cfg_.verify ? src_mem_[i].data() : scratch_src_.data();
+  uint8_t* to = cfg_.verify ? dst_mem_[i].data() : scratch_dst_.data();
+  HostState& s = state_[f.src];
+  HostState& d = state_[f.dst];
+  uint32_t lkey, rkey;
+  if (cfg_.verify) {
+    lkey = src.memory().register_region(from, f.bytes, kAccessLocalWrite, 0);
+    rkey = dst.memory().register_region(to, f.bytes, kAccessLocalWrite | kAccessRemoteWrite, 0);
+  } else {
+    if (s.src_key == 0) {
+      s.src_key = src.memory().register_region(from, scratch_src_.size(), kAccessLocalWrite, 0);
+    }
+    if (d.dst_key == 0) {
+      d.dst_key = dst.memory().register_region(to, scratch_dst_.size(),
+                                               kAccessLocalWrite | kAccessRemoteWrite, 0);
+    }
+    lkey = s.src_key;
+    rkey = d.dst_key;
+  }
+  SendRequest wr;
+  wr.wr_id = i;
+  wr.opcode = Opcode::kWrite;
+  wr.local.sge[0] = Sge{from, static_cast<uint32_t>(f.bytes), lkey};
+  wr.local.num = 1;
+  wr.remote_addr = reinterpret_cast<uintptr_t>(to);
+  wr.rkey = rkey;
+  if (senders_[i]->post_send(wr) != PostError::kOk) {
+    results_[i].ok = false;
+    results_[i].end = fabric_.now();
+    --open_flows_;
+    return;
+  }
+  fabric_.kick(f.src);
+}
+
+void Experiment::on_activity(int host) {
+  CompletionQueue* cq = state_[host].scq.get();
+  if (cq == nullptr || cq->size() == 0) return;
+  WorkCompletion wc[16];
+  uint32_t n;
+  while ((n = cq->poll(wc, 16)) > 0) {
+    for (uint32_t k = 0; k < n; ++k) {
+      if (wc[k].wr_id >= results_.size()) continue;
+      FlowResult& r = results_[wc[k].wr_id];
+      if (r.end != kNever) continue;
+      r.end = fabric_.now();
+      r.ok = wc[k].status == WcStatus::kSuccess;
+      --open_flows_;
+    }
+  }
+}
+
+bool Experiment::run(TimeNs until) {
+  if (!set_up_) set_up_flows();
+  fabric_.run([this] { return open_flows_ == 0; }, until);
+  for (size_t i = 0; i < results_.size(); ++i) {
+    FlowResult& r = results_[i];
+    r.sender = senders_[i]->stats();
+    if (Connection* c = endpoints_[receivers_[i].first]->connection(receivers_[i].second)) {
+      r.receiver = c->stats();
+    }
+    if (cfg_.verify) r.data_ok = src_mem_[i] == dst_mem_[i];
+  }
+  return open_flows_ == 0;
+}
+
+Summary Experiment::summarize(double wall_s) const {
+  Summary s;
+  s.flows = results_.size();
+  s.wall_s = wall_s;
+  std::vector<double> fct, goodput;
+  const double line = cfg_.topo.host_link.gbps;
+  for (const FlowResult& r : results_) {
+    s.retransmits += r.sender.retransmits;
+    s.timeouts += r.sender.timeouts;
+    s.nacks += r.sender.nacks_received;
+    s.trimmed_received += r.receiver.trimmed_received;
+    if (r.end == kNever) continue;
+    if (!r.ok) {
+      ++s.failed;
+      continue;
+    }
+    ++s.completed;
+    s.last_end = std::max(s.last_end, r.end);
+    const double us = static_cast<double>(r.fct()) / 1000.0;
+    fct.push_back(us);
+    goodput.push_back(static_cast<double>(r.spec.bytes) * 8 / static_cast<double>(r.fct()) / line *
+                      100.0);
+  }
+  if (!fct.empty()) {
+    std::vector<double> sorted = fct;
+    std::sort(sorted.begin(), sorted.end());
+    auto pct = [&](double q) {
+      const size_t i = static_cast<size_t>(std::ceil(q * sorted.size())) - 1;
+      return sorted[std::min(i, sorted.size() - 1)];
+    };
+    s.fct_mean_us = std::accumulate(fct.begin(), fct.end(), 0.0) / fct.size();
+    s.fct_p50_us = pct(0.50);
+    s.fct_p99_us = pct(0.99);
+    s.fct_max_us = sorted.back();
+    s.goodput_mean_pct = std::accumulate(goodput.begin(), goodput.end(), 0.0) / goodput.size();
+    s.goodput_min_pct = *std::min_element(goodput.begin(), goodput.end());
+    double sum = 0, sq = 0;
+    for (double g : goodput) {
+      sum += g;
+      sq += g * g;
+    }
+    s.jain = sq > 0 ? sum * sum / (goodput.size() * sq) : 0;
+  }
+  const FabricStats& fs = fabric_.stats();
+  s.fabric_dropped = fs.dropped;
+  s.fabric_trimmed = fs.trimmed;
+  s.fabric_ecn = fs.ecn_marked;
+  s.bytes_lost = fs.bytes_lost;
+  s.events = fs.events;
+  for (int p = 0; p < fabric_.port_count(); ++p) {
+    s.peak_queue_bytes = std::max(s.peak_queue_bytes, fabric_.port_stats(p).peak_queue_bytes);
+  }
+  return s;
+}
+
+std::vector<FlowSpec> permutation(int hosts, uint64_t bytes, uint64_t seed) {
+  // Sattolo's shuffle: one cycle through every host, so none sends to itself.
+  std::vector<int> to(hosts);
+  std::iota(to.begin(), to.end(), 0);
+  std::mt19937_64 rng(seed);
+  for (int i = hosts - 1; i > 0; --i) {
+    const int j = std::uniform_int_distribution<int>(0, i - 1)(rng);
+    std::swap(to[i], to[j]);
+  }
+  std::vector<FlowSpec> flows;
+  for (int h = 0; h < hosts && hosts > 1; ++h) flows.push_back(FlowSpec{h, to[h], bytes, 0});
+  return flows;
+}
+
+std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t bytes) {
+  if (senders < 1 || senders > hosts - 1) throw std::invalid_argument("incast: 1..hosts-1 senders");
+  std::vector<FlowSpec> flows;
+  // Evenly spaced over the other hosts, so senders sit under many switches.
+  for (int i = 0; i < senders; ++i) {
+    const int k = static_cast<int>(static_cast<int64_t>(i) * (hosts - 1) / senders);
+    const int src = (receiver + 1 + k) % hosts;
+    flows.push_back(FlowSpec{src, receiver, bytes, 0});
+  }
+  return flows;
+}
+
+}  // namespace braid::fabric

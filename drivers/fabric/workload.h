@@ -1,0 +1,127 @@
+// Workloads on the fabric: hosts with Braid endpoints, one RC connection
+// pair per flow, each flow one RDMA WRITE of its size posted at its start
+// time; its flow completion time (FCT) is when the sender's completion
+// arrives (every byte placed and acknowledged).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/completion_queue.h"
+#include "core/endpoint.h"
+#include "fabric/fabric.h"
+#include "fabric/topology.h"
+
+namespace braid::fabric {
+
+struct FlowSpec {
+  int src = 0, dst = 0;
+  uint64_t bytes = 0;
+  TimeNs start = 0;
+};
+
+// How the transport is set up on every connection.
+struct Profile {
+  std::string name = "braid";
+  uint16_t entropies = 64;
+  uint32_t mtu = 4096;        // payload bytes per packet
+  uint32_t window_bytes = 0;  // 0: the core's default fixed window
+  TimeNs rto_min_ns = 0;      // 0: scaled from the base RTT
+  uint32_t ack_every = 8;
+};
+
+// The transport profiles of the fabric issue: Braid as it is, one entropy.
+Profile profile_named(const std::string& name);
+
+// Round-trip time between hosts furthest apart (other pods or leaves): a
+// full-size packet's propagation and serialisation at every hop there, an
+// ACK's propagation back.
+TimeNs base_rtt_ns(const TopologyConfig& t, const Profile& p);
+
+struct ExperimentConfig {
+  TopologyConfig topo;
+  Profile profile;
+  uint64_t seed = 42;
+  // Every flow gets its own source and destination memory, checked byte for
+  // byte at the end (tests); otherwise flows share scratch buffers.
+  bool verify = false;
+};
+
+struct FlowResult {
+  FlowSpec spec;
+  TimeNs end = kNever;  // virtual time of the sender's completion
+  bool ok = false;
+  bool data_ok = true;  // with verify: the destination holds the source's bytes
+  ConnectionStats sender, receiver;
+  TimeNs fct() const { return end == kNever ? kNever : end - spec.start; }
+};
+
+struct Summary {
+  size_t flows = 0, completed = 0, failed = 0;
+  double fct_mean_us = 0, fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0;
+  double goodput_mean_pct = 0, goodput_min_pct = 0;  // size / FCT, % of the host link
+  double jain = 0;                                   // of the goodputs
+  uint64_t retransmits = 0, timeouts = 0, trimmed_received = 0, nacks = 0;
+  uint64_t fabric_dropped = 0, fabric_trimmed = 0, fabric_ecn = 0, bytes_lost = 0;
+  uint64_t peak_queue_bytes = 0;
+  uint64_t events = 0;
+  double wall_s = 0;
+  TimeNs last_end = 0;
+};
+
+class Experiment {
+ public:
+  explicit Experiment(const ExperimentConfig& cfg);
+  ~Experiment();
+
+  int hosts() const { return static_cast<int>(endpoints_.size()); }
+  Fabric& fabric() { return fabric_; }
+  const Topology& topology() const { return topo_; }
+  TimeNs base_rtt_ns() const { return fabric::base_rtt_ns(cfg_.topo, cfg_.profile); }
+
+  // Flows are added before run().
+  void add_flow(const FlowSpec& f);
+  // Runs until every flow has completed (or failed) or `until` passes.
+  // Returns whether all completed.
+  bool run(TimeNs until);
+  const std::vector<FlowResult>& results() const { return results_; }
+  Summary summarize(double wall_s) const;
+
+ private:
+  struct HostState {
+    std::unique_ptr<CompletionQueue> scq, rcq;
+    uint16_t next_id = 1;
+    uint32_t src_key = 0, dst_key = 0;  // shared scratch regions
+  };
+  struct PendingFlow {
+    ConnectionConfig src, dst;
+  };
+  void on_activity(int host);
+  void start_flow(size_t i);
+  void set_up_flows();
+
+  ExperimentConfig cfg_;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  Fabric fabric_;
+  Topology topo_;
+  std::vector<HostState> state_;
+  std::vector<FlowResult> results_;
+  std::vector<Connection*> senders_;
+  std::vector<std::pair<int, uint16_t>> receivers_;      // host, connection id
+  std::vector<std::vector<uint8_t>> src_mem_, dst_mem_;  // per flow with verify
+  std::vector<uint8_t> scratch_src_, scratch_dst_;
+  std::vector<PendingFlow> pending_;
+  bool set_up_ = false;
+  size_t open_flows_ = 0;
+};
+
+// Flow sets.
+// Each host sends to one other, every host receives from one (a random
+// derangement of the hosts).
+std::vector<FlowSpec> permutation(int hosts, uint64_t bytes, uint64_t seed);
+// `senders` hosts (spread over the fabric, never the receiver) to one.
+std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t bytes);
+
+}  // namespace braid::fabric

@@ -1,0 +1,245 @@
+// The fabric simulator against closed forms (one flow's FCT, a queue's
+// growth, ECMP's spread, WRED's probabilities) and the transport's
+// invariants on small fabrics across seeds (every byte delivered once and
+// intact, losses recovered, runs deterministic). Virtual time only.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "fabric/fabric.h"
+#include "fabric/topology.h"
+#include "fabric/workload.h"
+#include "wire/byte_order.h"
+#include "wire/frame.h"
+
+namespace braid::fabric {
+namespace {
+
+// 16 hosts: a k=4 fat tree at 100 Gb/s, 1 us links, 1 BDP queues with
+// trimming and ECN at 20%/80% of the BDP, as the UEC scenarios at 128 hosts.
+ExperimentConfig small_fat_tree(const std::string& profile = "braid", bool trim = true) {
+  ExperimentConfig c;
+  c.topo.kind = TopologyConfig::Kind::kFatTree;
+  c.topo.k = 4;
+  c.profile = profile_named(profile);
+  const double bdp = static_cast<double>(base_rtt_ns(c.topo, c.profile)) * 100.0 / 8.0;
+  c.topo.sw.buffer_bytes = static_cast<uint32_t>((trim ? 1 : 5) * bdp);
+  c.topo.sw.trim = trim;
+  c.topo.sw.ecn_kmin_bytes = static_cast<uint32_t>(0.2 * bdp);
+  c.topo.sw.ecn_kmax_bytes = static_cast<uint32_t>(0.8 * bdp);
+  return c;
+}
+
+TEST(FabricTopology, FatTreeAndLeafSpineHaveTheirShape) {
+  {
+    ExperimentConfig c = small_fat_tree();
+    Experiment x(c);
+    EXPECT_EQ(x.hosts(), 16);
+    EXPECT_EQ(x.topology().cores.size(), 4u);
+    EXPECT_EQ(x.topology().aggs.size(), 8u);
+    EXPECT_EQ(x.topology().edges.size(), 8u);
+    EXPECT_EQ(x.topology().core_links.size(), 16u);
+    // Host ports, edge-agg and agg-core links, both directions each.
+    EXPECT_EQ(x.fabric().port_count(), 2 * (16 + 16 + 16));
+  }
+  {
+    ExperimentConfig c;
+    c.topo.kind = TopologyConfig::Kind::kLeafSpine;
+    c.topo.leaves = 3;
+    c.topo.spines = 2;
+    c.topo.hosts_per_leaf = 5;
+    Experiment x(c);
+    EXPECT_EQ(x.hosts(), 15);
+    EXPECT_EQ(x.topology().core_links.size(), 6u);
+    EXPECT_EQ(x.fabric().port_count(), 2 * (15 + 6));
+  }
+  // The base RTT of the UEC scenarios (k=8, 100 Gb/s, 1 us, 4 KiB + headers).
+  ExperimentConfig c;
+  EXPECT_NEAR(static_cast<double>(base_rtt_ns(c.topo, c.profile)), 14'020, 100);
+}
+
+// One flow alone across the fat tree (other pod): its sender's NIC is the
+// bottleneck, so it completes when its last frame has crossed the six links
+// (five store-and-forward hops behind the NIC) and the ACK has come back.
+TEST(FabricClosedForm, OneFlowsFctIsItsSerialisationPlusThePathWithinAPacketTime) {
+  ExperimentConfig c = small_fat_tree();
+  Experiment x(c);
+  const uint64_t bytes = 1 << 20;
+  x.add_flow(FlowSpec{0, 15, bytes, 1000});
+  ASSERT_TRUE(x.run(1'000'000'000));
+  const FlowResult& r = x.results()[0];
+  ASSERT_TRUE(r.ok);
+  const PortStats& tx = x.fabric().port_stats(x.fabric().host_port(0));
+  const PortStats& rx = x.fabric().port_stats(x.fabric().host_port(15));
+  ASSERT_EQ(tx.packets, bytes / 4096);  // no loss, no retransmission
+  const double rate = 100.0 / 8.0;      // bytes per ns
+  const double frame = static_cast<double>(tx.bytes) / tx.packets;
+  const double ack = static_cast<double>(rx.bytes) / rx.packets;
+  const double d = 1000;
+  const double expect = tx.bytes / rate + 5 * frame / rate + 6 * d + 6 * (ack / rate + d);
+  EXPECT_NEAR(static_cast<double>(r.fct()), expect, frame / rate)
+      << "FCT " << r.fct() << " ns, closed form " << expect << " ns";
+}
+
+// Two senders at line rate into one receiver on one switch: the receiver's
+// port gets 200 Gb/s and drains 100, so its queue grows at 12.5 B/ns.
+TEST(FabricClosedForm, AQueueFedAboveItsDrainRateGrowsAtTheDifference) {
+  ExperimentConfig c;
+  c.topo.kind = TopologyConfig::Kind::kLeafSpine;
+  c.topo.leaves = 1;
+  c.topo.spines = 1;
+  c.topo.hosts_per_leaf = 3;
+  c.topo.sw.buffer_bytes = 64u << 20;
+  Experiment x(c);
+  x.add_flow(FlowSpec{1, 0, 4u << 20, 0});
+  x.add_flow(FlowSpec{2, 0, 4u << 20, 0});
+  const int port = x.fabric().port_between(x.topology().edges[0], x.fabric().node_of_host(0));
+  ASSERT_GE(port, 0);
+  std::vector<std::pair<TimeNs, uint64_t>> samples;
+  for (TimeNs t = 10'000; t <= 40'000; t += 10'000) {
+    x.fabric().at(
+        t, [&, port] { samples.emplace_back(x.fabric().now(), x.fabric().queue_bytes(port)); });
+  }
+  ASSERT_TRUE(x.run(1'000'000'000));
+  ASSERT_EQ(samples.size(), 4u);
+  for (size_t i = 1; i < samples.size(); ++i) {
+    const double slope = static_cast<double>(samples[i].second - samples[i - 1].second) /
+                         static_cast<double>(samples[i].first - samples[i - 1].first);
+    // Within two frames over the 10 us between samples.
+    EXPECT_NEAR(slope, 12.5, 2.0 * 4200 / 10'000) << "between samples " << i - 1 << " and " << i;
+  }
+}
+
+// The ECMP hash spreads distinct entropies over a switch's uplinks like a
+// fair coin: each of the 4 uplinks of an edge switch gets a share within
+// five standard deviations of a binomial, and a flow's 64 entropies use all.
+TEST(FabricEcmp, EntropiesSpreadOverTheUplinksWithinABinomialBound) {
+  ExperimentConfig c = small_fat_tree();
+  c.topo.k = 8;
+  Experiment x(c);
+  const int edge = x.topology().host_edge[0];
+  uint8_t frame[128] = {};
+  wire::store_be16(frame + 12, wire::kEtherTypeIpv4);
+  uint8_t* ip = frame + wire::kEthernetSize;
+  ip[9] = 17;
+  wire::store_be32(ip + 12, 0x0a000001);
+  wire::store_be32(ip + 16, 0x0a000001 + 127);  // another pod: up
+  constexpr int kEntropies = 4096;
+  std::map<int, int> count;
+  for (int e = 0; e < kEntropies; ++e) {
+    wire::store_be16(ip + 20, static_cast<uint16_t>(0xc000 + e));
+    wire::store_be16(ip + 22, wire::kUetUdpPort);
+    ++count[x.fabric().route(edge, frame)];
+  }
+  ASSERT_EQ(count.size(), 4u);
+  const double mean = kEntropies / 4.0, sd = std::sqrt(kEntropies * 0.25 * 0.75);
+  for (auto [port, n] : count) EXPECT_NEAR(n, mean, 5 * sd) << "uplink port " << port;
+  // One flow's 64 entropies (the core's ports 0xc000 + i): every uplink.
+  std::map<int, int> flow;
+  for (int e = 0; e < 64; ++e) {
+    wire::store_be16(ip + 20, static_cast<uint16_t>(49152 + e) | 0xc000);
+    ++flow[x.fabric().route(edge, frame)];
+  }
+  EXPECT_EQ(flow.size(), 4u);
+}
+
+TEST(FabricWred, MarksAtTheConfiguredProbabilities) {
+  SwitchConfig s;
+  s.ecn_kmin_bytes = 20'000;
+  s.ecn_kmax_bytes = 80'000;
+  s.ecn_pmax = 0.5;
+  EXPECT_EQ(wred_probability(10'000, s), 0.0);
+  EXPECT_EQ(wred_probability(20'000, s), 0.0);
+  EXPECT_DOUBLE_EQ(wred_probability(50'000, s), 0.25);
+  EXPECT_EQ(wred_probability(80'000, s), 1.0);
+  // The ports' draws: within five standard deviations of the probability.
+  Fabric f(7);
+  constexpr int kDraws = 100'000;
+  for (uint64_t q : {35'000u, 50'000u, 65'000u}) {
+    int marked = 0;
+    for (int i = 0; i < kDraws; ++i) marked += f.wred_mark(q, s) ? 1 : 0;
+    const double p = wred_probability(q, s);
+    EXPECT_NEAR(marked, p * kDraws, 5 * std::sqrt(kDraws * p * (1 - p))) << "queue " << q;
+  }
+  s.ecn_kmin_bytes = 0;  // off
+  EXPECT_FALSE(f.wred_mark(1u << 30, s));
+}
+
+// An 8:1 incast with 1-BDP queues: the receiver's port overflows. With
+// trimming every cut packet's header reaches the receiver (which counts it)
+// and is resent; without, packets are dropped and recovered. Every byte
+// arrives intact either way.
+TEST(FabricTrimming, TrimmedHeadersAreDeliveredAndEveryFlowCompletesIntact) {
+  for (bool trim : {true, false}) {
+    ExperimentConfig c = small_fat_tree("braid", trim);
+    c.topo.sw.buffer_bytes = static_cast<uint32_t>(c.topo.sw.buffer_bytes / (trim ? 1 : 5));
+    c.verify = true;
+    Experiment x(c);
+    for (const FlowSpec& f : incast(16, 8, 0, 256 * 1024)) x.add_flow(f);
+    ASSERT_TRUE(x.run(1'000'000'000)) << "trim " << trim;
+    uint64_t trimmed_received = 0, retransmits = 0;
+    for (const FlowResult& r : x.results()) {
+      EXPECT_TRUE(r.ok);
+      EXPECT_TRUE(r.data_ok);
+      trimmed_received += r.receiver.trimmed_received;
+      retransmits += r.sender.retransmits;
+    }
+    const FabricStats& fs = x.fabric().stats();
+    if (trim) {
+      EXPECT_GT(fs.trimmed, 0u);
+      EXPECT_EQ(fs.dropped, 0u);
+      EXPECT_EQ(trimmed_received, fs.trimmed);
+    } else {
+      EXPECT_EQ(fs.trimmed, 0u);
+      EXPECT_GT(fs.dropped, 0u);
+    }
+    EXPECT_GE(retransmits, fs.trimmed + fs.dropped);
+  }
+}
+
+struct RunDigest {
+  std::vector<TimeNs> ends;
+  uint64_t events = 0;
+  bool operator==(const RunDigest&) const = default;
+};
+
+// Permutations on 16 hosts across seeds and both profiles: every flow
+// completes with its bytes intact, what the fabric lost is resent (and not
+// much more), and the same seed gives the same run.
+TEST(FabricInvariants, PermutationsDeliverEveryByteOnceAcrossSeeds) {
+  for (const char* profile : {"braid", "single-path"}) {
+    for (uint64_t seed = 1; seed <= 3; ++seed) {
+      RunDigest digest[2];
+      for (int run = 0; run < 2; ++run) {
+        ExperimentConfig c = small_fat_tree(profile);
+        c.seed = seed;
+        c.verify = run == 0;
+        Experiment x(c);
+        for (const FlowSpec& f : permutation(16, 512 * 1024, seed)) x.add_flow(f);
+        ASSERT_TRUE(x.run(1'000'000'000)) << profile << " seed " << seed;
+        uint64_t retransmits = 0, packets = 0;
+        for (const FlowResult& r : x.results()) {
+          EXPECT_TRUE(r.ok);
+          EXPECT_TRUE(r.data_ok);
+          digest[run].ends.push_back(r.end);
+          retransmits += r.sender.retransmits;
+          packets += r.sender.data_sent;
+          // Every byte once: the receiver accepted each packet once.
+          EXPECT_EQ(r.receiver.data_received, r.spec.bytes / 4096);
+        }
+        digest[run].events = x.fabric().stats().events;
+        const FabricStats& fs = x.fabric().stats();
+        const uint64_t lost = fs.trimmed + fs.dropped;
+        EXPECT_GE(retransmits, lost) << profile << " seed " << seed;
+        EXPECT_LE(retransmits, lost + packets / 20) << profile << " seed " << seed;
+      }
+      // Verification changes memory only, not the run.
+      EXPECT_EQ(digest[0], digest[1]) << profile << " seed " << seed;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace braid::fabric
