@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,16 @@ struct Options {
   uint64_t seed = 42;
   double time_limit_ms = 1000;
   std::string csv;
+  // Events.
+  double loss_pct = 0;
+  std::string loss_where = "last-hop";
+  int degrade = 0;
+  double degrade_fraction = 0.25;
+  double link_down_at_us = -1;
+  double gray_at_us = -1;
+  // Time series.
+  std::string timeseries;
+  double sample_us = 10;
 };
 
 uint64_t parse_size(const std::string& s) {
@@ -92,11 +103,68 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   }
 }
 
+// The victim scenario: a 7:1 (--incast) incast into host 0 and one flow
+// from the far end of the fabric into host 1, under the same edge switch.
+constexpr int kVictimDst = 1;
+
 std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes) {
   if (o.scenario == "permutation") return permutation(hosts, bytes, o.seed);
   if (o.scenario == "incast") return incast(hosts, o.incast_senders, 0, bytes);
   if (o.scenario == "single") return {FlowSpec{0, hosts - 1, bytes, 0}};
-  throw CLI::ValidationError("--scenario", "permutation, incast or single");
+  if (o.scenario == "all-to-all") return all_to_all(hosts, bytes);
+  if (o.scenario == "allreduce") return ring_allreduce(hosts, bytes);
+  if (o.scenario == "victim" || o.scenario == "victim-alone") {
+    std::vector<FlowSpec> f;
+    if (o.scenario == "victim") {
+      for (FlowSpec s : incast(hosts, o.incast_senders, 0, bytes)) {
+        if (s.src == kVictimDst || s.src == hosts - 1) s.src = (s.src + 2) % hosts;
+        f.push_back(s);
+      }
+    }
+    f.push_back(FlowSpec{hosts - 1, kVictimDst, bytes, 0});
+    return f;
+  }
+  throw CLI::ValidationError("--scenario",
+                             "permutation, incast, single, all-to-all, allreduce or victim");
+}
+
+// Schedules the link events of the options on the experiment's fabric.
+void schedule_events(const Options& o, Experiment& x) {
+  Fabric& f = x.fabric();
+  const Topology& t = x.topology();
+  if (o.loss_pct > 0) {
+    const double p = o.loss_pct / 100.0;
+    if (o.loss_where == "last-hop") {
+      for (int h = 0; h < x.hosts(); ++h) {
+        f.set_port_loss(f.port_between(t.host_edge[h], f.node_of_host(h)), p);
+      }
+    } else {  // core: both directions of every top-tier link
+      for (int port : t.core_links) {
+        f.set_port_loss(port, p);
+        f.set_port_loss(port + 1, p);
+      }
+    }
+  }
+  for (int i = 0; i < o.degrade && i < static_cast<int>(t.core_links.size()); ++i) {
+    // Spread over the top tier: every k-th link.
+    const int port = t.core_links[(i * 7) % t.core_links.size()];
+    f.set_port_rate(port, o.gbps * o.degrade_fraction);
+    f.set_port_rate(port + 1, o.gbps * o.degrade_fraction);
+  }
+  if (o.link_down_at_us >= 0 && !t.core_links.empty()) {
+    const int port = t.core_links[0];
+    f.at(static_cast<TimeNs>(o.link_down_at_us * 1000), [&f, port] {
+      f.set_port_up(port, false);
+      f.set_port_up(port + 1, false);
+    });
+  }
+  if (o.gray_at_us >= 0 && !t.core_links.empty()) {
+    const int port = t.core_links[0];
+    f.at(static_cast<TimeNs>(o.gray_at_us * 1000), [&f, port] {
+      f.set_port_loss(port, 1.0);
+      f.set_port_loss(port + 1, 1.0);
+    });
+  }
 }
 
 }  // namespace
@@ -106,7 +174,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "Braid's protocol core on a simulated datacenter fabric: scenarios side by side for "
       "transport profiles (docs/fabric-results.md)"};
-  app.add_option("--scenario", o.scenario, "permutation, incast or single (one flow alone)")
+  app.add_option("--scenario", o.scenario,
+                 "permutation, incast, single (one flow alone), all-to-all, allreduce (ring), "
+                 "victim (a flow into a host under the same edge as a --incast incast), "
+                 "victim-alone")
       ->capture_default_str();
   app.add_option("--topology", o.topology, "fat-tree or leaf-spine")->capture_default_str();
   app.add_option("-k", o.k, "fat tree arity (128 hosts at 8, 1024 at 16)")->capture_default_str();
@@ -137,6 +208,19 @@ int main(int argc, char** argv) {
   app.add_option("--seed", o.seed, "seed (ECMP, WRED, the permutation)")->capture_default_str();
   app.add_option("--time-limit-ms", o.time_limit_ms, "virtual time limit")->capture_default_str();
   app.add_option("--csv", o.csv, "write one line per flow and profile to this file");
+  app.add_option("--loss-pct", o.loss_pct, "random loss on links, percent");
+  app.add_option("--loss-where", o.loss_where, "last-hop (edge to host) or core")
+      ->capture_default_str();
+  app.add_option("--degrade", o.degrade, "top-tier links degraded (both directions)");
+  app.add_option("--degrade-fraction", o.degrade_fraction, "their rate as a fraction")
+      ->capture_default_str();
+  app.add_option("--link-down-at-us", o.link_down_at_us,
+                 "one top-tier link goes down (both directions) at this virtual time");
+  app.add_option("--gray-at-us", o.gray_at_us,
+                 "one top-tier link silently drops everything from this virtual time");
+  app.add_option("--timeseries", o.timeseries,
+                 "write delivered bytes and watched queues every --sample-us to this file");
+  app.add_option("--sample-us", o.sample_us, "time series period")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   uint64_t bytes = 0;
@@ -151,6 +235,12 @@ int main(int argc, char** argv) {
     csv = std::make_unique<std::ofstream>(o.csv);
     *csv << "profile,flow,src,dst,bytes,start_ns,end_ns,fct_us,goodput_pct,ok,retransmits,"
             "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acks\n";
+  }
+  std::unique_ptr<std::ofstream> timeseries;
+  if (!o.timeseries.empty()) {
+    timeseries = std::make_unique<std::ofstream>(o.timeseries);
+    *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
+                << (o.scenario.rfind("victim", 0) == 0 ? ",victim_bytes" : "") << "\n";
   }
   TopologyConfig topo = topology_of(o);
   fmt::print("braid_fabric: {} ({}), {} of {} B per flow, seed {}\n", o.scenario, topo.describe(),
@@ -175,6 +265,18 @@ int main(int argc, char** argv) {
     ec.seed = o.seed;
     Experiment x(ec);
     for (const FlowSpec& f : flows_of(o, x.hosts(), bytes)) x.add_flow(f);
+    schedule_events(o, x);
+    if (!o.timeseries.empty()) {
+      // Watched: the port into host 0 (the incast's receiver) and the first
+      // top-tier link, both ways.
+      const Fabric& f = x.fabric();
+      std::vector<int> ports{f.port_between(x.topology().host_edge[0], f.node_of_host(0))};
+      if (!x.topology().core_links.empty()) {
+        ports.push_back(x.topology().core_links[0]);
+        ports.push_back(x.topology().core_links[0] + 1);
+      }
+      x.sample_every(static_cast<TimeNs>(o.sample_us * 1000), ports);
+    }
     const auto wall0 = std::chrono::steady_clock::now();
     const bool all = x.run(static_cast<TimeNs>(o.time_limit_ms * 1e6));
     const double wall =
@@ -186,9 +288,31 @@ int main(int argc, char** argv) {
         name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
         s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
         s.peak_queue_bytes / 1000.0, wall);
+    if (o.scenario == "victim" || o.scenario == "victim-alone") {
+      const FlowResult& v = x.results().back();
+      fmt::print("  {}: victim flow {} -> {}: FCT {:.1f} us\n", name, v.spec.src, v.spec.dst,
+                 v.fct() / 1000.0);
+    }
+    if (timeseries) {
+      for (const Experiment::Sample& smp : x.samples()) {
+        uint64_t total = 0;
+        for (uint64_t b : smp.flow_bytes) total += b;
+        *timeseries << fmt::format("{},{:.3f},{}", name, smp.at / 1000.0, total);
+        for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
+        if (o.scenario == "victim" || o.scenario == "victim-alone") {
+          *timeseries << "," << smp.flow_bytes.back();
+        }
+        *timeseries << "\n";
+      }
+    }
     if (!all || s.failed > 0) {
       fmt::print("  {}: {} of {} flows completed, {} failed within {} ms of virtual time\n", name,
                  s.completed, s.flows, s.failed, o.time_limit_ms);
+      std::map<std::string, int> why;
+      for (const FlowResult& r : x.results()) {
+        if (r.end != braid::kNever && !r.ok) ++why[braid::wc_status_name(r.status)];
+      }
+      for (const auto& [status, n] : why) fmt::print("    {} x {}\n", n, status);
       status = 1;
     }
     if (csv) {

@@ -101,6 +101,14 @@ void Fabric::set_port_up(int port, bool up) {
   ports_.at(port).up = up;
 }
 
+void Fabric::set_port_rate(int port, double gbps) {
+  ports_.at(port).bytes_per_ns = gbps / 8.0;
+}
+
+void Fabric::set_port_loss(int port, double probability) {
+  ports_.at(port).loss = probability;
+}
+
 void Fabric::build_routes() {
   // Hosts by address, for O(1) lookups of a frame's destination.
   uint32_t lo = ~0u, hi = 0;
@@ -169,7 +177,17 @@ int Fabric::route(int node, const uint8_t* f) const {
       (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) | wire::load_be32(f + kIpOff + 16);
   key = mix(key ^ s.seed);
   key = mix(key ^ (uint64_t{wire::load_be32(f + kUdpOff)} << 8) ^ f[kIpOff + 9]);
-  return g[key % g.size()];
+  const int chosen = g[key % g.size()];
+  if (ports_[chosen].up) return chosen;
+  // Its link is down: the switch hashes over the members still up.
+  int up = 0;
+  for (int p : g) up += ports_[p].up ? 1 : 0;
+  if (up == 0) return chosen;
+  uint64_t pick = mix(key) % static_cast<uint64_t>(up);
+  for (int p : g) {
+    if (ports_[p].up && pick-- == 0) return p;
+  }
+  return chosen;
 }
 
 void Fabric::push(TimeNs at, Ev kind, uint32_t a, uint32_t b) {
@@ -251,9 +269,13 @@ void Fabric::enqueue(int port, uint32_t s) {
   uint8_t tos = f[kIpOff + 1];
   const bool control = (tos >> 2) == wire::kDscpAck || (tos >> 2) == cfg.trim_dscp;
   bool high = control;
-  if (p.queued_bytes + len > cfg.buffer_bytes) {
+  // The priority class (ACKs, NACKs, trimmed headers) has a buffer of its
+  // own, as big as the data class's: control never waits behind data, and a
+  // data queue full of data does not drop it.
+  const uint64_t data_bytes = p.queued_bytes - p.hi_bytes;
+  if (control ? p.hi_bytes + len > cfg.buffer_bytes : data_bytes + len > cfg.buffer_bytes) {
     if (!cfg.trim || control || len <= cfg.trimmed_bytes ||
-        p.queued_bytes + cfg.trimmed_bytes > cfg.buffer_bytes + cfg.buffer_bytes / 4) {
+        p.hi_bytes + cfg.trimmed_bytes > cfg.buffer_bytes) {
       ++p.stats.dropped;
       ++stats_.dropped;
       stats_.bytes_lost += len;
@@ -288,6 +310,7 @@ void Fabric::enqueue(int port, uint32_t s) {
   }
   tail = s;
   p.queued_bytes += len;
+  if (high) p.hi_bytes += len;
   p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
   if (!p.busy) start_tx(port);
 }
@@ -303,6 +326,7 @@ void Fabric::start_tx(int port) {
   if (head == kNil) tail = kNil;
   const uint32_t len = slot_len_[s];
   p.queued_bytes -= len;
+  if (high) p.hi_bytes -= len;
   const Node& n = nodes_[p.node];
   if (n.is_switch) {
     const SwitchConfig& cfg = switches_[n.sw].cfg;
@@ -327,6 +351,14 @@ void Fabric::start_tx(int port) {
   push(now_ + ser, Ev::kTxDone, static_cast<uint32_t>(port));
   if (!p.up) {
     ++p.stats.dropped_down;
+    ++stats_.dropped;
+    stats_.bytes_lost += len;
+    free_slot(s);
+    return;
+  }
+  if (p.loss > 0 &&
+      (p.loss >= 1.0 || std::uniform_real_distribution<double>(0, 1)(rng_) < p.loss)) {
+    ++p.stats.dropped_loss;
     ++stats_.dropped;
     stats_.bytes_lost += len;
     free_slot(s);

@@ -52,6 +52,7 @@ struct PortStats {
   uint64_t bytes = 0;
   uint64_t dropped = 0;  // full queue (or priority class full)
   uint64_t dropped_down = 0;
+  uint64_t dropped_loss = 0;  // random loss, silent failure
   uint64_t trimmed = 0;
   uint64_t ecn_marked = 0;
   uint64_t peak_queue_bytes = 0;
@@ -93,8 +94,16 @@ class Fabric {
   // (its completion queues may have moved).
   std::function<void(int host)> on_host_activity;
 
-  // Link state: a port that is down drops what it would send (counted).
+  // Link events, on one direction of a link (its egress port):
+  // - down: the port drops what it would send, and its switch stops
+  //   choosing it (local failover: other switches do not know);
+  // - rate: a degraded link serialises slower;
+  // - loss: each frame is lost with this probability and nobody is told;
+  //   1.0 is a silent (gray) failure: up, chosen by ECMP, dropping all.
   void set_port_up(int port, bool up);
+  void set_port_rate(int port, double gbps);
+  void set_port_loss(int port, double probability);
+  bool port_up(int port) const { return ports_[port].up; }
   int port_count() const { return static_cast<int>(ports_.size()); }
   int host_count() const { return static_cast<int>(hosts_.size()); }
   int node_of_host(int host) const { return hosts_[host].node; }
@@ -120,10 +129,12 @@ class Fabric {
     bool up = true;
     bool busy = false;
     double carry_ns = 0;  // serialisation time owed below a nanosecond
+    double loss = 0;
     // Two FIFOs linked through the packet slots: priority (trimmed headers,
     // ACKs) and data.
     uint32_t hi_head = kNil, hi_tail = kNil, lo_head = kNil, lo_tail = kNil;
-    uint64_t queued_bytes = 0;
+    uint64_t queued_bytes = 0;  // both classes
+    uint64_t hi_bytes = 0;      // the priority class
     PortStats stats;
   };
   struct Node {

@@ -83,42 +83,59 @@ void Experiment::add_flow(const FlowSpec& f) {
   if (f.src == f.dst || f.src < 0 || f.dst < 0 || f.src >= hosts() || f.dst >= hosts()) {
     throw std::invalid_argument("a flow joins two different hosts of the fabric");
   }
-  const Profile& p = cfg_.profile;
-  HostState& s = state_[f.src];
-  HostState& d = state_[f.dst];
-  const size_t index = results_.size();
-  // Completion queues are made when the flows per host are known (run()).
-  ConnectionConfig c;
-  c.mtu = p.mtu;
-  c.entropy.count = p.entropies;
-  if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
-  c.ack_every = p.ack_every;
-  const TimeNs rto =
-      p.rto_min_ns != 0 ? p.rto_min_ns : std::max<TimeNs>(100'000, 8 * base_rtt_ns());
-  c.rto_min_ns = rto;
-  c.rto_initial_ns = rto;
-  c.window_packets = 4096;
-  c.sq_depth = 4;
-  c.rq_depth = 4;
-  c.trim_dscp = cfg_.topo.sw.trim ? kTrimDscp : 0xff;
-  ConnectionConfig cs = c, cd = c;
-  cs.local_id = s.next_id++;
-  cd.local_id = d.next_id++;
-  cs.remote_id = cd.local_id;
-  cd.remote_id = cs.local_id;
-  cs.qp_num = static_cast<uint32_t>(index);
-  cd.qp_num = static_cast<uint32_t>(index);
-  cs.remote_mac = mac_of(f.dst);
-  cd.remote_mac = mac_of(f.src);
-  cs.remote_ip = kIpBase + static_cast<uint32_t>(f.dst);
-  cd.remote_ip = kIpBase + static_cast<uint32_t>(f.src);
+  if (f.after != kNone && (f.after < 0 || static_cast<size_t>(f.after) >= results_.size())) {
+    throw std::invalid_argument("a flow can only wait for a flow added before it");
+  }
+  if (f.bytes == 0 || f.bytes > (1ull << 31)) {
+    throw std::invalid_argument("a flow has 1 byte to 2 GiB");
+  }
+  int pair = kNone;
+  for (size_t i = 0; i < pairs_.size() && pair == kNone; ++i) {
+    if (pairs_[i].src == f.src && pairs_[i].dst == f.dst) pair = static_cast<int>(i);
+  }
+  if (pair == kNone) {
+    const Profile& p = cfg_.profile;
+    ConnectionConfig c;
+    c.mtu = p.mtu;
+    c.entropy.count = p.entropies;
+    if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
+    c.ack_every = p.ack_every;
+    const TimeNs rto =
+        p.rto_min_ns != 0 ? p.rto_min_ns : std::max<TimeNs>(100'000, 8 * base_rtt_ns());
+    c.rto_min_ns = rto;
+    c.rto_initial_ns = rto;
+    c.window_packets = 4096;
+    c.sq_depth = 64;
+    c.rq_depth = 4;
+    c.trim_dscp = cfg_.topo.sw.trim ? kTrimDscp : 0xff;
+    Pair pr;
+    pr.src = f.src;
+    pr.dst = f.dst;
+    pr.src_cfg = c;
+    pr.dst_cfg = c;
+    pr.src_cfg.local_id = state_[f.src].next_id++;
+    pr.dst_cfg.local_id = state_[f.dst].next_id++;
+    pr.src_cfg.remote_id = pr.dst_cfg.local_id;
+    pr.dst_cfg.remote_id = pr.src_cfg.local_id;
+    pr.src_cfg.remote_mac = mac_of(f.dst);
+    pr.dst_cfg.remote_mac = mac_of(f.src);
+    pr.src_cfg.remote_ip = kIpBase + static_cast<uint32_t>(f.dst);
+    pr.dst_cfg.remote_ip = kIpBase + static_cast<uint32_t>(f.src);
+    pairs_.push_back(pr);
+    pair = static_cast<int>(pairs_.size() - 1);
+  }
   FlowResult r;
   r.spec = f;
   results_.push_back(r);
-  // Connections are created in run(), once the completion queues exist.
-  senders_.push_back(nullptr);
-  receivers_.emplace_back(f.dst, cd.local_id);
-  pending_.push_back(PendingFlow{cs, cd});
+  pair_of_.push_back(pair);
+  dependents_.emplace_back();
+  placed_at_start_.push_back(0);
+  if (f.after != kNone) dependents_[f.after].push_back(results_.size() - 1);
+}
+
+void Experiment::sample_every(TimeNs period, std::vector<int> ports) {
+  sample_period_ = period;
+  sample_ports_ = std::move(ports);
 }
 
 void Experiment::set_up_flows() {
@@ -139,20 +156,22 @@ void Experiment::set_up_flows() {
     scratch_src_.assign(std::max<uint64_t>(largest, 1), 0x5a);
     scratch_dst_.assign(std::max<uint64_t>(largest, 1), 0);
   }
-  for (size_t i = 0; i < results_.size(); ++i) {
-    const FlowSpec& f = results_[i].spec;
-    Endpoint& src = *endpoints_[f.src];
-    Endpoint& dst = *endpoints_[f.dst];
-    senders_[i] =
-        src.create_connection(pending_[i].src, state_[f.src].scq.get(), state_[f.src].rcq.get());
-    dst.create_connection(pending_[i].dst, state_[f.dst].scq.get(), state_[f.dst].rcq.get());
-    if (senders_[i] == nullptr) throw std::runtime_error("connection id taken");
+  for (Pair& pr : pairs_) {
+    Endpoint& src = *endpoints_[pr.src];
+    Endpoint& dst = *endpoints_[pr.dst];
+    pr.sender =
+        src.create_connection(pr.src_cfg, state_[pr.src].scq.get(), state_[pr.src].rcq.get());
+    pr.receiver =
+        dst.create_connection(pr.dst_cfg, state_[pr.dst].scq.get(), state_[pr.dst].rcq.get());
+    if (pr.sender == nullptr || pr.receiver == nullptr) {
+      throw std::runtime_error("more connections on a host than connection ids");
+    }
   }
   if (cfg_.verify) {
     src_mem_.resize(results_.size());
     dst_mem_.resize(results_.size());
     for (size_t i = 0; i < results_.size(); ++i) {
-      src_mem_[i].resize(std::max<uint64_t>(results_[i].spec.bytes, 1));
+      src_mem_[i].resize(results_[i].spec.bytes);
       dst_mem_[i].assign(src_mem_[i].size(), 0);
       for (size_t b = 0; b < src_mem_[i].size(); ++b) {
         src_mem_[i][b] = static_cast<uint8_t>(b * 131 + i * 7 + (b >> 12));
@@ -160,13 +179,42 @@ void Experiment::set_up_flows() {
     }
   }
   for (size_t i = 0; i < results_.size(); ++i) {
-    fabric_.at(results_[i].spec.start, [this, i] { start_flow(i); });
+    if (results_[i].spec.after == kNone) {
+      fabric_.at(results_[i].spec.start, [this, i] { start_flow(i); });
+    }
   }
   open_flows_ = results_.size();
+  if (sample_period_ > 0) fabric_.at(0, [this] { take_sample(); });
+}
+
+void Experiment::take_sample() {
+  Sample s;
+  s.at = fabric_.now();
+  s.flow_bytes.reserve(results_.size());
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const FlowResult& r = results_[i];
+    uint64_t placed = 0;
+    if (r.end != kNever) {
+      placed = r.spec.bytes;
+    } else if (r.started != kNever) {
+      const Connection* c = pairs_[pair_of_[i]].receiver;
+      const uint64_t pkts = c->stats().data_received - placed_at_start_[i];
+      placed = std::min<uint64_t>(r.spec.bytes, pkts * cfg_.profile.mtu);
+    }
+    s.flow_bytes.push_back(placed);
+  }
+  for (int p : sample_ports_) s.queue_bytes.push_back(fabric_.queue_bytes(p));
+  samples_.push_back(std::move(s));
+  if (open_flows_ > 0) fabric_.at(fabric_.now() + sample_period_, [this] { take_sample(); });
 }
 
 void Experiment::start_flow(size_t i) {
-  const FlowSpec& f = results_[i].spec;
+  FlowResult& r = results_[i];
+  const FlowSpec& f = r.spec;
+  if (fabric_.now() < f.start) {  // a dependent flow waits for its own start too
+    fabric_.at(f.start, [this, i] { start_flow(i); });
+    return;
+  }
   Endpoint& src = *endpoints_[f.src];
   Endpoint& dst = *endpoints_[f.dst];
   uint8_t* from = cfg_.verify ? src_mem_[i].data() : scratch_src_.data();
@@ -188,6 +236,7 @@ void Experiment::start_flow(size_t i) {
     lkey = s.src_key;
     rkey = d.dst_key;
   }
+  Pair& pr = pairs_[pair_of_[i]];
   SendRequest wr;
   wr.wr_id = i;
   wr.opcode = Opcode::kWrite;
@@ -195,9 +244,11 @@ void Experiment::start_flow(size_t i) {
   wr.local.num = 1;
   wr.remote_addr = reinterpret_cast<uintptr_t>(to);
   wr.rkey = rkey;
-  if (senders_[i]->post_send(wr) != PostError::kOk) {
-    results_[i].ok = false;
-    results_[i].end = fabric_.now();
+  r.started = fabric_.now();
+  placed_at_start_[i] = pr.receiver->stats().data_received;
+  if (pr.sender->post_send(wr) != PostError::kOk) {
+    r.ok = false;
+    r.end = fabric_.now();
     --open_flows_;
     return;
   }
@@ -212,11 +263,22 @@ void Experiment::on_activity(int host) {
   while ((n = cq->poll(wc, 16)) > 0) {
     for (uint32_t k = 0; k < n; ++k) {
       if (wc[k].wr_id >= results_.size()) continue;
-      FlowResult& r = results_[wc[k].wr_id];
+      const size_t i = wc[k].wr_id;
+      FlowResult& r = results_[i];
       if (r.end != kNever) continue;
       r.end = fabric_.now();
       r.ok = wc[k].status == WcStatus::kSuccess;
+      r.status = wc[k].status;
       --open_flows_;
+      for (size_t next : dependents_[i]) {
+        if (r.ok) {
+          fabric_.at(fabric_.now(), [this, next] { start_flow(next); });
+        } else {  // a step that failed fails what waits for it
+          results_[next].end = fabric_.now();
+          results_[next].ok = false;
+          --open_flows_;
+        }
+      }
     }
   }
 }
@@ -224,12 +286,11 @@ void Experiment::on_activity(int host) {
 bool Experiment::run(TimeNs until) {
   if (!set_up_) set_up_flows();
   fabric_.run([this] { return open_flows_ == 0; }, until);
+  if (sample_period_ > 0) take_sample();
   for (size_t i = 0; i < results_.size(); ++i) {
     FlowResult& r = results_[i];
-    r.sender = senders_[i]->stats();
-    if (Connection* c = endpoints_[receivers_[i].first]->connection(receivers_[i].second)) {
-      r.receiver = c->stats();
-    }
+    r.sender = pairs_[pair_of_[i]].sender->stats();
+    r.receiver = pairs_[pair_of_[i]].receiver->stats();
     if (cfg_.verify) r.data_ok = src_mem_[i] == dst_mem_[i];
   }
   return open_flows_ == 0;
@@ -312,6 +373,32 @@ std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t byte
     const int k = static_cast<int>(static_cast<int64_t>(i) * (hosts - 1) / senders);
     const int src = (receiver + 1 + k) % hosts;
     flows.push_back(FlowSpec{src, receiver, bytes, 0});
+  }
+  return flows;
+}
+
+std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes) {
+  std::vector<FlowSpec> flows;
+  for (int a = 0; a < hosts; ++a) {
+    for (int b = 0; b < hosts; ++b) {
+      if (a != b) flows.push_back(FlowSpec{a, b, bytes, 0});
+    }
+  }
+  return flows;
+}
+
+std::vector<FlowSpec> ring_allreduce(int ranks, uint64_t bytes) {
+  if (ranks < 2) throw std::invalid_argument("allreduce: at least 2 ranks");
+  const uint64_t chunk = std::max<uint64_t>(1, bytes / static_cast<uint64_t>(ranks));
+  std::vector<FlowSpec> flows;
+  const int steps = 2 * (ranks - 1);
+  for (int step = 0; step < steps; ++step) {
+    for (int r = 0; r < ranks; ++r) {
+      FlowSpec f{r, (r + 1) % ranks, chunk, 0};
+      // Rank r's step waits for its predecessor's previous step to reach it.
+      if (step > 0) f.after = (step - 1) * ranks + (r + ranks - 1) % ranks;
+      flows.push_back(f);
+    }
   }
   return flows;
 }

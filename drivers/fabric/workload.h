@@ -20,6 +20,9 @@ struct FlowSpec {
   int src = 0, dst = 0;
   uint64_t bytes = 0;
   TimeNs start = 0;
+  // Starts only once flow `after` (an index into the experiment's flows) has
+  // completed, and not before `start`: the steps of a collective.
+  int after = kNone;
 };
 
 // How the transport is set up on every connection.
@@ -51,11 +54,13 @@ struct ExperimentConfig {
 
 struct FlowResult {
   FlowSpec spec;
-  TimeNs end = kNever;  // virtual time of the sender's completion
+  TimeNs started = kNever;  // when its WRITE was posted
+  TimeNs end = kNever;      // virtual time of the sender's completion
   bool ok = false;
-  bool data_ok = true;  // with verify: the destination holds the source's bytes
+  WcStatus status = WcStatus::kSuccess;  // the sender's completion
+  bool data_ok = true;                   // with verify: the destination holds the source's bytes
   ConnectionStats sender, receiver;
-  TimeNs fct() const { return end == kNever ? kNever : end - spec.start; }
+  TimeNs fct() const { return end == kNever || started == kNever ? kNever : end - started; }
 };
 
 struct Summary {
@@ -81,8 +86,18 @@ class Experiment {
   const Topology& topology() const { return topo_; }
   TimeNs base_rtt_ns() const { return fabric::base_rtt_ns(cfg_.topo, cfg_.profile); }
 
-  // Flows are added before run().
+  // Flows are added before run(). Flows between the same two hosts share
+  // one connection (their WRITEs follow each other on it).
   void add_flow(const FlowSpec& f);
+  // Records, every `period` of virtual time, the bytes each flow has had
+  // placed at its receiver and the queue of each of `ports`.
+  struct Sample {
+    TimeNs at;
+    std::vector<uint64_t> flow_bytes;
+    std::vector<uint64_t> queue_bytes;
+  };
+  void sample_every(TimeNs period, std::vector<int> ports);
+  const std::vector<Sample>& samples() const { return samples_; }
   // Runs until every flow has completed (or failed) or `until` passes.
   // Returns whether all completed.
   bool run(TimeNs until);
@@ -95,12 +110,17 @@ class Experiment {
     uint16_t next_id = 1;
     uint32_t src_key = 0, dst_key = 0;  // shared scratch regions
   };
-  struct PendingFlow {
-    ConnectionConfig src, dst;
+  // One connection pair per pair of hosts that exchange flows.
+  struct Pair {
+    int src = 0, dst = 0;
+    ConnectionConfig src_cfg, dst_cfg;
+    Connection* sender = nullptr;
+    Connection* receiver = nullptr;
   };
   void on_activity(int host);
   void start_flow(size_t i);
   void set_up_flows();
+  void take_sample();
 
   ExperimentConfig cfg_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
@@ -108,11 +128,15 @@ class Experiment {
   Topology topo_;
   std::vector<HostState> state_;
   std::vector<FlowResult> results_;
-  std::vector<Connection*> senders_;
-  std::vector<std::pair<int, uint16_t>> receivers_;      // host, connection id
+  std::vector<Pair> pairs_;
+  std::vector<int> pair_of_;                             // per flow
+  std::vector<std::vector<size_t>> dependents_;          // per flow: flows waiting for it
+  std::vector<uint64_t> placed_at_start_;                // per flow: its pair's placed packets then
   std::vector<std::vector<uint8_t>> src_mem_, dst_mem_;  // per flow with verify
   std::vector<uint8_t> scratch_src_, scratch_dst_;
-  std::vector<PendingFlow> pending_;
+  TimeNs sample_period_ = 0;
+  std::vector<int> sample_ports_;
+  std::vector<Sample> samples_;
   bool set_up_ = false;
   size_t open_flows_ = 0;
 };
@@ -123,5 +147,11 @@ class Experiment {
 std::vector<FlowSpec> permutation(int hosts, uint64_t bytes, uint64_t seed);
 // `senders` hosts (spread over the fabric, never the receiver) to one.
 std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t bytes);
+// Every host to every other.
+std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes);
+// Ring allreduce of `bytes` over `ranks` hosts (0..ranks-1): 2 (ranks - 1)
+// steps in which every rank writes bytes/ranks to the next; a rank's step
+// starts when its predecessor's previous step has reached it.
+std::vector<FlowSpec> ring_allreduce(int ranks, uint64_t bytes);
 
 }  // namespace braid::fabric

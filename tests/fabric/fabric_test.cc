@@ -241,5 +241,90 @@ TEST(FabricInvariants, PermutationsDeliverEveryByteOnceAcrossSeeds) {
   }
 }
 
+// A ring allreduce: each step of a rank starts once its predecessor's
+// previous step has completed, and every chunk arrives intact.
+TEST(FabricWorkloads, RingAllreduceStepsWaitForTheirPredecessors) {
+  ExperimentConfig c = small_fat_tree();
+  c.verify = true;
+  Experiment x(c);
+  const std::vector<FlowSpec> flows = ring_allreduce(8, 8 * 64 * 1024);
+  ASSERT_EQ(flows.size(), 8u * 14u);
+  for (const FlowSpec& f : flows) x.add_flow(f);
+  ASSERT_TRUE(x.run(1'000'000'000));
+  for (const FlowResult& r : x.results()) {
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.data_ok);
+    if (r.spec.after != kNone) {
+      EXPECT_GE(r.started, x.results()[r.spec.after].end);
+    }
+  }
+}
+
+// Samples of delivered bytes never go back, end at every flow's size, and a
+// queue watched at the incast's receiver fills.
+TEST(FabricWorkloads, TimeSeriesOfDeliveredBytesAndQueues) {
+  ExperimentConfig c = small_fat_tree();
+  Experiment x(c);
+  for (const FlowSpec& f : incast(16, 8, 0, 256 * 1024)) x.add_flow(f);
+  const Fabric& f = x.fabric();
+  x.sample_every(5'000, {f.port_between(x.topology().host_edge[0], f.node_of_host(0))});
+  ASSERT_TRUE(x.run(1'000'000'000));
+  const auto& s = x.samples();
+  ASSERT_GT(s.size(), 10u);
+  uint64_t peak = 0;
+  for (size_t i = 1; i < s.size(); ++i) {
+    for (size_t k = 0; k < s[i].flow_bytes.size(); ++k) {
+      EXPECT_GE(s[i].flow_bytes[k], s[i - 1].flow_bytes[k]);
+    }
+    peak = std::max(peak, s[i].queue_bytes[0]);
+  }
+  for (uint64_t b : s.back().flow_bytes) EXPECT_EQ(b, 256u * 1024);
+  EXPECT_GT(peak, 0u);
+}
+
+// A top-tier link goes down mid-transfer: its switch stops choosing it at
+// once (local failover), what was queued on it is lost and resent, and
+// every flow completes intact.
+TEST(FabricEvents, ALinkDownMidTransferIsRoutedAround) {
+  ExperimentConfig c = small_fat_tree();
+  c.verify = true;
+  Experiment x(c);
+  for (const FlowSpec& f : permutation(16, 1 << 20, 3)) x.add_flow(f);
+  Fabric& f = x.fabric();
+  const int port = x.topology().core_links[0];
+  uint64_t sent_at_down = 0;
+  f.at(20'000, [&] {
+    f.set_port_up(port, false);
+    f.set_port_up(port + 1, false);
+    sent_at_down = f.port_stats(port).packets + f.port_stats(port + 1).packets;
+  });
+  ASSERT_TRUE(x.run(1'000'000'000));
+  for (const FlowResult& r : x.results()) {
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.data_ok);
+  }
+  EXPECT_GT(sent_at_down, 0u);  // it carried traffic before
+  // After the event only what was queued on it left it (and was lost).
+  const uint64_t after = f.port_stats(port).packets + f.port_stats(port + 1).packets - sent_at_down;
+  EXPECT_EQ(after, f.port_stats(port).dropped_down + f.port_stats(port + 1).dropped_down);
+}
+
+// A silent failure: the link stays up and chosen, and drops everything.
+// Frames sent on it are lost and counted; nobody is told.
+TEST(FabricEvents, AGrayLinkDropsEverythingItCarriesSilently) {
+  ExperimentConfig c = small_fat_tree();
+  Experiment x(c);
+  for (const FlowSpec& f : permutation(16, 1 << 20, 3)) x.add_flow(f);
+  Fabric& f = x.fabric();
+  const int port = x.topology().core_links[0];
+  f.at(20'000, [&] { f.set_port_loss(port, 1.0); });
+  x.run(50'000'000);
+  EXPECT_TRUE(f.port_up(port));
+  const PortStats& st = f.port_stats(port);
+  EXPECT_GT(st.dropped_loss, 0u);
+  EXPECT_EQ(st.dropped_down, 0u);
+  EXPECT_EQ(x.fabric().stats().bytes_lost > 0, true);
+}
+
 }  // namespace
 }  // namespace braid::fabric

@@ -1,0 +1,156 @@
+#!/usr/bin/python3
+"""Plots of the fabric scenarios (bench/fabric_scenarios.sh's CSV and time
+series) as PNG files for docs/fabric-results.md. Debian's python3-matplotlib.
+
+  scripts/fabric-plots.py [IN_DIR (default /tmp/braid-fabric)] [OUT_DIR (default docs/fabric)]
+"""
+import csv
+import os
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def by_profile(rows):
+    out = {}
+    for r in rows:
+        out.setdefault(r["profile"], []).append(r)
+    return out
+
+
+def fct_cdf(in_dir, out_dir, name, title):
+    path = os.path.join(in_dir, name + ".csv")
+    if not os.path.exists(path):
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for profile, rows in by_profile(read_csv(path)).items():
+        fcts = sorted(float(r["fct_us"]) for r in rows if r["ok"] == "1")
+        if not fcts:
+            continue
+        ys = [(i + 1) / len(fcts) for i in range(len(fcts))]
+        ax.step(fcts, ys, where="post", label=profile)
+    ax.set_xlabel("flow completion time (us)")
+    ax.set_ylabel("fraction of flows")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = os.path.join(out_dir, name + "-fct-cdf.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def series(in_dir, name):
+    path = os.path.join(in_dir, name + ".ts")
+    if not os.path.exists(path):
+        return {}
+    return by_profile(read_csv(path))
+
+
+def rate_gbps(rows, column="delivered_bytes"):
+    t, g = [], []
+    for a, b in zip(rows, rows[1:]):
+        dt = float(b["time_us"]) - float(a["time_us"])
+        if dt <= 0:
+            continue
+        t.append(float(b["time_us"]))
+        g.append((int(b[column]) - int(a[column])) * 8 / (dt * 1000))
+    return t, g
+
+
+def incast_plot(in_dir, out_dir, name, title):
+    data = series(in_dir, name)
+    if not data:
+        return None
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(6, 6), sharex=True)
+    for profile, rows in data.items():
+        t, g = rate_gbps(rows)
+        top.plot(t, g, label=profile)
+        bottom.plot([float(r["time_us"]) for r in rows],
+                    [int(r["queue_host0"]) / 1000 for r in rows], label=profile)
+    top.set_ylabel("goodput into the receiver (Gb/s)")
+    top.set_title(title)
+    top.grid(alpha=0.3)
+    top.legend()
+    bottom.set_xlabel("time (us)")
+    bottom.set_ylabel("receiver's edge port queue (KB)")
+    bottom.grid(alpha=0.3)
+    out = os.path.join(out_dir, name + "-goodput-queue.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def failure_plot(in_dir, out_dir, name, title, event_us):
+    data = series(in_dir, name)
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for profile, rows in data.items():
+        t, g = rate_gbps(rows)
+        ax.plot(t, g, label=profile)
+    ax.axvline(event_us, color="red", linestyle="--", label="event")
+    ax.set_xlabel("time (us)")
+    ax.set_ylabel("aggregate goodput (Gb/s)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = os.path.join(out_dir, name + "-goodput.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def victim_plot(in_dir, out_dir):
+    data = series(in_dir, "victim")
+    if not data:
+        return None
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for profile, rows in data.items():
+        t, g = rate_gbps(rows, "victim_bytes")
+        ax.plot(t, g, label=profile + ": victim")
+    ax.set_xlabel("time (us)")
+    ax.set_ylabel("victim flow goodput (Gb/s)")
+    ax.set_title("victim flow beside a 7:1 incast on its edge switch")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    out = os.path.join(out_dir, "victim-goodput.png")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def main():
+    in_dir = sys.argv[1] if len(sys.argv) > 1 else "/tmp/braid-fabric"
+    out_dir = sys.argv[2] if len(sys.argv) > 2 else "docs/fabric"
+    os.makedirs(out_dir, exist_ok=True)
+    made = [
+        fct_cdf(in_dir, out_dir, "perm2m", "permutation, 2 MB per flow, 128 hosts"),
+        fct_cdf(in_dir, out_dir, "perm16m", "permutation, 16 MB per flow, 128 hosts"),
+        incast_plot(in_dir, out_dir, "incast8", "8:1 incast, 2 MB per sender"),
+        incast_plot(in_dir, out_dir, "incast32", "32:1 incast, 2 MB per sender"),
+        failure_plot(in_dir, out_dir, "linkdown", "16 MB permutation, a core link down at 500 us",
+                     500),
+        failure_plot(in_dir, out_dir, "gray", "16 MB permutation, a core link silently dropping "
+                     "from 500 us", 500),
+        victim_plot(in_dir, out_dir),
+    ]
+    for m in made:
+        if m:
+            print(m)
+
+
+if __name__ == "__main__":
+    main()
