@@ -32,7 +32,7 @@ struct Options {
   double switch_latency_us = 0.0;
   std::string size = "2M";
   int incast_senders = 8;
-  std::vector<std::string> profiles{"braid", "single-path"};
+  std::vector<std::string> profiles{"braid", "single-path", "pfc"};
   bool trim = true;
   double queue_bdp = 0;  // 0: 1 BDP with trimming, 5 without
   double ecn_kmin = 0.2, ecn_kmax = 0.8;
@@ -97,6 +97,14 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   const double queue = o.queue_bdp > 0 ? o.queue_bdp : (o.trim ? 1.0 : 5.0);
   t.sw.buffer_bytes = static_cast<uint32_t>(queue * bdp);
   t.sw.trim = o.trim;
+  if (p.name == "pfc") {
+    // Lossless: a quarter BDP per ingress link before pausing it (the
+    // headroom above covers a link's round trip), resumed two frames lower.
+    t.sw.trim = false;
+    t.sw.pfc = true;
+    t.sw.pfc_xoff_bytes = static_cast<uint32_t>(0.25 * bdp);
+    t.sw.pfc_xon_bytes = t.sw.pfc_xoff_bytes - 2 * (p.mtu + 128);
+  }
   if (o.ecn) {
     t.sw.ecn_kmin_bytes = static_cast<uint32_t>(o.ecn_kmin * bdp);
     t.sw.ecn_kmax_bytes = static_cast<uint32_t>(o.ecn_kmax * bdp);
@@ -195,7 +203,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
-  app.add_option("--profile", o.profiles, "transport profiles run side by side: braid, single-path")
+  app.add_option("--profile", o.profiles,
+                 "transport profiles run side by side: braid, single-path, pfc (one entropy, "
+                 "lossless fabric)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--queue-bdp", o.queue_bdp,
@@ -288,6 +298,10 @@ int main(int argc, char** argv) {
         name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
         s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
         s.peak_queue_bytes / 1000.0, wall);
+    if (s.pauses > 0) {
+      fmt::print("  {}: {} PFC pauses, {:.1f} us paused (summed over ports), {} bytes lost\n", name,
+                 s.pauses, s.paused_ns / 1000.0, s.bytes_lost);
+    }
     if (o.scenario == "victim" || o.scenario == "victim-alone") {
       const FlowResult& v = x.results().back();
       fmt::print("  {}: victim flow {} -> {}: FCT {:.1f} us\n", name, v.spec.src, v.spec.dst,

@@ -218,6 +218,7 @@ uint32_t Fabric::alloc_slot() {
     slots_.resize(grown * slot_bytes_);
     slot_len_.resize(grown, 0);
     slot_next_.resize(grown, kNil);
+    slot_in_.resize(grown, kNone);
     for (size_t i = grown; i-- > old;) free_slot(static_cast<uint32_t>(i));
   }
   const uint32_t s = free_;
@@ -248,6 +249,10 @@ void Fabric::host_send(int host) {
   const int port = nodes_[h.node].ports.at(0);
   Port& p = ports_[port];
   if (p.busy) return;
+  if (p.lo_head != kNil) {  // a frame held by a PFC pause
+    if (!p.paused) start_tx(port);
+    return;
+  }
   const uint32_t s = alloc_slot();
   const uint32_t len = h.ep->transmit(data(s), slot_bytes_, now_);
   if (len == 0) {
@@ -255,8 +260,16 @@ void Fabric::host_send(int host) {
     return;
   }
   slot_len_[s] = len;
-  // The NIC queue holds just this frame.
-  p.lo_head = p.lo_tail = s;
+  // The NIC queue holds just this frame (control in the class PFC spares).
+  const uint8_t dscp = data(s)[kIpOff + 1] >> 2;
+  const bool control = dscp == wire::kDscpAck;
+  slot_next_[s] = kNil;
+  if (control) {
+    p.hi_head = p.hi_tail = s;
+    p.hi_bytes = len;
+  } else {
+    p.lo_head = p.lo_tail = s;
+  }
   p.queued_bytes = len;
   start_tx(port);
 }
@@ -273,7 +286,9 @@ void Fabric::enqueue(int port, uint32_t s) {
   // own, as big as the data class's: control never waits behind data, and a
   // data queue full of data does not drop it.
   const uint64_t data_bytes = p.queued_bytes - p.hi_bytes;
-  if (control ? p.hi_bytes + len > cfg.buffer_bytes : data_bytes + len > cfg.buffer_bytes) {
+  const bool over =
+      control ? p.hi_bytes + len > cfg.buffer_bytes : data_bytes + len > cfg.buffer_bytes;
+  if (over && !(cfg.pfc && !control)) {
     if (!cfg.trim || control || len <= cfg.trimmed_bytes ||
         p.hi_bytes + cfg.trimmed_bytes > cfg.buffer_bytes) {
       ++p.stats.dropped;
@@ -311,6 +326,7 @@ void Fabric::enqueue(int port, uint32_t s) {
   tail = s;
   p.queued_bytes += len;
   if (high) p.hi_bytes += len;
+  if (cfg.pfc && !high) pfc_account(slot_in_[s], len);
   p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
   if (!p.busy) start_tx(port);
 }
@@ -318,6 +334,7 @@ void Fabric::enqueue(int port, uint32_t s) {
 void Fabric::start_tx(int port) {
   Port& p = ports_[port];
   const bool high = p.hi_head != kNil;
+  if (!high && p.paused) return;  // PFC: data waits; control goes
   uint32_t& head = high ? p.hi_head : p.lo_head;
   uint32_t& tail = high ? p.hi_tail : p.lo_tail;
   if (head == kNil) return;
@@ -330,6 +347,7 @@ void Fabric::start_tx(int port) {
   const Node& n = nodes_[p.node];
   if (n.is_switch) {
     const SwitchConfig& cfg = switches_[n.sw].cfg;
+    if (cfg.pfc && !high) pfc_account(slot_in_[s], -static_cast<int64_t>(len));
     uint8_t* f = data(s);
     const uint8_t tos = f[kIpOff + 1];
     if (cfg.ecn_at_dequeue && (tos & 3) != wire::kEcnNotEct && (tos & 3) != wire::kEcnCe &&
@@ -370,6 +388,44 @@ void Fabric::start_tx(int port) {
   push(arrive, Ev::kDeliver, static_cast<uint32_t>(port), s);
 }
 
+// PFC: the data a switch holds from one ingress link (`in_port` is the
+// sender's egress port of that link). Pause and resume frames reach the
+// sender after the link's delay.
+void Fabric::pfc_account(int in_port, int64_t delta) {
+  if (in_port == kNone) return;
+  Port& in = ports_[in_port];
+  in.ingress_bytes = static_cast<uint64_t>(static_cast<int64_t>(in.ingress_bytes) + delta);
+  const SwitchConfig& cfg = switches_[nodes_[in.peer].sw].cfg;
+  if (!in.pause_sent && in.ingress_bytes > cfg.pfc_xoff_bytes) {
+    in.pause_sent = true;
+    ++stats_.pauses;
+    push(now_ + in.delay_ns, Ev::kPause, static_cast<uint32_t>(in_port));
+  } else if (in.pause_sent && in.ingress_bytes <= cfg.pfc_xon_bytes) {
+    in.pause_sent = false;
+    push(now_ + in.delay_ns, Ev::kResume, static_cast<uint32_t>(in_port));
+  }
+}
+
+void Fabric::set_paused(int port, bool paused) {
+  Port& p = ports_[port];
+  if (p.paused == paused) return;
+  p.paused = paused;
+  if (paused) {
+    ++p.stats.pauses;
+    p.paused_since = now_;
+    return;
+  }
+  p.stats.paused_ns += now_ - p.paused_since;
+  stats_.paused_ns += now_ - p.paused_since;
+  if (p.busy) return;
+  const Node& n = nodes_[p.node];
+  if (n.is_switch) {
+    start_tx(port);
+  } else {
+    kick(n.host);
+  }
+}
+
 void Fabric::deliver(int port, uint32_t s) {
   const Node& n = nodes_[ports_[port].peer];
   if (!n.is_switch) {
@@ -381,6 +437,7 @@ void Fabric::deliver(int port, uint32_t s) {
     if (on_host_activity) on_host_activity(n.host);
     return;
   }
+  slot_in_[s] = port;
   const int out = route(ports_[port].peer, data(s));
   if (out == kNone) {
     ++stats_.dropped;
@@ -429,6 +486,12 @@ bool Fabric::run(const std::function<bool()>& done, TimeNs until) {
         if (on_host_activity) on_host_activity(static_cast<int>(e.a));
         break;
       }
+      case Ev::kPause:
+        set_paused(static_cast<int>(e.a), true);
+        break;
+      case Ev::kResume:
+        set_paused(static_cast<int>(e.a), false);
+        break;
       case Ev::kCall: {
         std::function<void()> fn = std::move(calls_[e.a]);
         free_calls_.push_back(e.a);

@@ -36,6 +36,13 @@ struct SwitchConfig {
   uint32_t trimmed_bytes = 106;  // Ethernet, IP, UDP and 64 bytes of UET headers
   uint8_t trim_dscp = 0x0b;
   TimeNs latency_ns = 0;  // forwarding latency, added to each packet
+  // Lossless (PFC): data queues never drop; when the data a switch holds
+  // from one ingress link passes xoff bytes it pauses that link's sender
+  // (after the link's delay), and resumes it below xon. ACKs and other
+  // control frames travel in a class that is never paused.
+  bool pfc = false;
+  uint32_t pfc_xoff_bytes = 0;
+  uint32_t pfc_xon_bytes = 0;
 };
 
 // WRED: the probability that an ECT packet meeting `queued` bytes is marked.
@@ -56,6 +63,8 @@ struct PortStats {
   uint64_t trimmed = 0;
   uint64_t ecn_marked = 0;
   uint64_t peak_queue_bytes = 0;
+  uint64_t pauses = 0;   // PFC pauses this port received
+  TimeNs paused_ns = 0;  // time spent paused (PFC)
 };
 
 struct FabricStats {
@@ -65,6 +74,8 @@ struct FabricStats {
   uint64_t trimmed = 0;
   uint64_t ecn_marked = 0;
   uint64_t bytes_lost = 0;  // frame bytes dropped by the fabric
+  uint64_t pauses = 0;      // PFC pause frames sent
+  TimeNs paused_ns = 0;     // summed over ports
 };
 
 class Fabric {
@@ -130,6 +141,12 @@ class Fabric {
     bool busy = false;
     double carry_ns = 0;  // serialisation time owed below a nanosecond
     double loss = 0;
+    // PFC: this port's sender is paused (its data class); the switch at its
+    // far end holds `ingress_bytes` of data that came through it.
+    bool paused = false;
+    TimeNs paused_since = 0;
+    uint64_t ingress_bytes = 0;
+    bool pause_sent = false;
     // Two FIFOs linked through the packet slots: priority (trimmed headers,
     // ACKs) and data.
     uint32_t hi_head = kNil, hi_tail = kNil, lo_head = kNil, lo_tail = kNil;
@@ -153,7 +170,7 @@ class Fabric {
     uint64_t seed = 0;
     std::vector<uint32_t> route;  // per destination host: ECMP group index
   };
-  enum class Ev : uint8_t { kDeliver, kTxDone, kHostTimer, kCall };
+  enum class Ev : uint8_t { kDeliver, kTxDone, kHostTimer, kCall, kPause, kResume };
   struct Event {
     TimeNs at;
     uint64_t seq;
@@ -173,6 +190,8 @@ class Fabric {
   void deliver(int port, uint32_t slot);
   void enqueue(int port, uint32_t slot);
   void start_tx(int port);
+  void pfc_account(int in_port, int64_t delta);
+  void set_paused(int port, bool paused);
   void host_send(int host);
   void schedule_host_timer(int host);
   int host_of_ip(uint32_t ip) const;
@@ -194,6 +213,7 @@ class Fabric {
   uint32_t slot_bytes_;
   std::vector<uint8_t> slots_;
   std::vector<uint32_t> slot_len_, slot_next_;
+  std::vector<int32_t> slot_in_;  // the port a switch received the frame from
   uint32_t free_ = kNil;
   FabricStats stats_;
 };

@@ -38,10 +38,10 @@ Profile profile_named(const std::string& name) {
   p.name = name;
   if (name == "braid") {
     p.entropies = 64;
-  } else if (name == "single-path") {
-    p.entropies = 1;
+  } else if (name == "single-path" || name == "pfc") {
+    p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
   } else {
-    throw std::invalid_argument("unknown profile '" + name + "' (braid, single-path)");
+    throw std::invalid_argument("unknown profile '" + name + "' (braid, single-path, pfc)");
   }
   return p;
 }
@@ -345,6 +345,8 @@ Summary Experiment::summarize(double wall_s) const {
   s.fabric_ecn = fs.ecn_marked;
   s.bytes_lost = fs.bytes_lost;
   s.events = fs.events;
+  s.pauses = fs.pauses;
+  s.paused_ns = fs.paused_ns;
   for (int p = 0; p < fabric_.port_count(); ++p) {
     s.peak_queue_bytes = std::max(s.peak_queue_bytes, fabric_.port_stats(p).peak_queue_bytes);
   }

@@ -71,6 +71,8 @@ struct Summary {
   uint64_t retransmits = 0, timeouts = 0, trimmed_received = 0, nacks = 0;
   uint64_t fabric_dropped = 0, fabric_trimmed = 0, fabric_ecn = 0, bytes_lost = 0;
   uint64_t peak_queue_bytes = 0;
+  uint64_t pauses = 0;
+  TimeNs paused_ns = 0;  // PFC pause time summed over ports
   uint64_t events = 0;
   double wall_s = 0;
   TimeNs last_end = 0;

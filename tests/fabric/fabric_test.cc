@@ -326,5 +326,36 @@ TEST(FabricEvents, AGrayLinkDropsEverythingItCarriesSilently) {
   EXPECT_EQ(x.fabric().stats().bytes_lost > 0, true);
 }
 
+// A lossless fabric: an incast and a permutation at once with queues far
+// smaller than the offered load drop nothing; switches pause their senders
+// (hosts included) and every flow completes intact.
+TEST(FabricPfc, NeverDropsAndPausesTheSenders) {
+  ExperimentConfig c = small_fat_tree("pfc", false);
+  c.topo.sw.pfc = true;
+  c.topo.sw.buffer_bytes = 40'000;  // what a lossy port would drop beyond
+  c.topo.sw.pfc_xoff_bytes = 20'000;
+  c.topo.sw.pfc_xon_bytes = 20'000 - 2 * 4224;
+  c.topo.sw.ecn_kmin_bytes = 0;
+  c.verify = true;
+  Experiment x(c);
+  for (const FlowSpec& f : incast(16, 12, 0, 256 * 1024)) x.add_flow(f);
+  ASSERT_TRUE(x.run(1'000'000'000));
+  for (const FlowResult& r : x.results()) {
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.data_ok);
+    EXPECT_EQ(r.sender.retransmits, 0u);
+  }
+  const FabricStats& fs = x.fabric().stats();
+  EXPECT_EQ(fs.dropped, 0u);
+  EXPECT_EQ(fs.trimmed, 0u);
+  EXPECT_GT(fs.pauses, 0u);
+  EXPECT_GT(fs.paused_ns, 0u);
+  // Some senders' own NICs were paused.
+  uint64_t host_pauses = 0;
+  for (int h = 0; h < x.hosts(); ++h)
+    host_pauses += x.fabric().port_stats(x.fabric().host_port(h)).pauses;
+  EXPECT_GT(host_pauses, 0u);
+}
+
 }  // namespace
 }  // namespace braid::fabric
