@@ -100,6 +100,9 @@ def failure_plot(in_dir, out_dir, name, title, event_us):
         t, g = rate_gbps(rows)
         ax.plot(t, g, label=profile)
     ax.axvline(event_us, color="red", linestyle="--", label="event")
+    # The first milliseconds: the transfer and its disturbance. Flows that
+    # end much later (in a retry limit) are in the tables.
+    ax.set_xlim(0, 10 * event_us)
     ax.set_xlabel("time (us)")
     ax.set_ylabel("aggregate goodput (Gb/s)")
     ax.set_title(title)
