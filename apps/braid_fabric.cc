@@ -47,6 +47,9 @@ struct Options {
   double degrade_fraction = 0.25;
   double link_down_at_us = -1;
   double gray_at_us = -1;
+  double gray_fraction = 1.0;
+  bool ecn_dequeue = false;
+  std::string json;
   // Time series.
   std::string timeseries;
   double sample_us = 10;
@@ -105,6 +108,7 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
     t.sw.pfc_xoff_bytes = static_cast<uint32_t>(0.25 * bdp);
     t.sw.pfc_xon_bytes = t.sw.pfc_xoff_bytes - 2 * (p.mtu + 128);
   }
+  t.sw.ecn_at_dequeue = o.ecn_dequeue;
   if (o.ecn) {
     t.sw.ecn_kmin_bytes = static_cast<uint32_t>(o.ecn_kmin * bdp);
     t.sw.ecn_kmax_bytes = static_cast<uint32_t>(o.ecn_kmax * bdp);
@@ -121,6 +125,7 @@ std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes) {
   if (o.scenario == "single") return {FlowSpec{0, hosts - 1, bytes, 0}};
   if (o.scenario == "all-to-all") return all_to_all(hosts, bytes);
   if (o.scenario == "allreduce") return ring_allreduce(hosts, bytes);
+  if (o.scenario == "halving-doubling") return halving_doubling_allreduce(hosts, bytes);
   if (o.scenario == "victim" || o.scenario == "victim-alone") {
     std::vector<FlowSpec> f;
     if (o.scenario == "victim") {
@@ -168,9 +173,10 @@ void schedule_events(const Options& o, Experiment& x) {
   }
   if (o.gray_at_us >= 0 && !t.core_links.empty()) {
     const int port = t.core_links[0];
-    f.at(static_cast<TimeNs>(o.gray_at_us * 1000), [&f, port] {
-      f.set_port_loss(port, 1.0);
-      f.set_port_loss(port + 1, 1.0);
+    const double fraction = o.gray_fraction;
+    f.at(static_cast<TimeNs>(o.gray_at_us * 1000), [&f, port, fraction] {
+      f.set_port_loss(port, fraction);
+      f.set_port_loss(port + 1, fraction);
     });
   }
 }
@@ -184,8 +190,8 @@ int main(int argc, char** argv) {
       "transport profiles (docs/fabric-results.md)"};
   app.add_option("--scenario", o.scenario,
                  "permutation, incast, single (one flow alone), all-to-all, allreduce (ring), "
-                 "victim (a flow into a host under the same edge as a --incast incast), "
-                 "victim-alone")
+                 "halving-doubling (allreduce), victim (a flow into a host under the same edge as "
+                 "a --incast incast), victim-alone")
       ->capture_default_str();
   app.add_option("--topology", o.topology, "fat-tree or leaf-spine")->capture_default_str();
   app.add_option("-k", o.k, "fat tree arity (128 hosts at 8, 1024 at 16)")->capture_default_str();
@@ -228,6 +234,11 @@ int main(int argc, char** argv) {
                  "one top-tier link goes down (both directions) at this virtual time");
   app.add_option("--gray-at-us", o.gray_at_us,
                  "one top-tier link silently drops everything from this virtual time");
+  app.add_option("--gray-fraction", o.gray_fraction,
+                 "what the silently failing link drops (1: everything)")
+      ->capture_default_str();
+  app.add_flag("--ecn-dequeue", o.ecn_dequeue, "mark ECN on the queue a packet leaves");
+  app.add_option("--json", o.json, "write one JSON line per profile's summary to this file");
   app.add_option("--timeseries", o.timeseries,
                  "write delivered bytes and watched queues every --sample-us to this file");
   app.add_option("--sample-us", o.sample_us, "time series period")->capture_default_str();
@@ -244,8 +255,10 @@ int main(int argc, char** argv) {
   if (!o.csv.empty()) {
     csv = std::make_unique<std::ofstream>(o.csv);
     *csv << "profile,flow,src,dst,bytes,start_ns,end_ns,fct_us,goodput_pct,ok,retransmits,"
-            "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acks\n";
+            "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acked,status\n";
   }
+  std::unique_ptr<std::ofstream> json;
+  if (!o.json.empty()) json = std::make_unique<std::ofstream>(o.json);
   std::unique_ptr<std::ofstream> timeseries;
   if (!o.timeseries.empty()) {
     timeseries = std::make_unique<std::ofstream>(o.timeseries);
@@ -288,7 +301,25 @@ int main(int argc, char** argv) {
       x.sample_every(static_cast<TimeNs>(o.sample_us * 1000), ports);
     }
     const auto wall0 = std::chrono::steady_clock::now();
-    const bool all = x.run(static_cast<TimeNs>(o.time_limit_ms * 1e6));
+    // In slices of virtual time, with a progress line on stderr every few
+    // seconds of wall time for long runs.
+    const auto limit = static_cast<TimeNs>(o.time_limit_ms * 1e6);
+    constexpr TimeNs kSlice = 200'000;
+    auto last_report = wall0;
+    bool all = false;
+    for (TimeNs t = kSlice;; t += kSlice) {
+      all = x.run(std::min(t, limit));
+      if (all || t >= limit) break;
+      const auto now = std::chrono::steady_clock::now();
+      if (now - last_report > std::chrono::seconds(5)) {
+        last_report = now;
+        size_t ended = 0;
+        for (const FlowResult& r : x.results()) ended += r.end != braid::kNever ? 1 : 0;
+        fmt::print(stderr, "  {}: {:.2f} ms of virtual time, {} of {} flows done, {:.1f} s\n", name,
+                   x.fabric().now() / 1e6, ended, x.results().size(),
+                   std::chrono::duration<double>(now - wall0).count());
+      }
+    }
     const double wall =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
     const Summary s = x.summarize(wall);
@@ -298,14 +329,29 @@ int main(int argc, char** argv) {
         name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
         s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
         s.peak_queue_bytes / 1000.0, wall);
-    if (o.scenario == "allreduce") {
+    if (json) {
+      *json << fmt::format(
+          "{{\"scenario\":\"{}\",\"profile\":\"{}\",\"hosts\":{},\"bytes\":{},\"flows\":{},"
+          "\"completed\":{},\"failed\":{},\"fct_mean_us\":{:.3f},\"fct_p50_us\":{:.3f},"
+          "\"fct_p99_us\":{:.3f},\"fct_max_us\":{:.3f},\"goodput_mean_pct\":{:.3f},"
+          "\"goodput_min_pct\":{:.3f},\"jain\":{:.4f},\"retransmits\":{},\"timeouts\":{},"
+          "\"trimmed\":{},\"ecn_marked\":{},\"dropped\":{},\"bytes_lost\":{},"
+          "\"peak_queue_bytes\":{},\"pauses\":{},\"paused_us\":{:.3f},\"last_end_us\":{:.3f},"
+          "\"events\":{},\"wall_s\":{:.3f}}}\n",
+          o.scenario, name, x.hosts(), bytes, s.flows, s.completed, s.failed, s.fct_mean_us,
+          s.fct_p50_us, s.fct_p99_us, s.fct_max_us, s.goodput_mean_pct, s.goodput_min_pct, s.jain,
+          s.retransmits, s.timeouts, s.fabric_trimmed, s.fabric_ecn, s.fabric_dropped, s.bytes_lost,
+          s.peak_queue_bytes, s.pauses, s.paused_ns / 1000.0, s.last_end / 1000.0, s.events, wall);
+    }
+    if (o.scenario == "allreduce" || o.scenario == "halving-doubling") {
       // The collective ends with its last step; algorithm bandwidth as
       // collective libraries report it (the buffer's size over that time).
-      fmt::print("  {}: allreduce of {} B over {} ranks in {:.1f} us: {:.2f} GB/s algorithm "
-                 "bandwidth ({} steps)\n",
-                 name, bytes, x.hosts(), s.last_end / 1000.0,
-                 s.last_end > 0 ? static_cast<double>(bytes) / static_cast<double>(s.last_end) : 0,
-                 2 * (x.hosts() - 1));
+      fmt::print(
+          "  {}: allreduce of {} B over {} ranks in {:.1f} us: {:.2f} GB/s algorithm "
+          "bandwidth ({} steps)\n",
+          name, bytes, x.hosts(), s.last_end / 1000.0,
+          s.last_end > 0 ? static_cast<double>(bytes) / static_cast<double>(s.last_end) : 0,
+          x.results().empty() ? 0 : x.results().size() / x.hosts());
     }
     if (s.pauses > 0) {
       fmt::print("  {}: {} PFC pauses, {:.1f} us paused (summed over ports), {} bytes lost\n", name,
@@ -344,12 +390,13 @@ int main(int argc, char** argv) {
         const FlowResult& r = rs[i];
         const double fct_us = r.end == braid::kNever ? 0 : r.fct() / 1000.0;
         const double gput = fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / o.gbps * 100 : 0;
-        *csv << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{}\n", name, i,
-                            r.spec.src, r.spec.dst, r.spec.bytes, r.spec.start,
-                            r.end == braid::kNever ? -1 : static_cast<int64_t>(r.end), fct_us, gput,
-                            r.ok ? 1 : 0, r.sender.retransmits, r.sender.timeouts,
-                            r.sender.lost_inferred, r.sender.lost_nacked,
-                            r.receiver.trimmed_received, r.sender.acks_received);
+        *csv << fmt::format(
+            "{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{},{}\n", name, i, r.spec.src,
+            r.spec.dst, r.spec.bytes, r.spec.start,
+            r.end == braid::kNever ? -1 : static_cast<int64_t>(r.end), fct_us, gput, r.ok ? 1 : 0,
+            r.sender.retransmits, r.sender.timeouts, r.sender.lost_inferred, r.sender.lost_nacked,
+            r.receiver.trimmed_received, r.ecn_acked,
+            r.end == braid::kNever ? "unfinished" : braid::wc_status_name(r.status));
       }
     }
     fmt::print("  {}: {} events in {:.2f} s of wall time ({:.2f} M/s), {:.3f} ms of virtual time\n",

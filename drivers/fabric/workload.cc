@@ -31,6 +31,14 @@ uint32_t frame_overhead() {
          wire::kSesStandardSize + wire::kCrcTrailerSize;
 }
 
+// ECN-CE echoes the connection's entropies have counted.
+uint64_t ecn_count(const Connection& c) {
+  uint64_t n = 0;
+  for (uint32_t e = 0; e < c.paths().count(); ++e)
+    n += c.paths().stats(static_cast<uint8_t>(e)).ecn_marked;
+  return n;
+}
+
 }  // namespace
 
 Profile profile_named(const std::string& name) {
@@ -130,6 +138,7 @@ void Experiment::add_flow(const FlowSpec& f) {
   pair_of_.push_back(pair);
   dependents_.emplace_back();
   placed_at_start_.push_back(0);
+  ecn_at_start_.push_back(0);
   if (f.after != kNone) dependents_[f.after].push_back(results_.size() - 1);
 }
 
@@ -246,6 +255,7 @@ void Experiment::start_flow(size_t i) {
   wr.rkey = rkey;
   r.started = fabric_.now();
   placed_at_start_[i] = pr.receiver->stats().data_received;
+  ecn_at_start_[i] = ecn_count(*pr.sender);
   if (pr.sender->post_send(wr) != PostError::kOk) {
     r.ok = false;
     r.end = fabric_.now();
@@ -269,6 +279,7 @@ void Experiment::on_activity(int host) {
       r.end = fabric_.now();
       r.ok = wc[k].status == WcStatus::kSuccess;
       r.status = wc[k].status;
+      r.ecn_acked = ecn_count(*pairs_[pair_of_[i]].sender) - ecn_at_start_[i];
       --open_flows_;
       for (size_t next : dependents_[i]) {
         if (r.ok) {
@@ -379,6 +390,14 @@ std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t byte
   return flows;
 }
 
+namespace {
+// The partner distance of a halving-doubling step.
+int prev_distance(int ranks, int log2, int step) {
+  const int k = step < log2 ? step : 2 * log2 - 1 - step;
+  return ranks >> (k + 1);
+}
+}  // namespace
+
 std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes) {
   std::vector<FlowSpec> flows;
   for (int a = 0; a < hosts; ++a) {
@@ -399,6 +418,30 @@ std::vector<FlowSpec> ring_allreduce(int ranks, uint64_t bytes) {
       FlowSpec f{r, (r + 1) % ranks, chunk, 0};
       // Rank r's step waits for its predecessor's previous step to reach it.
       if (step > 0) f.after = (step - 1) * ranks + (r + ranks - 1) % ranks;
+      flows.push_back(f);
+    }
+  }
+  return flows;
+}
+
+std::vector<FlowSpec> halving_doubling_allreduce(int ranks, uint64_t bytes) {
+  if (ranks < 2 || (ranks & (ranks - 1)) != 0) {
+    throw std::invalid_argument("halving-doubling: a power of two of ranks");
+  }
+  int log2 = 0;
+  while ((1 << log2) < ranks) ++log2;
+  std::vector<FlowSpec> flows;
+  // Steps: reduce-scatter with distances ranks/2 .. 1 and sizes bytes/2 ..
+  // bytes/ranks, then allgather with distances 1 .. ranks/2 and sizes
+  // bytes/ranks .. bytes/2.
+  for (int step = 0; step < 2 * log2; ++step) {
+    const int k = step < log2 ? step : 2 * log2 - 1 - step;  // 0 .. log2-1 .. 0
+    const int distance = ranks >> (k + 1);
+    const uint64_t size = std::max<uint64_t>(1, bytes >> (k + 1));
+    for (int r = 0; r < ranks; ++r) {
+      FlowSpec f{r, r ^ distance, size, 0};
+      // Waits for the data its partner sent it in the previous step.
+      if (step > 0) f.after = (step - 1) * ranks + (r ^ prev_distance(ranks, log2, step - 1));
       flows.push_back(f);
     }
   }

@@ -59,7 +59,8 @@ struct FlowResult {
   bool ok = false;
   WcStatus status = WcStatus::kSuccess;  // the sender's completion
   bool data_ok = true;                   // with verify: the destination holds the source's bytes
-  ConnectionStats sender, receiver;
+  ConnectionStats sender, receiver;      // of the connection it ran on (shared by its host pair)
+  uint64_t ecn_acked = 0;  // its packets acknowledged with ECN-CE (the sender's entropy counters)
   TimeNs fct() const { return end == kNever || started == kNever ? kNever : end - started; }
 };
 
@@ -131,9 +132,10 @@ class Experiment {
   std::vector<HostState> state_;
   std::vector<FlowResult> results_;
   std::vector<Pair> pairs_;
-  std::vector<int> pair_of_;                             // per flow
-  std::vector<std::vector<size_t>> dependents_;          // per flow: flows waiting for it
-  std::vector<uint64_t> placed_at_start_;                // per flow: its pair's placed packets then
+  std::vector<int> pair_of_;                     // per flow
+  std::vector<std::vector<size_t>> dependents_;  // per flow: flows waiting for it
+  std::vector<uint64_t> placed_at_start_;        // per flow: its pair's placed packets then
+  std::vector<uint64_t> ecn_at_start_;           // per flow: its pair's ECN-marked count then
   std::vector<std::vector<uint8_t>> src_mem_, dst_mem_;  // per flow with verify
   std::vector<uint8_t> scratch_src_, scratch_dst_;
   TimeNs sample_period_ = 0;
@@ -155,5 +157,10 @@ std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes);
 // steps in which every rank writes bytes/ranks to the next; a rank's step
 // starts when its predecessor's previous step has reached it.
 std::vector<FlowSpec> ring_allreduce(int ranks, uint64_t bytes);
+// Halving-doubling allreduce (ranks a power of two): log2(ranks) steps of
+// recursive halving (reduce-scatter: bytes/2, /4, ... to the partner at
+// distance ranks/2, /4, ...), then the same steps in reverse (allgather).
+// A rank's step starts when its partner's previous step has reached it.
+std::vector<FlowSpec> halving_doubling_allreduce(int ranks, uint64_t bytes);
 
 }  // namespace braid::fabric

@@ -241,21 +241,31 @@ TEST(FabricInvariants, PermutationsDeliverEveryByteOnceAcrossSeeds) {
   }
 }
 
-// A ring allreduce: each step of a rank starts once its predecessor's
-// previous step has completed, and every chunk arrives intact.
-TEST(FabricWorkloads, RingAllreduceStepsWaitForTheirPredecessors) {
-  ExperimentConfig c = small_fat_tree();
-  c.verify = true;
-  Experiment x(c);
-  const std::vector<FlowSpec> flows = ring_allreduce(8, 8 * 64 * 1024);
-  ASSERT_EQ(flows.size(), 8u * 14u);
-  for (const FlowSpec& f : flows) x.add_flow(f);
-  ASSERT_TRUE(x.run(1'000'000'000));
-  for (const FlowResult& r : x.results()) {
-    EXPECT_TRUE(r.ok);
-    EXPECT_TRUE(r.data_ok);
-    if (r.spec.after != kNone) {
-      EXPECT_GE(r.started, x.results()[r.spec.after].end);
+// Allreduces: each step of a rank starts once the data it waits for (its
+// predecessor's, or its partner's, previous step) has arrived, and every
+// chunk arrives intact.
+TEST(FabricWorkloads, AllreduceStepsWaitForTheDataTheyNeed) {
+  for (bool ring : {true, false}) {
+    ExperimentConfig c = small_fat_tree();
+    c.verify = true;
+    Experiment x(c);
+    const std::vector<FlowSpec> flows =
+        ring ? ring_allreduce(8, 8 * 64 * 1024) : halving_doubling_allreduce(16, 16 * 64 * 1024);
+    ASSERT_EQ(flows.size(), ring ? 8u * 14u : 16u * 8u);
+    for (const FlowSpec& f : flows) x.add_flow(f);
+    ASSERT_TRUE(x.run(1'000'000'000));
+    for (const FlowResult& r : x.results()) {
+      EXPECT_TRUE(r.ok);
+      EXPECT_TRUE(r.data_ok);
+      if (r.spec.after == kNone) continue;
+      const FlowResult& before = x.results()[r.spec.after];
+      EXPECT_EQ(before.spec.dst, r.spec.src);  // it waits for data sent to it
+      EXPECT_GE(r.started, before.end);
+    }
+    if (!ring) {  // halving then doubling: sizes 1/2 .. 1/16 .. 1/2
+      EXPECT_EQ(x.results().front().spec.bytes, 8u * 64 * 1024);
+      EXPECT_EQ(x.results()[3 * 16].spec.bytes, 64u * 1024);
+      EXPECT_EQ(x.results().back().spec.bytes, 8u * 64 * 1024);
     }
   }
 }
