@@ -281,14 +281,25 @@ void Experiment::on_activity(int host) {
       r.status = wc[k].status;
       r.ecn_acked = ecn_count(*pairs_[pair_of_[i]].sender) - ecn_at_start_[i];
       --open_flows_;
-      for (size_t next : dependents_[i]) {
-        if (r.ok) {
+      if (r.ok) {
+        for (size_t next : dependents_[i]) {
           fabric_.at(fabric_.now(), [this, next] { start_flow(next); });
-        } else {  // a step that failed fails what waits for it
-          results_[next].end = fabric_.now();
-          results_[next].ok = false;
-          --open_flows_;
         }
+        continue;
+      }
+      // A step that failed fails what waits for it, and so on: those never
+      // start (reported as flushed, as a QP in error flushes its queue).
+      std::vector<size_t> waiting(dependents_[i]);
+      while (!waiting.empty()) {
+        const size_t next = waiting.back();
+        waiting.pop_back();
+        FlowResult& d = results_[next];
+        if (d.end != kNever) continue;
+        d.end = fabric_.now();
+        d.ok = false;
+        d.status = WcStatus::kWrFlushErr;
+        --open_flows_;
+        waiting.insert(waiting.end(), dependents_[next].begin(), dependents_[next].end());
       }
     }
   }

@@ -367,5 +367,35 @@ TEST(FabricPfc, NeverDropsAndPausesTheSenders) {
   EXPECT_GT(host_pauses, 0u);
 }
 
+// A step that fails (its sender's link drops everything) fails every step
+// that waits for it, directly or not: they never start, they are reported
+// flushed, and the run ends instead of waiting forever.
+TEST(FabricWorkloads, AFailedStepFlushesEverythingThatWaitsForIt) {
+  ExperimentConfig c = small_fat_tree("single-path");
+  Experiment x(c);
+  for (const FlowSpec& f : ring_allreduce(16, 16 * 16 * 1024)) x.add_flow(f);
+  x.fabric().set_port_loss(x.fabric().host_port(5), 1.0);
+  ASSERT_TRUE(x.run(10'000'000'000));  // every flow ended
+  size_t retry = 0, flushed = 0, ok = 0;
+  for (const FlowResult& r : x.results()) {
+    ASSERT_NE(r.end, kNever);
+    if (r.ok) {
+      ++ok;
+    } else if (r.status == WcStatus::kRetryExcErr) {
+      // Rank 5 sends nothing (its data and its ACKs are lost).
+      ++retry;
+      EXPECT_TRUE(r.spec.src == 5 || r.spec.dst == 5);
+    } else {
+      EXPECT_EQ(r.status, WcStatus::kWrFlushErr);
+      // Never started, or posted on a connection of rank 5's already in error.
+      EXPECT_TRUE(r.started == kNever || r.spec.src == 5 || r.spec.dst == 5);
+      ++flushed;
+    }
+  }
+  EXPECT_GE(retry, 1u);
+  EXPECT_GT(flushed, 100u);
+  EXPECT_GT(ok, 0u);
+}
+
 }  // namespace
 }  // namespace braid::fabric
