@@ -27,6 +27,7 @@ struct Options {
   int k = 8;
   int leaves = 4, spines = 4, hosts_per_leaf = 8;
   double oversubscription = 1.0;
+  int planes = 1;
   double gbps = 100.0;
   double link_delay_us = 1.0;
   double switch_latency_us = 0.0;
@@ -89,6 +90,7 @@ TopologyConfig topology_of(const Options& o) {
   t.spines = o.spines;
   t.hosts_per_leaf = o.hosts_per_leaf;
   t.oversubscription = o.oversubscription;
+  t.planes = o.planes;
   t.host_link = LinkSpec{o.gbps, static_cast<TimeNs>(o.link_delay_us * 1000)};
   t.fabric_link = t.host_link;
   t.sw.latency_ns = static_cast<TimeNs>(o.switch_latency_us * 1000);
@@ -201,6 +203,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--oversubscription", o.oversubscription,
                  "hosts per edge switch relative to a full-bisection fabric")
+      ->capture_default_str();
+  app.add_option("--planes", o.planes,
+                 "parallel planes, a NIC port per plane on every host (entropies spread over them)")
       ->capture_default_str();
   app.add_option("--gbps", o.gbps, "link rate, Gb/s (100, 200, 400, 800)")->capture_default_str();
   app.add_option("--link-delay-us", o.link_delay_us, "propagation delay per link")
@@ -389,7 +394,8 @@ int main(int argc, char** argv) {
       for (size_t i = 0; i < rs.size(); ++i) {
         const FlowResult& r = rs[i];
         const double fct_us = r.end == braid::kNever ? 0 : r.fct() / 1000.0;
-        const double gput = fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / o.gbps * 100 : 0;
+        const double gput =
+            fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / (o.gbps * o.planes) * 100 : 0;
         *csv << fmt::format(
             "{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{},{}\n", name, i, r.spec.src,
             r.spec.dst, r.spec.bytes, r.spec.start,

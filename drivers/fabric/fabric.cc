@@ -242,36 +242,56 @@ void Fabric::schedule_host_timer(int host) {
   push(h.wake_at, Ev::kHostTimer, static_cast<uint32_t>(host));
 }
 
-// A host's NIC pulls the next frame from its endpoint when it is free: the
-// host never queues more than the frame on the wire.
+// Appends a frame to one of a port's two FIFOs.
+void Fabric::append(int port, uint32_t s, bool high) {
+  Port& p = ports_[port];
+  uint32_t& head = high ? p.hi_head : p.lo_head;
+  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
+  slot_next_[s] = kNil;
+  if (tail == kNil) {
+    head = s;
+  } else {
+    slot_next_[tail] = s;
+  }
+  tail = s;
+  p.queued_bytes += slot_len_[s];
+  if (high) p.hi_bytes += slot_len_[s];
+}
+
+// A host's NIC pulls frames from its endpoint when it can send: the host
+// never queues more than one frame per port (plane). With several planes a
+// frame leaves on the plane its entropy (UDP source port) hashes to, and
+// waits there if that port is busy. Data held by a PFC pause waits too;
+// control frames go in the class PFC spares.
 void Fabric::host_send(int host) {
   Host& h = hosts_[host];
-  const int port = nodes_[h.node].ports.at(0);
-  Port& p = ports_[port];
-  if (p.busy) return;
-  if (p.lo_head != kNil) {  // a frame held by a PFC pause
-    if (!p.paused) start_tx(port);
-    return;
+  const std::vector<int>& nic = nodes_[h.node].ports;
+  for (;;) {
+    size_t held = 0;
+    bool idle = false;
+    for (int port : nic) {
+      Port& p = ports_[port];
+      if (p.hi_head != kNil || p.lo_head != kNil) {
+        ++held;
+        if (!p.busy) start_tx(port);  // a held frame whose port is free again
+      } else if (!p.busy) {
+        idle = true;  // (paused: data pulled now waits, control goes)
+      }
+    }
+    if (!idle || held >= nic.size()) return;
+    const uint32_t s = alloc_slot();
+    const uint32_t len = h.ep->transmit(data(s), slot_bytes_, now_);
+    if (len == 0) {
+      free_slot(s);
+      return;
+    }
+    slot_len_[s] = len;
+    const uint8_t* f = data(s);
+    const bool control = (f[kIpOff + 1] >> 2) == wire::kDscpAck;
+    const int port = nic.size() == 1 ? nic[0] : nic[mix(wire::load_be16(f + kUdpOff)) % nic.size()];
+    append(port, s, control);
+    if (!ports_[port].busy) start_tx(port);
   }
-  const uint32_t s = alloc_slot();
-  const uint32_t len = h.ep->transmit(data(s), slot_bytes_, now_);
-  if (len == 0) {
-    free_slot(s);
-    return;
-  }
-  slot_len_[s] = len;
-  // The NIC queue holds just this frame (control in the class PFC spares).
-  const uint8_t dscp = data(s)[kIpOff + 1] >> 2;
-  const bool control = dscp == wire::kDscpAck;
-  slot_next_[s] = kNil;
-  if (control) {
-    p.hi_head = p.hi_tail = s;
-    p.hi_bytes = len;
-  } else {
-    p.lo_head = p.lo_tail = s;
-  }
-  p.queued_bytes = len;
-  start_tx(port);
 }
 
 void Fabric::enqueue(int port, uint32_t s) {
@@ -315,17 +335,7 @@ void Fabric::enqueue(int port, uint32_t s) {
     ++p.stats.ecn_marked;
     ++stats_.ecn_marked;
   }
-  uint32_t& head = high ? p.hi_head : p.lo_head;
-  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
-  slot_next_[s] = kNil;
-  if (tail == kNil) {
-    head = s;
-  } else {
-    slot_next_[tail] = s;
-  }
-  tail = s;
-  p.queued_bytes += len;
-  if (high) p.hi_bytes += len;
+  append(port, s, high);
   if (cfg.pfc && !high) pfc_account(slot_in_[s], len);
   p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
   if (!p.busy) start_tx(port);

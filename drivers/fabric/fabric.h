@@ -122,6 +122,8 @@ class Fabric {
   int host_port(int host) const { return nodes_[hosts_[host].node].ports.at(0); }
   int port_between(int node, int peer) const;
   int port_peer(int port) const { return ports_[port].peer; }
+  // A node's egress ports (a host's: one per plane).
+  const std::vector<int>& ports_of(int node) const { return nodes_[node].ports; }
   const PortStats& port_stats(int port) const { return ports_[port].stats; }
   uint64_t queue_bytes(int port) const { return ports_[port].queued_bytes; }
   const FabricStats& stats() const { return stats_; }
@@ -189,6 +191,7 @@ class Fabric {
   const uint8_t* data(uint32_t s) const { return &slots_[size_t{s} * slot_bytes_]; }
   void deliver(int port, uint32_t slot);
   void enqueue(int port, uint32_t slot);
+  void append(int port, uint32_t slot, bool high);
   void start_tx(int port);
   void pfc_account(int in_port, int64_t delta);
   void set_paused(int port, bool paused);

@@ -18,6 +18,9 @@ struct TopologyConfig {
   // Leaf-spine: every leaf linked once to every spine; hosts_per_leaf hosts.
   int leaves = 4, spines = 4, hosts_per_leaf = 8;
   double oversubscription = 1.0;
+  // Parallel planes: the switches are built this many times and every host
+  // has a NIC port on each (a frame takes the plane its entropy hashes to).
+  int planes = 1;
   LinkSpec host_link{100.0, 1000};
   LinkSpec fabric_link{100.0, 1000};
   SwitchConfig sw;
@@ -33,7 +36,7 @@ struct Topology {
   // The switch-to-switch links of the top tier (agg-core, leaf-spine) as
   // the egress port of the lower switch: the links failure scenarios cut.
   std::vector<int> core_links;
-  std::vector<int> host_edge;  // each host's edge switch
+  std::vector<int> host_edge;  // each host's edge switch (in plane 0)
 };
 
 // Adds the switches and links to `f` for hosts 0..cfg.hosts()-1 (already

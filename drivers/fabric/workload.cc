@@ -323,7 +323,7 @@ Summary Experiment::summarize(double wall_s) const {
   s.flows = results_.size();
   s.wall_s = wall_s;
   std::vector<double> fct, goodput;
-  const double line = cfg_.topo.host_link.gbps;
+  const double line = cfg_.topo.host_link.gbps * cfg_.topo.planes;  // all of a host's ports
   for (const FlowResult& r : results_) {
     s.retransmits += r.sender.retransmits;
     s.timeouts += r.sender.timeouts;

@@ -67,7 +67,7 @@ struct FlowResult {
 struct Summary {
   size_t flows = 0, completed = 0, failed = 0;
   double fct_mean_us = 0, fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0;
-  double goodput_mean_pct = 0, goodput_min_pct = 0;  // size / FCT, % of the host link
+  double goodput_mean_pct = 0, goodput_min_pct = 0;  // size / FCT, % of the host's links
   double jain = 0;                                   // of the goodputs
   uint64_t retransmits = 0, timeouts = 0, trimmed_received = 0, nacks = 0;
   uint64_t fabric_dropped = 0, fabric_trimmed = 0, fabric_ecn = 0, bytes_lost = 0;

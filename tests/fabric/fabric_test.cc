@@ -397,5 +397,34 @@ TEST(FabricWorkloads, AFailedStepFlushesEverythingThatWaitsForIt) {
   EXPECT_GT(ok, 0u);
 }
 
+// Two planes: every host has a NIC port on each; a connection's 64
+// entropies spread its packets over both planes (within a binomial bound of
+// half each), one entropy keeps it on one; bytes arrive intact either way.
+TEST(FabricPlanes, EntropiesSpreadAConnectionOverThePlanes) {
+  for (const char* profile : {"braid", "single-path"}) {
+    ExperimentConfig c = small_fat_tree(profile);
+    c.topo.planes = 2;
+    c.verify = true;
+    Experiment x(c);
+    EXPECT_EQ(x.topology().edges.size(), 16u);
+    EXPECT_EQ(x.fabric().port_count(), 2 * 2 * (16 + 16 + 16));
+    x.add_flow(FlowSpec{0, 15, 4 << 20, 0});
+    ASSERT_TRUE(x.run(1'000'000'000));
+    ASSERT_TRUE(x.results()[0].ok);
+    EXPECT_TRUE(x.results()[0].data_ok);
+    const Fabric& f = x.fabric();
+    std::vector<uint64_t> per_plane;
+    for (int port : f.ports_of(f.node_of_host(0))) per_plane.push_back(f.port_stats(port).packets);
+    ASSERT_EQ(per_plane.size(), 2u);
+    const double total = static_cast<double>(per_plane[0] + per_plane[1]);
+    if (std::string(profile) == "braid") {
+      // 64 entropies hashed to 2 planes: Binomial(64, 1/2) entropies each.
+      EXPECT_NEAR(per_plane[0] / total, 0.5, 4 * std::sqrt(0.25 / 64));
+    } else {
+      EXPECT_TRUE(per_plane[0] == 0 || per_plane[1] == 0);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace braid::fabric
