@@ -11,6 +11,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,6 +51,8 @@ struct Options {
   double gray_at_us = -1;
   double gray_fraction = 1.0;
   bool ecn_dequeue = false;
+  bool adaptive_routing = false;
+  std::string flows_file;
   std::string json;
   // Time series.
   std::string timeseries;
@@ -111,10 +114,40 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
     t.sw.pfc_xon_bytes = t.sw.pfc_xoff_bytes - 2 * (p.mtu + 128);
   }
   t.sw.ecn_at_dequeue = o.ecn_dequeue;
+  t.sw.adaptive_routing = o.adaptive_routing;
   if (o.ecn) {
     t.sw.ecn_kmin_bytes = static_cast<uint32_t>(o.ecn_kmin * bdp);
     t.sw.ecn_kmax_bytes = static_cast<uint32_t>(o.ecn_kmax * bdp);
   }
+}
+
+// Flows from a file: "src dst bytes [start_us [after]]" per line.
+std::vector<FlowSpec> read_flows(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw CLI::ValidationError("--flows", "cannot read " + path);
+  std::vector<FlowSpec> flows;
+  std::string line;
+  int n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    line = line.substr(0, line.find('#'));
+    std::istringstream ss(line);
+    FlowSpec f;
+    std::string size;
+    if (!(ss >> f.src)) continue;  // blank or comment
+    double start_us = 0;
+    if (!(ss >> f.dst >> size)) {
+      throw CLI::ValidationError("--flows",
+                                 path + ":" + std::to_string(n) + ": want src dst bytes");
+    }
+    f.bytes = parse_size(size);
+    if (ss >> start_us) {
+      f.start = static_cast<TimeNs>(start_us * 1000);
+      ss >> f.after;
+    }
+    flows.push_back(f);
+  }
+  return flows;
 }
 
 // The victim scenario: a 7:1 (--incast) incast into host 0 and one flow
@@ -126,6 +159,7 @@ std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes) {
   if (o.scenario == "incast") return incast(hosts, o.incast_senders, 0, bytes);
   if (o.scenario == "single") return {FlowSpec{0, hosts - 1, bytes, 0}};
   if (o.scenario == "all-to-all") return all_to_all(hosts, bytes);
+  if (o.scenario == "file") return read_flows(o.flows_file);
   if (o.scenario == "allreduce") return ring_allreduce(hosts, bytes);
   if (o.scenario == "halving-doubling") return halving_doubling_allreduce(hosts, bytes);
   if (o.scenario == "victim" || o.scenario == "victim-alone") {
@@ -193,7 +227,7 @@ int main(int argc, char** argv) {
   app.add_option("--scenario", o.scenario,
                  "permutation, incast, single (one flow alone), all-to-all, allreduce (ring), "
                  "halving-doubling (allreduce), victim (a flow into a host under the same edge as "
-                 "a --incast incast), victim-alone")
+                 "a --incast incast), victim-alone, file (--flows)")
       ->capture_default_str();
   app.add_option("--topology", o.topology, "fat-tree or leaf-spine")->capture_default_str();
   app.add_option("-k", o.k, "fat tree arity (128 hosts at 8, 1024 at 16)")->capture_default_str();
@@ -243,6 +277,11 @@ int main(int argc, char** argv) {
                  "what the silently failing link drops (1: everything)")
       ->capture_default_str();
   app.add_flag("--ecn-dequeue", o.ecn_dequeue, "mark ECN on the queue a packet leaves");
+  app.add_flag("--adaptive-routing", o.adaptive_routing,
+               "switches send each packet to the shortest queue of its group instead of ECMP");
+  app.add_option("--flows", o.flows_file,
+                 "--scenario file: one flow per line, 'src dst bytes [start_us [after]]' "
+                 "(after: the index of a flow it waits for; # comments)");
   app.add_option("--json", o.json, "write one JSON line per profile's summary to this file");
   app.add_option("--timeseries", o.timeseries,
                  "write delivered bytes and watched queues every --sample-us to this file");
@@ -292,7 +331,12 @@ int main(int argc, char** argv) {
     finish_switch_config(ec.topo, o, ec.profile);
     ec.seed = o.seed;
     Experiment x(ec);
-    for (const FlowSpec& f : flows_of(o, x.hosts(), bytes)) x.add_flow(f);
+    try {
+      for (const FlowSpec& f : flows_of(o, x.hosts(), bytes)) x.add_flow(f);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "braid_fabric: {}\n", e.what());
+      return 2;
+    }
     schedule_events(o, x);
     if (!o.timeseries.empty()) {
       // Watched: the port into host 0 (the incast's receiver) and the first

@@ -178,6 +178,16 @@ int Fabric::route(int node, const uint8_t* f) const {
   key = mix(key ^ s.seed);
   key = mix(key ^ (uint64_t{wire::load_be32(f + kUdpOff)} << 8) ^ f[kIpOff + 9]);
   const int chosen = g[key % g.size()];
+  if (s.cfg.adaptive_routing) {
+    int best = kNone;
+    for (size_t i = 0; i < g.size(); ++i) {
+      const int p = g[(key + i) % g.size()];  // from the hashed member on: ties go its way
+      if (ports_[p].up && (best == kNone || ports_[p].queued_bytes < ports_[best].queued_bytes)) {
+        best = p;
+      }
+    }
+    if (best != kNone) return best;
+  }
   if (ports_[chosen].up) return chosen;
   // Its link is down: the switch hashes over the members still up.
   int up = 0;

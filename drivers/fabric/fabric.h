@@ -36,6 +36,10 @@ struct SwitchConfig {
   uint32_t trimmed_bytes = 106;  // Ethernet, IP, UDP and 64 bytes of UET headers
   uint8_t trim_dscp = 0x0b;
   TimeNs latency_ns = 0;  // forwarding latency, added to each packet
+  // Per-packet adaptive routing (for comparison with ECMP): each packet
+  // takes the member of its equal-cost group with the shortest queue (ties
+  // broken by the ECMP hash), whatever its entropy.
+  bool adaptive_routing = false;
   // Lossless (PFC): data queues never drop; when the data a switch holds
   // from one ingress link passes xoff bytes it pauses that link's sender
   // (after the link's delay), and resumes it below xon. ACKs and other

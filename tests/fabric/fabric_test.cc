@@ -426,5 +426,36 @@ TEST(FabricPlanes, EntropiesSpreadAConnectionOverThePlanes) {
   }
 }
 
+// Per-packet adaptive routing: one single-entropy flow from a leaf whose
+// uplinks run at half the host's rate. ECMP pins it to one uplink; with
+// adaptive routing its packets take the shortest queue and use both.
+TEST(FabricAdaptiveRouting, PacketsTakeTheShortestQueueOfTheirGroup) {
+  for (bool adaptive : {false, true}) {
+    ExperimentConfig c;
+    c.profile = profile_named("single-path");
+    c.topo.kind = TopologyConfig::Kind::kLeafSpine;
+    c.topo.leaves = 2;
+    c.topo.spines = 2;
+    c.topo.hosts_per_leaf = 2;
+    c.topo.fabric_link.gbps = 50;
+    c.topo.sw.buffer_bytes = 1u << 20;
+    c.topo.sw.adaptive_routing = adaptive;
+    c.verify = true;
+    Experiment x(c);
+    x.add_flow(FlowSpec{0, 2, 1 << 20, 0});
+    ASSERT_TRUE(x.run(1'000'000'000));
+    EXPECT_TRUE(x.results()[0].ok && x.results()[0].data_ok);
+    const Fabric& f = x.fabric();
+    const int leaf = x.topology().host_edge[0];
+    int used = 0;
+    for (int port : f.ports_of(leaf)) {
+      const int peer = f.port_peer(port);
+      if (peer == f.node_of_host(0) || peer == f.node_of_host(1)) continue;  // down to hosts
+      used += f.port_stats(port).packets > 0 ? 1 : 0;
+    }
+    EXPECT_EQ(used, adaptive ? 2 : 1) << (adaptive ? "adaptive" : "ECMP");
+  }
+}
+
 }  // namespace
 }  // namespace braid::fabric
