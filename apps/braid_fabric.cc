@@ -111,7 +111,9 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
     t.sw.trim = false;
     t.sw.pfc = true;
     t.sw.pfc_xoff_bytes = static_cast<uint32_t>(0.25 * bdp);
-    t.sw.pfc_xon_bytes = t.sw.pfc_xoff_bytes - 2 * (p.mtu + 128);
+    const uint32_t two_frames = 2 * (p.mtu + 128);
+    t.sw.pfc_xon_bytes = t.sw.pfc_xoff_bytes > 2 * two_frames ? t.sw.pfc_xoff_bytes - two_frames
+                                                              : t.sw.pfc_xoff_bytes / 2;
   }
   t.sw.ecn_at_dequeue = o.ecn_dequeue;
   t.sw.adaptive_routing = o.adaptive_routing;

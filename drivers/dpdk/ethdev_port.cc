@@ -590,15 +590,10 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 EthdevPort::~EthdevPort() {
   SigpipeGuard no_sigpipe;
   if (started_) {
-    // Frames waiting in the RX queue go back to the pool first (on a ring
-    // port, what we sent last, the ARP announcement at open, comes back
-    // there).
-    RxFrame frames[kMaxBurst];
-    for (int i = 0; i < 64; ++i) {
-      const uint16_t n = rx_burst(frames, kMaxBurst);
-      if (n == 0) break;
-      rx_release(frames, n);
-    }
+    // Frames still in the RX queue stay there: the queue and its pool
+    // outlive this port (PortSetup), and the next open reads them. (Reading
+    // them here raced a memif peer's disconnect, which the interrupt thread
+    // handles by unmapping the rings: a SEGV in rx_burst under load.)
     Eal::run_on_interrupt_thread([](void* p) { rte_eth_dev_stop(*static_cast<uint16_t*>(p)); },
                                  &port_id_);
     // Stopping a memif or vhost port raises events (its peer's disconnect)

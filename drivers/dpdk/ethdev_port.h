@@ -43,11 +43,10 @@ class EthdevPort final : public PacketIo {
   // Configures and starts the port, or returns null with *error naming the
   // cause and the fix.
   static std::unique_ptr<EthdevPort> open(const EthdevPortConfig& config, std::string* error);
-  // Returns what waits in the RX queue to the pool and stops the port. Its
-  // queues and mbuf pool stay set up: the next open with the same
-  // parameters starts it again on them (so open/close cycles grow nothing,
-  // whatever buffers are still out: in a PMD's descriptors, or a
-  // same-process peer's ring).
+  // Stops the port. Its queues and mbuf pool stay set up: the next open
+  // with the same parameters starts it again on them (so open/close cycles
+  // grow nothing, whatever buffers are still out: in a PMD's descriptors or
+  // RX queue, or a same-process peer's ring).
   ~EthdevPort() override;
 
   EthdevPort(const EthdevPort&) = delete;

@@ -244,11 +244,13 @@ void Fabric::kick(int host) {
 
 void Fabric::schedule_host_timer(int host) {
   Host& h = hosts_[host];
-  const TimeNs t = h.ep->next_timer();
-  if (t == kNever || (h.wake_at != kNever && h.wake_at <= t)) return;
+  const TimeNs next = h.ep->next_timer();
+  if (next == kNever) return;
   // A deadline already past runs at the next nanosecond: the timer wheel
   // may report a slot's start before its timers are due.
-  h.wake_at = std::max(t, now_ + 1);
+  const TimeNs t = std::max(next, now_ + 1);
+  if (h.wake_at != kNever && h.wake_at <= t) return;
+  h.wake_at = t;
   push(h.wake_at, Ev::kHostTimer, static_cast<uint32_t>(host));
 }
 
@@ -277,18 +279,19 @@ void Fabric::host_send(int host) {
   Host& h = hosts_[host];
   const std::vector<int>& nic = nodes_[h.node].ports;
   for (;;) {
-    size_t held = 0;
-    bool idle = false;
+    // A port can take a frame when it is idle, or when PFC pauses it with
+    // fewer than two data frames held and no control frame waiting: a
+    // control frame pulled then still goes (its class is never paused).
+    bool can_take = false;
     for (int port : nic) {
       Port& p = ports_[port];
-      if (p.hi_head != kNil || p.lo_head != kNil) {
-        ++held;
-        if (!p.busy) start_tx(port);  // a held frame whose port is free again
-      } else if (!p.busy) {
-        idle = true;  // (paused: data pulled now waits, control goes)
-      }
+      if ((p.hi_head != kNil || p.lo_head != kNil) && !p.busy) start_tx(port);
+      const bool empty = p.hi_head == kNil && p.lo_head == kNil;
+      const bool paused_room =
+          p.paused && p.hi_head == kNil && (p.lo_head == kNil || p.lo_head == p.lo_tail);
+      if (!p.busy && (empty || paused_room)) can_take = true;
     }
-    if (!idle || held >= nic.size()) return;
+    if (!can_take) return;
     const uint32_t s = alloc_slot();
     const uint32_t len = h.ep->transmit(data(s), slot_bytes_, now_);
     if (len == 0) {
@@ -298,9 +301,21 @@ void Fabric::host_send(int host) {
     slot_len_[s] = len;
     const uint8_t* f = data(s);
     const bool control = (f[kIpOff + 1] >> 2) == wire::kDscpAck;
-    const int port = nic.size() == 1 ? nic[0] : nic[mix(wire::load_be16(f + kUdpOff)) % nic.size()];
+    int port = nic[0];
+    if (nic.size() > 1) {
+      // The plane: a hash of the addresses and the entropy (UDP source port).
+      const uint64_t key = (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) ^
+                           wire::load_be32(f + kIpOff + 16) ^
+                           (uint64_t{wire::load_be16(f + kUdpOff)} << 48);
+      port = nic[mix(key) % nic.size()];
+    }
+    Port& p = ports_[port];
+    const bool waits = p.busy || (!control && p.paused);
     append(port, s, control);
-    if (!ports_[port].busy) start_tx(port);
+    if (!p.busy) start_tx(port);
+    // A frame that has to wait ends the pull: the NIC holds at most what
+    // its ports can send next.
+    if (waits) return;
   }
 }
 
@@ -339,8 +354,8 @@ void Fabric::enqueue(int port, uint32_t s) {
     ++stats_.trimmed;
     high = true;
   }
-  if (!cfg.ecn_at_dequeue && !control && (tos & 3) != wire::kEcnNotEct &&
-      (tos & 3) != wire::kEcnCe && wred_mark(p.queued_bytes, cfg)) {
+  if (!cfg.ecn_at_dequeue && !high && (tos & 3) != wire::kEcnNotEct && (tos & 3) != wire::kEcnCe &&
+      wred_mark(p.queued_bytes, cfg)) {
     set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
     ++p.stats.ecn_marked;
     ++stats_.ecn_marked;

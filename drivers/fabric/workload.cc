@@ -97,10 +97,9 @@ void Experiment::add_flow(const FlowSpec& f) {
   if (f.bytes == 0 || f.bytes > (1ull << 31)) {
     throw std::invalid_argument("a flow has 1 byte to 2 GiB");
   }
-  int pair = kNone;
-  for (size_t i = 0; i < pairs_.size() && pair == kNone; ++i) {
-    if (pairs_[i].src == f.src && pairs_[i].dst == f.dst) pair = static_cast<int>(i);
-  }
+  const uint64_t pair_key = (uint64_t(uint32_t(f.src)) << 32) | uint32_t(f.dst);
+  auto found = pair_index_.find(pair_key);
+  int pair = found == pair_index_.end() ? kNone : found->second;
   if (pair == kNone) {
     const Profile& p = cfg_.profile;
     ConnectionConfig c;
@@ -131,6 +130,7 @@ void Experiment::add_flow(const FlowSpec& f) {
     pr.dst_cfg.remote_ip = kIpBase + static_cast<uint32_t>(f.src);
     pairs_.push_back(pr);
     pair = static_cast<int>(pairs_.size() - 1);
+    pair_index_.emplace(pair_key, pair);
   }
   FlowResult r;
   r.spec = f;
@@ -193,7 +193,15 @@ void Experiment::set_up_flows() {
     }
   }
   open_flows_ = results_.size();
-  if (sample_period_ > 0) fabric_.at(0, [this] { take_sample(); });
+  if (sample_period_ > 0) fabric_.at(0, [this] { sample_chain(); });
+}
+
+// One sample every period while flows are open; run() adds the last one.
+void Experiment::sample_chain() {
+  take_sample();
+  if (open_flows_ > 0) {
+    fabric_.at(fabric_.now() + sample_period_, [this] { sample_chain(); });
+  }
 }
 
 void Experiment::take_sample() {
@@ -214,7 +222,6 @@ void Experiment::take_sample() {
   }
   for (int p : sample_ports_) s.queue_bytes.push_back(fabric_.queue_bytes(p));
   samples_.push_back(std::move(s));
-  if (open_flows_ > 0) fabric_.at(fabric_.now() + sample_period_, [this] { take_sample(); });
 }
 
 void Experiment::start_flow(size_t i) {
@@ -257,12 +264,33 @@ void Experiment::start_flow(size_t i) {
   placed_at_start_[i] = pr.receiver->stats().data_received;
   ecn_at_start_[i] = ecn_count(*pr.sender);
   if (pr.sender->post_send(wr) != PostError::kOk) {
+    // Its connection is in error (or full): it fails, flushed, and so does
+    // what waits for it.
     r.ok = false;
     r.end = fabric_.now();
+    r.status = WcStatus::kWrFlushErr;
     --open_flows_;
+    flush_dependents(i);
     return;
   }
   fabric_.kick(f.src);
+}
+
+// A step that failed fails what waits for it, and so on: those never
+// start (reported as flushed, as a QP in error flushes its queue).
+void Experiment::flush_dependents(size_t failed) {
+  std::vector<size_t> waiting(dependents_[failed]);
+  while (!waiting.empty()) {
+    const size_t next = waiting.back();
+    waiting.pop_back();
+    FlowResult& d = results_[next];
+    if (d.end != kNever) continue;
+    d.end = fabric_.now();
+    d.ok = false;
+    d.status = WcStatus::kWrFlushErr;
+    --open_flows_;
+    waiting.insert(waiting.end(), dependents_[next].begin(), dependents_[next].end());
+  }
 }
 
 void Experiment::on_activity(int host) {
@@ -285,21 +313,8 @@ void Experiment::on_activity(int host) {
         for (size_t next : dependents_[i]) {
           fabric_.at(fabric_.now(), [this, next] { start_flow(next); });
         }
-        continue;
-      }
-      // A step that failed fails what waits for it, and so on: those never
-      // start (reported as flushed, as a QP in error flushes its queue).
-      std::vector<size_t> waiting(dependents_[i]);
-      while (!waiting.empty()) {
-        const size_t next = waiting.back();
-        waiting.pop_back();
-        FlowResult& d = results_[next];
-        if (d.end != kNever) continue;
-        d.end = fabric_.now();
-        d.ok = false;
-        d.status = WcStatus::kWrFlushErr;
-        --open_flows_;
-        waiting.insert(waiting.end(), dependents_[next].begin(), dependents_[next].end());
+      } else {
+        flush_dependents(i);
       }
     }
   }
@@ -308,7 +323,10 @@ void Experiment::on_activity(int host) {
 bool Experiment::run(TimeNs until) {
   if (!set_up_) set_up_flows();
   fabric_.run([this] { return open_flows_ == 0; }, until);
-  if (sample_period_ > 0) take_sample();
+  if (sample_period_ > 0 && open_flows_ == 0 && !final_sampled_) {
+    final_sampled_ = true;
+    take_sample();  // the end state, once
+  }
   for (size_t i = 0; i < results_.size(); ++i) {
     FlowResult& r = results_[i];
     r.sender = pairs_[pair_of_[i]].sender->stats();
@@ -324,11 +342,16 @@ Summary Experiment::summarize(double wall_s) const {
   s.wall_s = wall_s;
   std::vector<double> fct, goodput;
   const double line = cfg_.topo.host_link.gbps * cfg_.topo.planes;  // all of a host's ports
+  // Transport counters per connection (host pair), not per flow: flows of
+  // one pair share theirs.
+  for (const Pair& pr : pairs_) {
+    if (pr.sender == nullptr) continue;
+    s.retransmits += pr.sender->stats().retransmits;
+    s.timeouts += pr.sender->stats().timeouts;
+    s.nacks += pr.sender->stats().nacks_received;
+    s.trimmed_received += pr.receiver->stats().trimmed_received;
+  }
   for (const FlowResult& r : results_) {
-    s.retransmits += r.sender.retransmits;
-    s.timeouts += r.sender.timeouts;
-    s.nacks += r.sender.nacks_received;
-    s.trimmed_received += r.receiver.trimmed_received;
     if (r.end == kNever) continue;
     if (!r.ok) {
       ++s.failed;

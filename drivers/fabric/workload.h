@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "core/completion_queue.h"
@@ -69,6 +70,7 @@ struct Summary {
   double fct_mean_us = 0, fct_p50_us = 0, fct_p99_us = 0, fct_max_us = 0;
   double goodput_mean_pct = 0, goodput_min_pct = 0;  // size / FCT, % of the host's links
   double jain = 0;                                   // of the goodputs
+  // Summed over the connections (one per host pair).
   uint64_t retransmits = 0, timeouts = 0, trimmed_received = 0, nacks = 0;
   uint64_t fabric_dropped = 0, fabric_trimmed = 0, fabric_ecn = 0, bytes_lost = 0;
   uint64_t peak_queue_bytes = 0;
@@ -124,6 +126,8 @@ class Experiment {
   void start_flow(size_t i);
   void set_up_flows();
   void take_sample();
+  void sample_chain();
+  void flush_dependents(size_t failed);
 
   ExperimentConfig cfg_;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
@@ -132,16 +136,18 @@ class Experiment {
   std::vector<HostState> state_;
   std::vector<FlowResult> results_;
   std::vector<Pair> pairs_;
-  std::vector<int> pair_of_;                     // per flow
-  std::vector<std::vector<size_t>> dependents_;  // per flow: flows waiting for it
-  std::vector<uint64_t> placed_at_start_;        // per flow: its pair's placed packets then
-  std::vector<uint64_t> ecn_at_start_;           // per flow: its pair's ECN-marked count then
+  std::unordered_map<uint64_t, int> pair_index_;  // (src << 32 | dst) -> pair
+  std::vector<int> pair_of_;                      // per flow
+  std::vector<std::vector<size_t>> dependents_;   // per flow: flows waiting for it
+  std::vector<uint64_t> placed_at_start_;         // per flow: its pair's placed packets then
+  std::vector<uint64_t> ecn_at_start_;            // per flow: its pair's ECN-marked count then
   std::vector<std::vector<uint8_t>> src_mem_, dst_mem_;  // per flow with verify
   std::vector<uint8_t> scratch_src_, scratch_dst_;
   TimeNs sample_period_ = 0;
   std::vector<int> sample_ports_;
   std::vector<Sample> samples_;
   bool set_up_ = false;
+  bool final_sampled_ = false;
   size_t open_flows_ = 0;
 };
 
