@@ -26,6 +26,14 @@ def by_profile(rows):
     return out
 
 
+def save(fig, out_dir, file_name):
+    out = os.path.join(out_dir, file_name)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def fct_cdf(in_dir, out_dir, name, title):
     path = os.path.join(in_dir, name + ".csv")
     if not os.path.exists(path):
@@ -42,11 +50,7 @@ def fct_cdf(in_dir, out_dir, name, title):
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    out = os.path.join(out_dir, name + "-fct-cdf.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out_dir, name + "-fct-cdf.png")
 
 
 def series(in_dir, name):
@@ -84,11 +88,7 @@ def incast_plot(in_dir, out_dir, name, title):
     bottom.set_xlabel("time (us)")
     bottom.set_ylabel("receiver's edge port queue (KB)")
     bottom.grid(alpha=0.3)
-    out = os.path.join(out_dir, name + "-goodput-queue.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out_dir, name + "-goodput-queue.png")
 
 
 def failure_plot(in_dir, out_dir, name, title, event_us):
@@ -108,11 +108,7 @@ def failure_plot(in_dir, out_dir, name, title, event_us):
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
-    out = os.path.join(out_dir, name + "-goodput.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out_dir, name + "-goodput.png")
 
 
 def victim_plot(in_dir, out_dir):
@@ -128,11 +124,7 @@ def victim_plot(in_dir, out_dir):
     ax.set_title("victim flow beside a 7:1 incast on its edge switch")
     ax.grid(alpha=0.3)
     ax.legend()
-    out = os.path.join(out_dir, "victim-goodput.png")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save(fig, out_dir, "victim-goodput.png")
 
 
 def main():

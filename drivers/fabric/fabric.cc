@@ -354,16 +354,23 @@ void Fabric::enqueue(int port, uint32_t s) {
     ++stats_.trimmed;
     high = true;
   }
-  if (!cfg.ecn_at_dequeue && !high && (tos & 3) != wire::kEcnNotEct && (tos & 3) != wire::kEcnCe &&
-      wred_mark(p.queued_bytes, cfg)) {
-    set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
-    ++p.stats.ecn_marked;
-    ++stats_.ecn_marked;
-  }
+  if (!cfg.ecn_at_dequeue && !high) maybe_mark_ce(port, s, cfg);
   append(port, s, high);
   if (cfg.pfc && !high) pfc_account(slot_in_[s], len);
   p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
   if (!p.busy) start_tx(port);
+}
+
+// WRED on the queue the port has now: an ECT data frame may get CE.
+void Fabric::maybe_mark_ce(int port, uint32_t s, const SwitchConfig& cfg) {
+  Port& p = ports_[port];
+  uint8_t* f = data(s);
+  const uint8_t tos = f[kIpOff + 1];
+  if ((tos & 3) == wire::kEcnNotEct || (tos & 3) == wire::kEcnCe) return;
+  if (!wred_mark(p.queued_bytes, cfg)) return;
+  set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
+  ++p.stats.ecn_marked;
+  ++stats_.ecn_marked;
 }
 
 void Fabric::start_tx(int port) {
@@ -383,15 +390,8 @@ void Fabric::start_tx(int port) {
   if (n.is_switch) {
     const SwitchConfig& cfg = switches_[n.sw].cfg;
     if (cfg.pfc && !high) pfc_account(slot_in_[s], -static_cast<int64_t>(len));
-    uint8_t* f = data(s);
-    const uint8_t tos = f[kIpOff + 1];
-    if (cfg.ecn_at_dequeue && (tos & 3) != wire::kEcnNotEct && (tos & 3) != wire::kEcnCe &&
-        (tos >> 2) != wire::kDscpAck && (tos >> 2) != cfg.trim_dscp &&
-        wred_mark(p.queued_bytes, cfg)) {
-      set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
-      ++p.stats.ecn_marked;
-      ++stats_.ecn_marked;
-    }
+    // The class was decided at enqueue: data only (not control, not trimmed).
+    if (cfg.ecn_at_dequeue && !high) maybe_mark_ce(port, s, cfg);
   }
   // Whole nanoseconds, the fractions carried to the next frame: a port's
   // clock stays exact over any number of frames.

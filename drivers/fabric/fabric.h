@@ -197,6 +197,7 @@ class Fabric {
   void enqueue(int port, uint32_t slot);
   void append(int port, uint32_t slot, bool high);
   void start_tx(int port);
+  void maybe_mark_ce(int port, uint32_t slot, const SwitchConfig& cfg);
   void pfc_account(int in_port, int64_t delta);
   void set_paused(int port, bool paused);
   void host_send(int host);
