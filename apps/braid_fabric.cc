@@ -5,6 +5,7 @@
 // reported too.
 #include <fmt/format.h>
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <chrono>
 #include <cstdio>
@@ -53,6 +54,12 @@ struct Options {
   bool ecn_dequeue = false;
   bool adaptive_routing = false;
   std::string flows_file;
+  std::vector<std::string> flow_specs;   // --flow, added to the scenario's flows
+  std::vector<std::string> event_specs;  // --event
+  // Background load.
+  double load = 0.5;
+  double duration_us = 1000;
+  double victim_at_us = -1;  // -1: half the duration
   std::string json;
   // Time series.
   std::string timeseries;
@@ -123,6 +130,33 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   }
 }
 
+// One flow: "src dst bytes [start_us [after]]". False for a blank line.
+bool parse_flow(const std::string& text, FlowSpec& f, const std::string& where) {
+  std::istringstream ss(text.substr(0, text.find('#')));
+  f = FlowSpec{};
+  std::string size, extra;
+  if (!(ss >> f.src)) {
+    if (ss.eof()) return false;  // blank or comment
+    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after]]");
+  }
+  if (!(ss >> f.dst >> size)) {
+    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after]]");
+  }
+  f.bytes = parse_size(size);
+  double start_us = 0;
+  if (ss >> start_us) {
+    if (start_us < 0) throw CLI::ValidationError("--flow", where + ": negative start");
+    f.start = static_cast<TimeNs>(start_us * 1000);
+    if (!(ss >> f.after) && !ss.eof()) {
+      throw CLI::ValidationError("--flow", where + ": 'after' is a flow's index");
+    }
+  } else if (!ss.eof()) {
+    throw CLI::ValidationError("--flow", where + ": start is in microseconds");
+  }
+  if (ss >> extra) throw CLI::ValidationError("--flow", where + ": unexpected '" + extra + "'");
+  return true;
+}
+
 // Flows from a file: "src dst bytes [start_us [after]]" per line.
 std::vector<FlowSpec> read_flows(const std::string& path) {
   std::ifstream in(path);
@@ -132,92 +166,280 @@ std::vector<FlowSpec> read_flows(const std::string& path) {
   int n = 0;
   while (std::getline(in, line)) {
     ++n;
-    line = line.substr(0, line.find('#'));
-    std::istringstream ss(line);
     FlowSpec f;
-    std::string size;
-    if (!(ss >> f.src)) continue;  // blank or comment
-    double start_us = 0;
-    if (!(ss >> f.dst >> size)) {
-      throw CLI::ValidationError("--flows",
-                                 path + ":" + std::to_string(n) + ": want src dst bytes");
-    }
-    f.bytes = parse_size(size);
-    if (ss >> start_us) {
-      f.start = static_cast<TimeNs>(start_us * 1000);
-      ss >> f.after;
-    }
-    flows.push_back(f);
+    if (parse_flow(line, f, path + ":" + std::to_string(n))) flows.push_back(f);
   }
   return flows;
 }
 
-// The victim scenario: a 7:1 (--incast) incast into host 0 and one flow
-// from the far end of the fabric into host 1, under the same edge switch.
+// A link event: "at_us kind link [value]".
+//   kind: down, up, rate (value: fraction of the link's configured rate),
+//         loss (value: the fraction of frames silently dropped, default 1);
+//   link: core:I (the I-th top-tier link, both directions; core:I:up or
+//         core:I:down for one), host:H (host H's link to its edge switch,
+//         both directions; host:H:in or host:H:out for one).
+struct EventSpec {
+  double at_us = 0;
+  std::string kind;
+  std::string link;
+  double value = 1.0;
+};
+
+EventSpec parse_event(const std::string& text) {
+  std::istringstream ss(text);
+  EventSpec e;
+  std::string extra;
+  if (!(ss >> e.at_us >> e.kind >> e.link) || e.at_us < 0) {
+    throw CLI::ValidationError("--event", "'" + text + "': want at_us kind link [value]");
+  }
+  const bool valued = static_cast<bool>(ss >> e.value);
+  if (!valued && !ss.eof()) {
+    throw CLI::ValidationError("--event", "'" + text + "': the value is a number");
+  }
+  if (ss >> extra) throw CLI::ValidationError("--event", "'" + text + "': unexpected " + extra);
+  if (e.kind == "rate") {
+    if (!valued || e.value <= 0 || e.value > 1) {
+      throw CLI::ValidationError("--event", "'" + text + "': rate wants a fraction in (0, 1]");
+    }
+  } else if (e.kind == "loss") {
+    if (e.value < 0 || e.value > 1) {
+      throw CLI::ValidationError("--event", "'" + text + "': loss wants a fraction in [0, 1]");
+    }
+  } else if (e.kind != "down" && e.kind != "up") {
+    throw CLI::ValidationError("--event", "'" + text + "': kind is down, up, rate or loss");
+  }
+  return e;
+}
+
+// The fabric ports (egress, one per direction) of an event's link.
+std::vector<int> ports_of_link(const std::string& link, Experiment& x) {
+  const Fabric& f = x.fabric();
+  const Topology& t = x.topology();
+  const auto bad = [&](const std::string& why) {
+    return CLI::ValidationError("--event", "link '" + link + "': " + why);
+  };
+  const size_t colon = link.find(':');
+  if (colon == std::string::npos) throw bad("want core:I or host:H");
+  const std::string what = link.substr(0, colon);
+  std::string rest = link.substr(colon + 1), dir;
+  if (const size_t c2 = rest.find(':'); c2 != std::string::npos) {
+    dir = rest.substr(c2 + 1);
+    rest = rest.substr(0, c2);
+  }
+  size_t used = 0;
+  long i = -1;
+  try {
+    i = std::stol(rest, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != rest.size() || i < 0) throw bad("the index is a number");
+  std::vector<int> ports;
+  if (what == "core") {
+    if (i >= static_cast<long>(t.core_links.size())) {
+      throw bad(fmt::format("the fabric has {} top-tier links", t.core_links.size()));
+    }
+    const int up = t.core_links[i];  // the lower switch's egress; +1 is the way down
+    if (dir.empty() || dir == "up") ports.push_back(up);
+    if (dir.empty() || dir == "down") ports.push_back(up + 1);
+  } else if (what == "host") {
+    if (i >= x.hosts()) throw bad(fmt::format("the fabric has {} hosts", x.hosts()));
+    const int h = static_cast<int>(i);
+    if (dir.empty() || dir == "in")
+      ports.push_back(f.port_between(t.host_edge[h], f.node_of_host(h)));
+    if (dir.empty() || dir == "out")
+      ports.push_back(f.port_between(f.node_of_host(h), t.host_edge[h]));
+  } else {
+    throw bad("want core:I or host:H");
+  }
+  if (ports.empty()) throw bad("the direction is up or down (core), in or out (host)");
+  return ports;
+}
+
+// The victim scenarios: a flow from the far end of the fabric into host 1,
+// under the same edge switch as host 0, beside a --incast incast into host
+// 0 (victim) or a --load background load (background). The victim is the
+// scenario's last flow.
 constexpr int kVictimDst = 1;
 
-std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes) {
-  if (o.scenario == "permutation") return permutation(hosts, bytes, o.seed);
-  if (o.scenario == "incast") return incast(hosts, o.incast_senders, 0, bytes);
-  if (o.scenario == "single") return {FlowSpec{0, hosts - 1, bytes, 0}};
-  if (o.scenario == "all-to-all") return all_to_all(hosts, bytes);
-  if (o.scenario == "file") return read_flows(o.flows_file);
-  if (o.scenario == "allreduce") return ring_allreduce(hosts, bytes);
-  if (o.scenario == "halving-doubling") return halving_doubling_allreduce(hosts, bytes);
-  if (o.scenario == "victim" || o.scenario == "victim-alone") {
-    std::vector<FlowSpec> f;
+bool has_victim(const std::string& scenario) {
+  return scenario == "victim" || scenario == "victim-alone" || scenario == "background";
+}
+
+// The scenario's flows, then the --flow ones; `victim` becomes the victim
+// flow's index, or -1.
+std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes, int& victim) {
+  victim = -1;
+  std::vector<FlowSpec> f;
+  if (o.scenario == "permutation") {
+    f = permutation(hosts, bytes, o.seed);
+  } else if (o.scenario == "incast") {
+    f = incast(hosts, o.incast_senders, 0, bytes);
+  } else if (o.scenario == "single") {
+    f = {FlowSpec{0, hosts - 1, bytes, 0}};
+  } else if (o.scenario == "all-to-all") {
+    f = all_to_all(hosts, bytes);
+  } else if (o.scenario == "flows" || o.scenario == "file") {
+    if (!o.flows_file.empty()) f = read_flows(o.flows_file);
+  } else if (o.scenario == "allreduce") {
+    f = ring_allreduce(hosts, bytes);
+  } else if (o.scenario == "halving-doubling") {
+    f = halving_doubling_allreduce(hosts, bytes);
+  } else if (has_victim(o.scenario)) {
     if (o.scenario == "victim") {
       for (FlowSpec s : incast(hosts, o.incast_senders, 0, bytes)) {
         if (s.src == kVictimDst || s.src == hosts - 1) s.src = (s.src + 2) % hosts;
         f.push_back(s);
       }
     }
-    f.push_back(FlowSpec{hosts - 1, kVictimDst, bytes, 0});
-    return f;
+    const auto duration = static_cast<TimeNs>(o.duration_us * 1000);
+    TimeNs victim_start = 0;
+    if (o.scenario == "background") {
+      f = poisson_load(hosts, o.load, o.gbps * o.planes, bytes, duration, o.seed);
+      victim_start =
+          o.victim_at_us >= 0 ? static_cast<TimeNs>(o.victim_at_us * 1000) : duration / 2;
+    }
+    victim = static_cast<int>(f.size());
+    f.push_back(FlowSpec{hosts - 1, kVictimDst, bytes, victim_start});
+  } else {
+    throw CLI::ValidationError("--scenario",
+                               "permutation, incast, single, all-to-all, allreduce, "
+                               "halving-doubling, victim, victim-alone, background or flows");
   }
-  throw CLI::ValidationError("--scenario",
-                             "permutation, incast, single, all-to-all, allreduce or victim");
+  int n = 0;
+  for (const std::string& spec : o.flow_specs) {
+    FlowSpec x;
+    if (parse_flow(spec, x, "--flow #" + std::to_string(++n))) f.push_back(x);
+  }
+  for (size_t i = 0; i < f.size(); ++i) {
+    if (f[i].src < 0 || f[i].src >= hosts || f[i].dst < 0 || f[i].dst >= hosts ||
+        f[i].src == f[i].dst) {
+      throw CLI::ValidationError(
+          "--flow", fmt::format("flow {}: {} -> {} is not two hosts of 0..{}", i, f[i].src,
+                                f[i].dst, hosts - 1));
+    }
+    if (f[i].after != kNone && (f[i].after < 0 || static_cast<size_t>(f[i].after) >= f.size())) {
+      throw CLI::ValidationError("--flow", fmt::format("flow {} waits for flow {}, which is not "
+                                                       "one of the {} flows",
+                                                       i, f[i].after, f.size()));
+    }
+  }
+  return f;
 }
 
-// Schedules the link events of the options on the experiment's fabric.
-void schedule_events(const Options& o, Experiment& x) {
-  Fabric& f = x.fabric();
-  const Topology& t = x.topology();
+// The link events of the options: the scenario flags (--loss-pct,
+// --degrade, --link-down-at-us, --gray-at-us) as events, then --event ones.
+std::vector<EventSpec> events_of(const Options& o, const Topology& t, int hosts) {
+  std::vector<EventSpec> ev;
   if (o.loss_pct > 0) {
     const double p = o.loss_pct / 100.0;
     if (o.loss_where == "last-hop") {
-      for (int h = 0; h < x.hosts(); ++h) {
-        f.set_port_loss(f.port_between(t.host_edge[h], f.node_of_host(h)), p);
-      }
+      for (int h = 0; h < hosts; ++h) ev.push_back({0, "loss", fmt::format("host:{}:in", h), p});
     } else {  // core: both directions of every top-tier link
-      for (int port : t.core_links) {
-        f.set_port_loss(port, p);
-        f.set_port_loss(port + 1, p);
+      for (size_t i = 0; i < t.core_links.size(); ++i) {
+        ev.push_back({0, "loss", fmt::format("core:{}", i), p});
       }
     }
   }
+  // Spread over the top tier: every 7th link.
   for (int i = 0; i < o.degrade && i < static_cast<int>(t.core_links.size()); ++i) {
-    // Spread over the top tier: every k-th link.
-    const int port = t.core_links[(i * 7) % t.core_links.size()];
-    f.set_port_rate(port, o.gbps * o.degrade_fraction);
-    f.set_port_rate(port + 1, o.gbps * o.degrade_fraction);
+    ev.push_back(
+        {0, "rate", fmt::format("core:{}", (i * 7) % t.core_links.size()), o.degrade_fraction});
   }
-  if (o.link_down_at_us >= 0 && !t.core_links.empty()) {
-    const int port = t.core_links[0];
-    f.at(static_cast<TimeNs>(o.link_down_at_us * 1000), [&f, port] {
-      f.set_port_up(port, false);
-      f.set_port_up(port + 1, false);
-    });
-  }
-  if (o.gray_at_us >= 0 && !t.core_links.empty()) {
-    const int port = t.core_links[0];
-    const double fraction = o.gray_fraction;
-    f.at(static_cast<TimeNs>(o.gray_at_us * 1000), [&f, port, fraction] {
-      f.set_port_loss(port, fraction);
-      f.set_port_loss(port + 1, fraction);
-    });
+  if (o.link_down_at_us >= 0) ev.push_back({o.link_down_at_us, "down", "core:0", 1});
+  if (o.gray_at_us >= 0) ev.push_back({o.gray_at_us, "loss", "core:0", o.gray_fraction});
+  for (const std::string& spec : o.event_specs) ev.push_back(parse_event(spec));
+  return ev;
+}
+
+// Schedules the events on the experiment's fabric (those at time 0 apply
+// at once). Throws on a link the topology does not have.
+void schedule_events(const std::vector<EventSpec>& events, double gbps, Experiment& x) {
+  Fabric& f = x.fabric();
+  for (const EventSpec& e : events) {
+    const std::vector<int> ports = ports_of_link(e.link, x);
+    std::function<void()> apply = [&f, ports, e, gbps] {
+      for (int port : ports) {
+        if (e.kind == "down" || e.kind == "up") f.set_port_up(port, e.kind == "up");
+        if (e.kind == "rate") f.set_port_rate(port, gbps * e.value);
+        if (e.kind == "loss") f.set_port_loss(port, e.value);
+      }
+    };
+    if (e.at_us == 0) {
+      apply();
+    } else {
+      f.at(static_cast<TimeNs>(e.at_us * 1000), std::move(apply));
+    }
   }
 }
+
+// Scenario files in JSON: one object whose keys are the long options'
+// names and whose values are what the command line would give them
+// (numbers, strings, booleans for flags, arrays for repeated options).
+// "flow" and "event" entries may also be objects:
+//   {"src": 0, "dst": 5, "bytes": "2M", "start_us": 10, "after": 3}
+//   {"at_us": 500, "kind": "down", "link": "core:0", "value": 0.25}
+// Options on the command line win over the file's.
+class JsonConfig : public CLI::Config {
+ public:
+  std::string to_config(const CLI::App*, bool, bool, std::string) const override {
+    throw CLI::ConfigError("braid_fabric writes no scenario files");
+  }
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& in) const override {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(in, nullptr, true, /*ignore_comments=*/true);
+    } catch (const nlohmann::json::exception& e) {
+      throw CLI::ConfigError(std::string("scenario file: ") + e.what());
+    }
+    if (!j.is_object()) throw CLI::ConfigError("scenario file: want one JSON object");
+    std::vector<CLI::ConfigItem> items;
+    for (const auto& [key, value] : j.items()) {
+      CLI::ConfigItem item;
+      item.name = key;
+      if (value.is_array()) {
+        for (const auto& v : value) item.inputs.push_back(text_of(key, v));
+      } else if (!value.is_null()) {
+        item.inputs.push_back(text_of(key, value));
+      }
+      items.push_back(std::move(item));
+    }
+    return items;
+  }
+
+ private:
+  static std::string scalar(const std::string& key, const nlohmann::json& v) {
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_boolean()) return v.get<bool>() ? "true" : "false";
+    if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+    if (v.is_number()) return fmt::format("{}", v.get<double>());
+    throw CLI::ConfigError("scenario file: '" + key + "' wants a number, string or boolean");
+  }
+  static std::string field(const std::string& key, const nlohmann::json& o, const char* name,
+                           const std::string& otherwise) {
+    if (!o.contains(name)) {
+      if (otherwise.empty()) {
+        throw CLI::ConfigError("scenario file: a '" + key + "' entry wants '" + name + "'");
+      }
+      return otherwise;
+    }
+    return scalar(key, o.at(name));
+  }
+  static std::string text_of(const std::string& key, const nlohmann::json& v) {
+    if (!v.is_object()) return scalar(key, v);
+    if (key == "flow") {
+      return field(key, v, "src", "") + " " + field(key, v, "dst", "") + " " +
+             field(key, v, "bytes", "") + " " + field(key, v, "start_us", "0") + " " +
+             field(key, v, "after", "-1");
+    }
+    if (key == "event") {
+      return field(key, v, "at_us", "") + " " + field(key, v, "kind", "") + " " +
+             field(key, v, "link", "") + " " + field(key, v, "value", "1");
+    }
+    throw CLI::ConfigError("scenario file: '" + key + "' takes no objects");
+  }
+};
 
 }  // namespace
 
@@ -229,7 +451,8 @@ int main(int argc, char** argv) {
   app.add_option("--scenario", o.scenario,
                  "permutation, incast, single (one flow alone), all-to-all, allreduce (ring), "
                  "halving-doubling (allreduce), victim (a flow into a host under the same edge as "
-                 "a --incast incast), victim-alone, file (--flows)")
+                 "a --incast incast), victim-alone, background (the victim flow in a --load "
+                 "background load), flows (only --flows and --flow)")
       ->capture_default_str();
   app.add_option("--topology", o.topology, "fat-tree or leaf-spine")->capture_default_str();
   app.add_option("-k", o.k, "fat tree arity (128 hosts at 8, 1024 at 16)")->capture_default_str();
@@ -281,14 +504,43 @@ int main(int argc, char** argv) {
   app.add_flag("--ecn-dequeue", o.ecn_dequeue, "mark ECN on the queue a packet leaves");
   app.add_flag("--adaptive-routing", o.adaptive_routing,
                "switches send each packet to the shortest queue of its group instead of ECMP");
-  app.add_option("--flows", o.flows_file,
-                 "--scenario file: one flow per line, 'src dst bytes [start_us [after]]' "
-                 "(after: the index of a flow it waits for; # comments)");
+  app.add_option(
+      "--flows", o.flows_file,
+      "--scenario flows: a file of one flow per line, 'src dst bytes [start_us [after]]' "
+      "(after: the index of a flow it waits for; # comments)");
+  app.add_option("--flow", o.flow_specs,
+                 "a flow added to the scenario's: 'src dst bytes [start_us [after]]' (repeatable)");
+  app.add_option("--event", o.event_specs,
+                 "a link event, 'at_us kind link [value]' (repeatable): kind down, up, rate "
+                 "(value: fraction of the rate) or loss (value: fraction dropped silently, default "
+                 "1); link core:I or host:H, both ways, or core:I:up|down, host:H:in|out");
+  app.add_option("--load", o.load, "background: offered load, fraction of every host's links")
+      ->capture_default_str();
+  app.add_option("--duration-us", o.duration_us, "background: flows arrive during this time")
+      ->capture_default_str();
+  app.add_option("--victim-at-us", o.victim_at_us,
+                 "background: the victim flow's start (default: half the duration)");
+  app.config_formatter(std::make_shared<JsonConfig>());
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_config("--config", "",
+                 "a scenario file: a JSON object of these options' long names and values "
+                 "(flow and event entries may be objects; see docs/fabric-results.md)");
   app.add_option("--json", o.json, "write one JSON line per profile's summary to this file");
   app.add_option("--timeseries", o.timeseries,
                  "write delivered bytes and watched queues every --sample-us to this file");
   app.add_option("--sample-us", o.sample_us, "time series period")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ConfigError& e) {
+    // CLI11 names an unknown key as if the file were INI.
+    fmt::print(stderr,
+               "braid_fabric: scenario file {}: {}\n(keys are the long options' names, as --help "
+               "lists them)\n",
+               app.get_config_ptr()->as<std::string>(), e.what());
+    return 2;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
 
   uint64_t bytes = 0;
   try {
@@ -309,7 +561,7 @@ int main(int argc, char** argv) {
   if (!o.timeseries.empty()) {
     timeseries = std::make_unique<std::ofstream>(o.timeseries);
     *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
-                << (o.scenario.rfind("victim", 0) == 0 ? ",victim_bytes" : "") << "\n";
+                << (has_victim(o.scenario) ? ",victim_bytes" : "") << "\n";
   }
   TopologyConfig topo = topology_of(o);
   fmt::print("braid_fabric: {} ({}), {} of {} B per flow, seed {}\n", o.scenario, topo.describe(),
@@ -321,6 +573,7 @@ int main(int argc, char** argv) {
       "profile", "flows", "FCT mean", "p50", "p99", "max", "gput%", "min%", "Jain", "retrans",
       "timeouts", "trimmed", "peak q KB", "wall s");
   int status = 0;
+  int victim = -1;  // the victim flow's index
   for (const std::string& name : o.profiles) {
     ExperimentConfig ec;
     try {
@@ -334,12 +587,14 @@ int main(int argc, char** argv) {
     ec.seed = o.seed;
     Experiment x(ec);
     try {
-      for (const FlowSpec& f : flows_of(o, x.hosts(), bytes)) x.add_flow(f);
+      std::vector<FlowSpec> flows = flows_of(o, x.hosts(), bytes, victim);
+      if (flows.empty()) throw CLI::ValidationError("--flow", "the scenario has no flows");
+      for (const FlowSpec& f : flows) x.add_flow(f);
+      schedule_events(events_of(o, x.topology(), x.hosts()), o.gbps, x);
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());
       return 2;
     }
-    schedule_events(o, x);
     if (!o.timeseries.empty()) {
       // Watched: the port into host 0 (the incast's receiver) and the first
       // top-tier link, both ways.
@@ -408,8 +663,8 @@ int main(int argc, char** argv) {
       fmt::print("  {}: {} PFC pauses, {:.1f} us paused (summed over ports), {} bytes lost\n", name,
                  s.pauses, s.paused_ns / 1000.0, s.bytes_lost);
     }
-    if (o.scenario == "victim" || o.scenario == "victim-alone") {
-      const FlowResult& v = x.results().back();
+    if (victim >= 0) {
+      const FlowResult& v = x.results()[victim];
       fmt::print("  {}: victim flow {} -> {}: FCT {:.1f} us\n", name, v.spec.src, v.spec.dst,
                  v.fct() / 1000.0);
     }
@@ -419,9 +674,7 @@ int main(int argc, char** argv) {
         for (uint64_t b : smp.flow_bytes) total += b;
         *timeseries << fmt::format("{},{:.3f},{}", name, smp.at / 1000.0, total);
         for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
-        if (o.scenario == "victim" || o.scenario == "victim-alone") {
-          *timeseries << "," << smp.flow_bytes.back();
-        }
+        if (victim >= 0) *timeseries << "," << smp.flow_bytes[victim];
         *timeseries << "\n";
       }
     }

@@ -21,7 +21,8 @@ run() {  # name, then braid_fabric arguments
   echo
 }
 want() { [[ $# -eq 0 ]] || [[ " $* " == *" $scenario "* ]]; }
-scenarios=(perm2m perm16m incast loss degrade linkdown gray victim allreduce k16 400g notrim)
+scenarios=(perm2m perm16m incast loss degrade linkdown gray victim background allreduce k16 400g
+           notrim)
 for scenario in "${scenarios[@]}"; do
   want "$@" || continue
   case "$scenario" in
@@ -50,7 +51,16 @@ for scenario in "${scenarios[@]}"; do
     victim)
       run victim --scenario victim --incast 7 -s 2M --timeseries "$out/victim.ts" --sample-us 10
       run victim-alone --scenario victim-alone -s 2M ;;
-    allreduce) run allreduce --scenario allreduce -s 64M --time-limit-ms 20000 ;;
+    background)
+      # Poisson arrivals of 2 MB flows between random hosts for 1 ms, with
+      # the victim flow (127 -> 1) starting half way.
+      for load in 0.5 0.8; do
+        run "background$load" --scenario background --load "$load" -s 2M --duration-us 1000 \
+          --timeseries "$out/background$load.ts" --sample-us 10
+      done ;;
+    allreduce)
+      run allreduce --scenario allreduce -s 64M --time-limit-ms 20000
+      run halving-doubling --scenario halving-doubling -s 64M --time-limit-ms 20000 ;;
     k16) run k16 --scenario permutation -k 16 -s 2M ;;
     400g) run 400g --scenario permutation -s 16M --gbps 400 ;;
     notrim) run notrim-incast8 --scenario incast --incast 8 -s 2M --no-trim ;;

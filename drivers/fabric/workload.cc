@@ -442,6 +442,24 @@ std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes) {
   return flows;
 }
 
+std::vector<FlowSpec> poisson_load(int hosts, double load, double gbps, uint64_t bytes,
+                                   TimeNs duration, uint64_t seed) {
+  std::vector<FlowSpec> flows;
+  if (hosts < 2 || load <= 0 || bytes == 0 || gbps <= 0) return flows;
+  // Flows per ns over the whole fabric: every host offers load x its rate.
+  const double per_ns = load * hosts * gbps / 8.0 / static_cast<double>(bytes);
+  std::mt19937_64 rng(seed);
+  std::exponential_distribution<double> gap(per_ns);
+  std::uniform_int_distribution<int> any(0, hosts - 1), other(0, hosts - 2);
+  for (double t = gap(rng); t < static_cast<double>(duration); t += gap(rng)) {
+    const int src = any(rng);
+    int dst = other(rng);
+    if (dst >= src) ++dst;  // uniform over the hosts but src
+    flows.push_back(FlowSpec{src, dst, bytes, static_cast<TimeNs>(t)});
+  }
+  return flows;
+}
+
 std::vector<FlowSpec> ring_allreduce(int ranks, uint64_t bytes) {
   if (ranks < 2) throw std::invalid_argument("allreduce: at least 2 ranks");
   const uint64_t chunk = std::max<uint64_t>(1, bytes / static_cast<uint64_t>(ranks));

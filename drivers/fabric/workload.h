@@ -159,6 +159,12 @@ std::vector<FlowSpec> permutation(int hosts, uint64_t bytes, uint64_t seed);
 std::vector<FlowSpec> incast(int hosts, int senders, int receiver, uint64_t bytes);
 // Every host to every other.
 std::vector<FlowSpec> all_to_all(int hosts, uint64_t bytes);
+// Background load: flows of `bytes` between uniformly random pairs of
+// distinct hosts, arriving as a Poisson process during [0, duration) at the
+// rate that offers `load` (a fraction) of every host's `gbps` of link rate
+// on average. Deterministic for a seed.
+std::vector<FlowSpec> poisson_load(int hosts, double load, double gbps, uint64_t bytes,
+                                   TimeNs duration, uint64_t seed);
 // Ring allreduce of `bytes` over `ranks` hosts (0..ranks-1): 2 (ranks - 1)
 // steps in which every rank writes bytes/ranks to the next; a rank's step
 // starts when its predecessor's previous step has reached it.

@@ -272,6 +272,52 @@ TEST(FabricWorkloads, AllreduceStepsWaitForTheDataTheyNeed) {
 
 // Samples of delivered bytes never go back, end at every flow's size, and a
 // queue watched at the incast's receiver fills.
+TEST(FabricWorkloads, PoissonLoadOffersItsLoadBetweenDistinctHostsUniformly) {
+  constexpr int kHosts = 16;
+  constexpr uint64_t kBytes = 64 * 1024;
+  constexpr TimeNs kDuration = 10'000'000;
+  const std::vector<FlowSpec> flows = poisson_load(kHosts, 0.5, 100.0, kBytes, kDuration, 7);
+  // Half of 16 hosts' 12.5 B/ns for 10 ms, in 64 KiB flows; a Poisson count
+  // has the mean as its variance: within 5 standard deviations.
+  const double mean = 0.5 * kHosts * 12.5 * kDuration / kBytes;
+  EXPECT_NEAR(static_cast<double>(flows.size()), mean, 5 * std::sqrt(mean));
+  std::vector<int> sent(kHosts), received(kHosts);
+  TimeNs last = 0;
+  for (const FlowSpec& f : flows) {
+    ASSERT_NE(f.src, f.dst);
+    ASSERT_GE(f.src, 0);
+    ASSERT_LT(f.dst, kHosts);
+    ASSERT_GE(f.start, last);  // arrivals in order
+    ASSERT_LT(f.start, kDuration);
+    EXPECT_EQ(f.bytes, kBytes);
+    EXPECT_EQ(f.after, kNone);
+    last = f.start;
+    ++sent[f.src];
+    ++received[f.dst];
+  }
+  // Each host sends and receives a binomial share of 1/16.
+  const double n = static_cast<double>(flows.size()), p = 1.0 / kHosts;
+  const double sd = std::sqrt(n * p * (1 - p));
+  for (int h = 0; h < kHosts; ++h) {
+    EXPECT_NEAR(sent[h], n * p, 5 * sd) << "host " << h;
+    EXPECT_NEAR(received[h], n * p, 5 * sd) << "host " << h;
+  }
+  // Deterministic for a seed, different for another.
+  const std::vector<FlowSpec> again = poisson_load(kHosts, 0.5, 100.0, kBytes, kDuration, 7);
+  const std::vector<FlowSpec> other = poisson_load(kHosts, 0.5, 100.0, kBytes, kDuration, 8);
+  ASSERT_EQ(again.size(), flows.size());
+  bool same = true, differs = other.size() != flows.size();
+  for (size_t i = 0; i < flows.size(); ++i) {
+    same = same && again[i].src == flows[i].src && again[i].dst == flows[i].dst &&
+           again[i].start == flows[i].start;
+    differs = differs || (i < other.size() && other[i].start != flows[i].start);
+  }
+  EXPECT_TRUE(same);
+  EXPECT_TRUE(differs);
+  EXPECT_TRUE(poisson_load(kHosts, 0, 100.0, kBytes, kDuration, 7).empty());
+  EXPECT_TRUE(poisson_load(1, 0.5, 100.0, kBytes, kDuration, 7).empty());
+}
+
 TEST(FabricWorkloads, TimeSeriesOfDeliveredBytesAndQueues) {
   ExperimentConfig c = small_fat_tree();
   Experiment x(c);
