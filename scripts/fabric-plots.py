@@ -141,6 +141,10 @@ def main():
         failure_plot(in_dir, out_dir, "gray", "16 MB permutation, a core link silently dropping "
                      "from 500 us", 500),
         victim_plot(in_dir, out_dir),
+        fct_cdf(in_dir, out_dir, "background0.5",
+                "2 MB flows between random hosts at 50% load, 128 hosts"),
+        fct_cdf(in_dir, out_dir, "background0.8",
+                "2 MB flows between random hosts at 80% load, 128 hosts"),
     ]
     for m in made:
         if m:
