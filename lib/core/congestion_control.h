@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "core/path_set.h"
 #include "core/types.h"
 
 namespace braid {
@@ -28,8 +29,6 @@ struct AckEvent {
   bool ecn = false;          // the acknowledged packet carried ECN-CE
   uint32_t inflight_bytes = 0;
 };
-
-enum class LossKind : uint8_t { kInferred, kTrimmed, kTimeout };
 
 struct LossEvent {
   TimeNs now = 0;

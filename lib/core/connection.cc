@@ -66,8 +66,6 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   reads_.resize(rd);
   rq_.resize(cfg_.rq_depth);
   rq_mask_ = cfg_.rq_depth - 1;
-  path_next_seq_.assign(paths_.count(), 0);
-  path_acked_seq_.assign(paths_.count(), 0);
   rto_ = cfg.rto_initial_ns;
 
   rto_timer_.fn = &Connection::rto_thunk;
@@ -88,9 +86,7 @@ size_t Connection::memory_footprint() const {
   return sizeof(*this) + tx_.capacity() * sizeof(TxRecord) +
          retx_queue_.capacity() * sizeof(uint32_t) + sq_.capacity() * sizeof(SendWqe) +
          rq_.capacity() * sizeof(RecvWqe) + rr_.capacity() * sizeof(ReadResponse) +
-         reads_.capacity() * sizeof(PendingRead) +
-         (path_next_seq_.capacity() + path_acked_seq_.capacity()) * sizeof(uint32_t) +
-         paths_.count() * (sizeof(EntropyStats) + sizeof(uint16_t)) + rx_.window() / 8;
+         reads_.capacity() * sizeof(PendingRead) + paths_.memory_footprint() + rx_.window() / 8;
 }
 
 void Connection::set_remote_mac(const wire::MacAddr& mac) {

@@ -15,8 +15,8 @@
 
 #include "core/completion_queue.h"
 #include "core/congestion_control.h"
-#include "core/entropy_selector.h"
 #include "core/memory_table.h"
+#include "core/path_set.h"
 #include "core/receive_window.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
@@ -140,7 +140,7 @@ class Connection {
 
   ConnectionState state() const { return state_; }
   const ConnectionStats& stats() const { return stats_; }
-  const EntropySelector& paths() const { return paths_; }
+  const PathSet& paths() const { return paths_; }
   const CongestionControl& cc() const { return cc_; }
   const ConnectionConfig& config() const { return cfg_; }
   uint32_t inflight_bytes() const { return inflight_bytes_; }
@@ -341,9 +341,7 @@ class Connection {
   std::vector<ReadResponse> rr_;
   uint32_t rr_mask_;
   uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
-  std::vector<uint32_t> path_next_seq_;   // per entropy
-  std::vector<uint32_t> path_acked_seq_;  // per entropy: highest acked path_seq + 1
-  EntropySelector paths_;
+  PathSet paths_;
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
   TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
@@ -375,7 +373,6 @@ class Connection {
   bool ack_trigger_ecn_ = false;
   bool ack_trigger_retx_ = false;
   uint32_t rcvd_bytes_ = 0;
-  uint16_t ack_entropy_cursor_ = 0;
   uint32_t sack_top_ = 0;     // base of the last ACK's block: holes below it are reported apart
   uint32_t sack_cursor_ = 0;  // the next hole block to report
   uint8_t hole_acks_due_ = 0;

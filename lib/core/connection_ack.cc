@@ -88,10 +88,9 @@ uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, ui
   a.nscc.rcvd_bytes = rcvd_bytes_ & 0xffffff;
   a.nscc.ooo_count = static_cast<uint16_t>(std::min<uint32_t>(rx_.held_out_of_order(), 0xffff));
   wire::encode_ack(buf + wire::kL2L4Size, a);
-  const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
-  ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
   ++stats_.acks_sent;
-  return finish_frame(buf, wire::kAckCcSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
+  return finish_frame(buf, wire::kAckCcSize, paths_.control_port(),
+                      static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
 uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
@@ -108,9 +107,8 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
   wire::encode_nack(buf + wire::kL2L4Size, h);
-  const uint16_t entropy = paths_.entropy(static_cast<uint8_t>(ack_entropy_cursor_));
-  ack_entropy_cursor_ = static_cast<uint16_t>((ack_entropy_cursor_ + 1) % paths_.count());
-  return finish_frame(buf, wire::kNackSize, entropy, static_cast<uint8_t>(wire::kDscpAck << 2));
+  return finish_frame(buf, wire::kNackSize, paths_.control_port(),
+                      static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
 void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
@@ -121,13 +119,7 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
   }
   r.state = TxState::kAcked;
   *acked_bytes += r.len;
-  paths_.on_acked(r.entropy);
-  // Only a packet sent once says which path delivered it: the ACK of a
-  // retransmitted one may be for its first copy, still on the old path.
-  if (r.tx_count == 1) {
-    uint32_t& hi = path_acked_seq_[r.entropy];
-    if (static_cast<int32_t>(r.path_seq + 1 - hi) > 0) hi = r.path_seq + 1;
-  }
+  paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1);
 }
 
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -231,8 +223,7 @@ void Connection::detect_losses(uint32_t base, TimeNs now) {
 
 void Connection::judge_loss(TxRecord& r, uint32_t thresh, TimeNs now) {
   if (r.state != TxState::kInFlight) return;
-  const uint32_t acked_above = path_acked_seq_[r.entropy] - 1 - r.path_seq;
-  if (static_cast<int32_t>(acked_above) >= static_cast<int32_t>(thresh)) {
+  if (paths_.overtaken_by(r.entropy, r.path_seq) >= static_cast<int32_t>(thresh)) {
     mark_lost(r, LossKind::kInferred, now);
   }
 }

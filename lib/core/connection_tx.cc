@@ -225,10 +225,9 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
       wire::kRequestSize + ses_size + payload_len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
   if (wire::kL2L4Size + udp_payload > cap) return 0;
 
-  const uint8_t e = paths_.next();
+  const uint8_t e = retx ? paths_.choose_retransmit(r.entropy) : paths_.choose();
   r.entropy = e;
-  r.path_seq = path_next_seq_[e]++;
-  paths_.on_sent(e);
+  r.path_seq = paths_.on_sent(e);
 
   uint8_t* p = buf + wire::kL2L4Size;
   wire::RequestHeader pds;
@@ -328,7 +327,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
   inflight_bytes_ -= charge(r);
-  paths_.on_lost(r.entropy);
+  paths_.on_lost(r.entropy, why);
   switch (why) {
     case LossKind::kInferred:
       ++stats_.lost_inferred;

@@ -9,8 +9,8 @@
 #include <set>
 
 #include "core/completion_queue.h"
-#include "core/entropy_selector.h"
 #include "core/memory_table.h"
+#include "core/path_set.h"
 #include "core/receive_window.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
@@ -276,14 +276,14 @@ TEST(MemoryTable, StaleKeyStaysInvalidAcrossThousandsOfReuses) {
   }
 }
 
-TEST(EntropySelector, RoundRobinCoversEveryEntropyEvenly) {
+TEST(PathSet, RoundRobinCoversEveryEntropyEvenly) {
   EntropyConfig c;
   c.count = 8;
-  EntropySelector s(c);
+  PathSet s(c);
   std::vector<int> hits(8, 0);
   std::set<uint16_t> ports;
   for (int i = 0; i < 800; ++i) {
-    const uint8_t e = s.next();
+    const uint8_t e = s.choose();
     ASSERT_LT(e, 8);
     ++hits[e];
     ports.insert(s.entropy(e));
@@ -293,11 +293,11 @@ TEST(EntropySelector, RoundRobinCoversEveryEntropyEvenly) {
   for (uint16_t p : ports) EXPECT_GE(p, 49152);
 }
 
-TEST(EntropySelector, SinglePathAndStatistics) {
+TEST(PathSet, SinglePathAndStatistics) {
   EntropyConfig c;
   c.count = 1;
-  EntropySelector s(c);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.next(), 0);
+  PathSet s(c);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.choose(), 0);
   s.on_rtt(0, 10'000);
   s.on_rtt(0, 2'000);
   s.on_ecn(0);
@@ -306,6 +306,38 @@ TEST(EntropySelector, SinglePathAndStatistics) {
   EXPECT_EQ(s.stats(0).rtt_samples, 2u);
   EXPECT_EQ(s.stats(0).ecn_marked, 1u);
   EXPECT_EQ(s.stats(0).srtt_ns, 10'000u - 10'000u / 8 + 2'000u / 8);
+}
+
+TEST(PathSet, PathSequencesSayWhatWasOvertakenOnEachPath) {
+  EntropyConfig c;
+  c.count = 2;
+  PathSet s(c);
+  // Three packets on entropy 0, one on entropy 1.
+  EXPECT_EQ(s.on_sent(0), 0u);
+  EXPECT_EQ(s.on_sent(0), 1u);
+  EXPECT_EQ(s.on_sent(1), 0u);
+  EXPECT_EQ(s.on_sent(0), 2u);
+  EXPECT_LE(s.overtaken_by(0, 0), 0);  // nothing acknowledged yet
+  s.on_acked(0, 2, /*sent_once=*/true);
+  EXPECT_EQ(s.overtaken_by(0, 0), 2);  // packet 0 was overtaken by 1 and 2 on its path ...
+  EXPECT_EQ(s.overtaken_by(0, 1), 1);
+  EXPECT_EQ(s.overtaken_by(0, 2), 0);
+  EXPECT_LE(s.overtaken_by(1, 0), 0);  // ... and entropy 1 knows nothing of it
+  // An older ACK does not move the path back; the ACK of a packet sent twice
+  // says nothing about its path.
+  s.on_acked(0, 0, true);
+  EXPECT_EQ(s.overtaken_by(0, 0), 2);
+  s.on_acked(1, 5, /*sent_once=*/false);
+  EXPECT_LE(s.overtaken_by(1, 0), 0);
+  EXPECT_EQ(s.stats(0).acked, 2u);
+  EXPECT_EQ(s.stats(1).acked, 1u);
+  EXPECT_EQ(s.stats(0).sent, 3u);
+  s.on_lost(1, LossKind::kTimeout);
+  EXPECT_EQ(s.stats(1).lost, 1u);
+  // ACKs and NACKs take every entropy in turn.
+  std::set<uint16_t> ports;
+  for (int i = 0; i < 4; ++i) ports.insert(s.control_port());
+  EXPECT_EQ(ports, (std::set<uint16_t>{s.entropy(0), s.entropy(1)}));
 }
 
 TEST(SgList, CopiesAcrossEntries) {

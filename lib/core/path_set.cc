@@ -1,22 +1,21 @@
-#include "core/entropy_selector.h"
+#include "core/path_set.h"
 
 #include <algorithm>
 
 namespace braid {
 
-EntropySelector::EntropySelector(const EntropyConfig& cfg) : cfg_(cfg) {
+PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
   cfg_.count = std::clamp<uint16_t>(cfg_.count, 1, 256);
-  ports_.resize(cfg_.count);
-  stats_.resize(cfg_.count);
+  paths_.resize(cfg_.count);
   // Keep every entropy inside the dynamic port range 49152..65535.
   for (uint16_t i = 0; i < cfg_.count; ++i) {
     const uint32_t off = (uint32_t{cfg_.base_port} + uint32_t{i} * cfg_.stride) & 0x3fff;
-    ports_[i] = static_cast<uint16_t>(0xc000 | off);
+    paths_[i].port = static_cast<uint16_t>(0xc000 | off);
   }
 }
 
-void EntropySelector::on_rtt(uint8_t i, uint64_t rtt_ns) {
-  EntropyStats& s = stats_[i];
+void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns) {
+  EntropyStats& s = paths_[i].stats;
   const uint32_t r = rtt_ns > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(rtt_ns);
   s.last_rtt_ns = r;
   s.srtt_ns = s.rtt_samples == 0 ? r : s.srtt_ns - (s.srtt_ns >> 3) + (r >> 3);
