@@ -108,7 +108,9 @@ BENCHMARK(BM_ReceiveWindowUpdate)->Arg(0)->Arg(1);
 
 // Two endpoints wired back to back, frames passed by pointer.
 struct Pair {
-  Pair(uint32_t mtu, uint16_t entropies)
+  // `idle`: connections on each side besides the measured pair, which
+  // never send (as on a server with many QPs, few of them busy).
+  Pair(uint32_t mtu, uint16_t entropies, uint16_t idle = 0)
       : a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000}),
         b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000}),
         scq(1024),
@@ -132,6 +134,21 @@ struct Pair {
     cb.remote_ip = 0xc6120001;
     qa = a.create_connection(ca, &scq, &rcq);
     qb = b.create_connection(cb, &bscq, &brcq);
+    ConnectionConfig small = c;
+    small.window_packets = 128;
+    small.sq_depth = small.rq_depth = 1;
+    small.entropy.count = 1;
+    for (uint16_t i = 0; i < idle; ++i) {
+      ConnectionConfig ia = small, ib = small;
+      ia.local_id = ib.remote_id = static_cast<uint16_t>(3 + i);
+      ib.local_id = ia.remote_id = static_cast<uint16_t>(3 + i);
+      ia.remote_mac = mac(2);
+      ia.remote_ip = 0xc6120002;
+      ib.remote_mac = mac(1);
+      ib.remote_ip = 0xc6120001;
+      a.create_connection(ia, &scq, &rcq);
+      b.create_connection(ib, &bscq, &brcq);
+    }
     src.assign(1 << 20, 0x5a);
     dst.assign(1 << 20, 0);
     rkey = b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
@@ -160,7 +177,8 @@ struct Pair {
 void BM_CoreTransfer(benchmark::State& state) {
   const uint32_t payload = static_cast<uint32_t>(state.range(0));
   const uint16_t entropies = static_cast<uint16_t>(state.range(1));
-  Pair p(payload, entropies);
+  const uint16_t idle = state.range(2) > 0 ? static_cast<uint16_t>(state.range(2)) : 0;
+  Pair p(payload, entropies, idle);
   constexpr uint32_t kBurst = 32;
   // Buffers spaced like DPDK mbufs: 2 KiB data rooms, 9 KiB for jumbo frames.
   const uint32_t kFrame = payload + 256 <= 2048 ? 2048 : 9216;
@@ -201,6 +219,13 @@ BENCHMARK(BM_CoreTransfer)
     ->Args({1024, 64})
     ->Args({4096, 64})
     ->ArgNames({"payload", "entropies"});
+// The same beside idle connections: what choosing the next connection to
+// send costs when most have nothing to send.
+BENCHMARK(BM_CoreTransfer)
+    ->Args({64, 64, 15})
+    ->Args({64, 64, 255})
+    ->Args({64, 64, 1023})
+    ->ArgNames({"payload", "entropies", "idle"});
 
 // The sender's side of an ACK alone: 960 packets are produced and received
 // with the timer paused, then the receiver's ACKs are processed timed.

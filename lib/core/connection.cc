@@ -74,12 +74,15 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   ack_timer_.owner = this;
   hold_timer_.fn = &Connection::hold_thunk;
   hold_timer_.owner = this;
+  pace_timer_.fn = &Connection::pace_thunk;
+  pace_timer_.owner = this;
 }
 
 Connection::~Connection() {
   wheel_->cancel(&rto_timer_);
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
+  wheel_->cancel(&pace_timer_);
 }
 
 size_t Connection::memory_footprint() const {
@@ -93,6 +96,7 @@ void Connection::set_remote_mac(const wire::MacAddr& mac) {
   cfg_.remote_mac = mac;
   frame_.set_dst_mac(mac);
   mac_known_ = true;
+  poke();
 }
 
 bool Connection::set_send_psn(uint32_t psn) {
@@ -129,6 +133,7 @@ PostError Connection::post_send(const SendRequest& wr) {
   w.msn = sq_tail_;
   if (consumes_receive(wr.opcode)) w.rsn = next_rsn_++;
   ++sq_tail_;
+  poke();
   return PostError::kOk;
 }
 
@@ -236,6 +241,7 @@ void Connection::set_error(WcStatus status) {
   wheel_->cancel(&rto_timer_);
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
+  wheel_->cancel(&pace_timer_);
   bool error_given = false;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
@@ -285,6 +291,7 @@ void Connection::set_error(WcStatus status) {
   // owed for what was accepted before the error: those requests are done
   // here and must complete at the peer as done.
   ack_due_ = unacked_packets_ > 0;
+  poke();
 }
 
 namespace {
@@ -329,16 +336,22 @@ void Connection::arm_rto(TimeNs now) {
 }
 
 void Connection::rto_thunk(Timer* t, TimeNs now) {
-  static_cast<Connection*>(t->owner)->on_rto(now);
+  Connection* c = static_cast<Connection*>(t->owner);
+  c->on_rto(now);
+  c->poke();
 }
 
 void Connection::ack_thunk(Timer* t, TimeNs) {
   Connection* c = static_cast<Connection*>(t->owner);
   if (c->unacked_packets_ > 0) c->ack_due_ = true;
+  c->poke();
 }
 
-void Connection::hold_thunk(Timer*, TimeNs) {
-  // Nothing to do: the hold expired, produce() will send again.
+void Connection::hold_thunk(Timer* t, TimeNs) {
+  static_cast<Connection*>(t->owner)->poke();  // the hold expired: requests may go again
+}
+void Connection::pace_thunk(Timer* t, TimeNs) {
+  static_cast<Connection*>(t->owner)->poke();  // the next data packet's time has come
 }
 
 void Connection::on_read_timeout(TimeNs now) {

@@ -17,6 +17,7 @@
 #include "core/congestion_control.h"
 #include "core/memory_table.h"
 #include "core/path_set.h"
+#include "core/ready_queue.h"
 #include "core/receive_window.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
@@ -132,11 +133,30 @@ class Connection {
 
   // A decoded packet addressed to this connection.
   void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
-  // Writes the next frame to send into buf (capacity cap). Returns its length,
-  // 0 when nothing may be sent now.
+  // Writes the next frame to send into buf (capacity cap): control first
+  // (NACK, ACK, hole ACK), then data. Returns its length, 0 when nothing
+  // may be sent now.
   uint32_t produce(uint8_t* buf, uint32_t cap, TimeNs now);
-  // True when produce() would return a frame (ignoring buffer size).
-  bool wants_to_send() const;
+  // Only a control frame (NACK, ACK, hole ACK), or only a data frame (a
+  // retransmission, a new packet or a READ response; window, congestion
+  // control and pacing allowing).
+  uint32_t produce_control(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now);
+  // Whether a control frame is due, and whether a data frame may be ready
+  // (it may still turn out that none can go: a READ limit, an RNR wait).
+  // False for data while pacing holds it back: a timer ends the wait.
+  bool control_due() const;
+  bool data_ready() const;
+  bool wants_to_send() const { return control_due() || data_ready(); }
+  // Queues the connection puts its id on whenever it may have become ready
+  // to send (a post, a packet, a timer, an error): its owner's transmit
+  // lists. An owner that polls every connection needs none.
+  void set_ready_queues(ReadyQueue* control, ReadyQueue* data) {
+    control_q_ = control;
+    data_q_ = data;
+  }
+  // Earliest time pacing lets the next data packet leave (0: not paced).
+  TimeNs next_send_at() const { return next_send_at_; }
 
   ConnectionState state() const { return state_; }
   const ConnectionStats& stats() const { return stats_; }
@@ -169,6 +189,7 @@ class Connection {
   // (before the connection goes away). True when one is due.
   bool acknowledge_now() {
     if (unacked_packets_ > 0 && state_ == ConnectionState::kActive) ack_due_ = true;
+    poke();
     return ack_due_;
   }
 
@@ -257,6 +278,16 @@ class Connection {
   static void rto_thunk(Timer* t, TimeNs now);
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
+  static void pace_thunk(Timer* t, TimeNs now);
+  void poke() {
+    if (control_q_ == nullptr) return;
+    const uint16_t id = cfg_.local_id;
+    if (!control_q_->contains(id) && control_due()) control_q_->push(id);
+    if (!data_q_->contains(id) && data_ready()) data_q_->push(id);
+  }
+  // Pacing: the next data packet waits for next_send_at_.
+  bool pacing_holds(TimeNs now);
+  void paced(uint32_t frame_len, TimeNs now);
   SendWqe* wqe_for_psn(uint32_t psn);
   // The peer refused the packet `psn`: its work request fails once it is the
   // oldest (earlier ones still complete normally).
@@ -356,6 +387,10 @@ class Connection {
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;
+  Timer pace_timer_;
+  TimeNs next_send_at_ = 0;
+  ReadyQueue* control_q_ = nullptr;
+  ReadyQueue* data_q_ = nullptr;
 
   // Receive state.
   ReceiveWindow rx_;

@@ -60,6 +60,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
     default:
       break;  // CTRL: nothing Braid needs yet
   }
+  poke();
 }
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {

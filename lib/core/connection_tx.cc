@@ -44,11 +44,14 @@ wire::SesOpcode ses_opcode(Opcode op) {
 
 }  // namespace
 
-bool Connection::wants_to_send() const {
+bool Connection::control_due() const {
   if (!mac_known_) return false;
   if (nack_count_ > 0 || ack_due_) return true;
-  if (state_ != ConnectionState::kActive) return false;
-  if (hole_acks_due_ > 0) return true;
+  return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
+}
+
+bool Connection::data_ready() const {
+  if (!mac_known_ || state_ != ConnectionState::kActive || pace_timer_.armed()) return false;
   if (retx_count_ > 0) return true;
   if (rr_tx_ == rr_tail_) {
     if (sq_tx_ == sq_tail_) return false;
@@ -69,7 +72,42 @@ uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (hole_acks_due_ > 0) {
     if (const uint32_t n = build_hole_ack(buf, cap)) return n;
   }
-  return produce_data(buf, cap, now);
+  return produce_data_frame(buf, cap, now);
+}
+
+uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (!mac_known_) return 0;
+  if (nack_count_ > 0) return build_nack(buf, cap);
+  if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
+  if (state_ != ConnectionState::kActive || hole_acks_due_ == 0) return 0;
+  return build_hole_ack(buf, cap);
+}
+
+uint32_t Connection::produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (!mac_known_ || state_ != ConnectionState::kActive) return 0;
+  if (cc_.pacing_rate_bps() == 0) return produce_data(buf, cap, now);
+  if (pacing_holds(now)) return 0;
+  const uint32_t n = produce_data(buf, cap, now);
+  if (n > 0) paced(n, now);
+  return n;
+}
+
+bool Connection::pacing_holds(TimeNs now) {
+  if (cc_.pacing_rate_bps() == 0) return false;
+  if (pace_timer_.armed()) return true;
+  if (now >= next_send_at_) return false;
+  wheel_->schedule(&pace_timer_, next_send_at_);
+  return true;
+}
+
+void Connection::paced(uint32_t frame_len, TimeNs now) {
+  const uint64_t rate = cc_.pacing_rate_bps();
+  if (rate == 0) return;
+  const TimeNs gap = uint64_t{frame_len} * 8'000'000'000ull / rate;
+  // A timer fires up to a tick late: the next packets may catch up on a
+  // little of that (two packets' time), no more, so an idle connection
+  // does not bank a burst.
+  next_send_at_ = std::max(next_send_at_, now > 2 * gap ? now - 2 * gap : 0) + gap;
 }
 
 uint32_t Connection::next_payload_len() const {

@@ -24,16 +24,21 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   cfg.crc_trailer = cfg_.crc_trailer;
   cfg.trim_dscp = cfg_.trim_dscp;
   if (conns_.size() <= cfg.local_id) conns_.resize(size_t{cfg.local_id} + 1);
-  conns_[cfg.local_id] = std::make_unique<Connection>(cfg, &mrs_, send_cq, recv_cq, &wheel_);
-  conns_[cfg.local_id]->set_immediate_ack_counter(&stats_.immediate_acks);
-  active_.push_back(cfg.local_id);
-  return conns_[cfg.local_id].get();
+  control_.reserve_ids(conns_.size());
+  data_.reserve_ids(conns_.size());
+  Connection* c =
+      (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, &mrs_, send_cq, recv_cq, &wheel_))
+          .get();
+  c->set_immediate_ack_counter(&stats_.immediate_acks);
+  c->set_ready_queues(&control_, &data_);
+  return c;
 }
 
 void Endpoint::destroy_connection(uint16_t local_id) {
   if (connection(local_id) == nullptr) return;
   conns_[local_id].reset();
-  active_.erase(std::remove(active_.begin(), active_.end(), local_id), active_.end());
+  control_.remove(local_id);
+  data_.remove(local_id);
 }
 
 void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
@@ -81,25 +86,46 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   c->on_packet(pkt_, now);
 }
 
-bool Endpoint::wants_to_send() const {
-  for (uint16_t id : active_) {
-    if (conns_[id]->wants_to_send()) return true;
-  }
-  return false;
+bool Endpoint::wants_to_send() {
+  // A queued connection may have lost what it had (its window closed, an
+  // error): those at the front are dropped here; each queues itself again
+  // when it has something.
+  while (!control_.empty() && !conns_[control_.front()]->control_due()) control_.pop();
+  if (!control_.empty()) return true;
+  while (!data_.empty() && !conns_[data_.front()]->data_ready()) data_.pop();
+  return !data_.empty();
 }
 
 uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
-  const uint32_t n = static_cast<uint32_t>(active_.size());
-  uint32_t k = tx_cursor_ < n ? tx_cursor_ : 0;
-  for (uint32_t i = 0; i < n; ++i) {
-    Connection* c = conns_[active_[k]].get();
-    if (++k == n) k = 0;
-    const uint32_t len = c->produce(buf, cap, now);
+  // Control frames first: an ACK held behind another connection's data
+  // delays the peer's window and its loss detection.
+  for (size_t n = control_.size(); n > 0; --n) {
+    const uint16_t id = control_.front();
+    Connection& c = *conns_[id];
+    const uint32_t len = c.produce_control(buf, cap, now);
+    control_.pop();
+    if (c.control_due()) control_.push(id);  // more (NACKs, hole ACKs), or no room
     if (len > 0) {
-      tx_cursor_ = k;
       ++stats_.tx_frames;
       return len;
     }
+  }
+  // Then data, a frame per connection in turn. One that sent stays queued,
+  // behind the others: whether it has more is found out on its next turn (a
+  // turn that finds nothing takes it out; it queues itself again when that
+  // changes: a window opening, a timer).
+  for (size_t n = data_.size(); n > 0; --n) {
+    const uint16_t id = data_.front();
+    const uint32_t len = conns_[id]->produce_data_frame(buf, cap, now);
+    if (len > 0) {
+      if (data_.size() > 1) {
+        data_.pop();
+        data_.push(id);
+      }
+      ++stats_.tx_frames;
+      return len;
+    }
+    data_.pop();
   }
   return 0;
 }

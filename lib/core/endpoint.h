@@ -1,7 +1,11 @@
 // An endpoint: one IPv4 address on one port, its connections, its memory
 // regions and its timers. It validates and demultiplexes received frames and
-// schedules transmission among its connections. Still sans-IO: the engine
-// (DPDK) or the simulator moves the frames and supplies the time.
+// schedules transmission among its connections: a connection queues itself
+// when it may have something to send (a post, a packet, a timer), control
+// frames (ACK, NACK) go before data, and connections take turns a frame at
+// a time; nothing scans the connections that have nothing to send. Still
+// sans-IO: the engine (DPDK) or the simulator moves the frames and supplies
+// the time.
 #pragma once
 
 #include <array>
@@ -11,6 +15,7 @@
 
 #include "core/connection.h"
 #include "core/memory_table.h"
+#include "core/ready_queue.h"
 #include "core/timing_wheel.h"
 #include "wire/frame.h"
 
@@ -56,7 +61,9 @@ class Endpoint {
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);
   // Writes up to one frame into buf. Returns its length, 0 if nothing to send.
   uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now);
-  bool wants_to_send() const;
+  // Whether a connection has something to send (it may still turn out that
+  // it cannot: transmit() then returns 0).
+  bool wants_to_send();
   // Runs expired timers.
   void advance(TimeNs now) { wheel_.advance(now); }
   TimeNs next_timer() const { return wheel_.next_deadline(); }
@@ -74,8 +81,8 @@ class Endpoint {
   MemoryRegionTable mrs_;
   TimingWheel wheel_;
   std::vector<std::unique_ptr<Connection>> conns_;
-  std::vector<uint16_t> active_;  // ids, for round-robin transmission
-  uint32_t tx_cursor_ = 0;
+  ReadyQueue control_;  // connections with an ACK or NACK due
+  ReadyQueue data_;     // connections that may have data to send
   EndpointStats stats_;
   wire::ParsedPacket pkt_;  // scratch
 };

@@ -1,0 +1,178 @@
+// The endpoint's transmit scheduler: connections queue themselves when they
+// have something to send, ACKs and NACKs go before data, connections with
+// data take turns a frame each, pacing spaces a connection's data at its
+// rate, and a connection that goes away leaves nothing behind. Virtual time.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+#include "direct_pair.h"
+
+namespace braid::test {
+namespace {
+
+struct Sent {
+  uint8_t type;   // PDS type
+  uint16_t from;  // the sending connection (spdcid)
+};
+
+Sent what(const Frame& f) {
+  wire::ParsedPacket pkt;
+  EXPECT_EQ(wire::decode_frame(f.data(), f.size(), wire::DecodeOptions{}, &pkt),
+            wire::DropReason::kNone);
+  const auto type = static_cast<wire::PdsType>(pkt.pro.type);
+  const bool ack = type == wire::PdsType::kAck || type == wire::PdsType::kAckCc;
+  return Sent{pkt.pro.type, ack ? pkt.ack.spdcid : pkt.req.spdcid};
+}
+
+bool is_ack(const Sent& s) {
+  return s.type == static_cast<uint8_t>(wire::PdsType::kAckCc);
+}
+
+// Pairs a:1 <-> b:2, a:3 <-> b:4, a:5 <-> b:6; every connection of b can
+// WRITE into a's region.
+struct ThreePairs {
+  explicit ThreePairs(ConnectionConfig c = {}) : p(c) {
+    std::tie(qa3, qb4) = p.add_pair(c, c, 3, 4);
+    std::tie(qa5, qb6) = p.add_pair(c, c, 5, 6);
+    a_mem.assign(1 << 20, 0);
+    b_mem.assign(1 << 20, 0);
+    src.assign(1 << 20, 0x5a);
+    a_key = p.a.memory().register_region(a_mem.data(), a_mem.size(), kAccessRemoteWrite, 0);
+    b_key = p.b.memory().register_region(b_mem.data(), b_mem.size(), kAccessRemoteWrite, 0);
+  }
+  // A WRITE of `len` bytes from `q` to the peer's region.
+  void write(Connection* q, uint32_t len, bool to_a) {
+    ASSERT_EQ(q->post_send(request(++ids, Opcode::kWrite, src.data(), len,
+                                   to_a ? a_mem.data() : b_mem.data(), to_a ? a_key : b_key)),
+              PostError::kOk);
+  }
+  Frame one(Endpoint& from) {
+    Frame buf(9216);
+    const uint32_t n = from.transmit(buf.data(), static_cast<uint32_t>(buf.size()), p.now);
+    buf.resize(n);
+    return buf;
+  }
+
+  DirectPair p;
+  Connection *qa3, *qb4, *qa5, *qb6;
+  std::vector<uint8_t> a_mem, b_mem, src;
+  uint32_t a_key = 0, b_key = 0;
+  uint64_t ids = 0;
+};
+
+TEST(TxScheduler, AnAckGoesBeforeAnotherConnectionsData) {
+  ThreePairs t;
+  // b's connections 4 and 6 have data for a; b's connection 2 has nothing.
+  t.write(t.qb4, 64 * 1024, true);
+  t.write(t.qb6, 64 * 1024, true);
+  // One data frame from b, so that connection 6 is next in turn.
+  ASSERT_EQ(what(t.one(t.p.b)).from, 4);
+  // A one-packet WRITE from a's connection 1 arrives at b's connection 2: it
+  // asks for an ACK at once.
+  t.write(t.p.qa, 100, false);
+  t.p.deliver(t.p.b, t.p.drain(t.p.a));
+  const Sent next = what(t.one(t.p.b));
+  EXPECT_TRUE(is_ack(next));
+  EXPECT_EQ(next.from, 2);
+  // Then data again, where the turns left off.
+  EXPECT_EQ(what(t.one(t.p.b)).from, 6);
+}
+
+TEST(TxScheduler, ConnectionsWithDataTakeTurnsAFrameEach) {
+  ThreePairs t;
+  t.write(t.qb4, 16 * 4096, true);
+  t.write(t.qb6, 8 * 4096, true);
+  std::vector<uint16_t> order;
+  for (const Frame& f : t.p.drain(t.p.b)) order.push_back(what(f).from);
+  ASSERT_EQ(order.size(), 24u);
+  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(order[i], i % 2 == 0 ? 4 : 6) << i;
+  for (size_t i = 16; i < 24; ++i) EXPECT_EQ(order[i], 4) << i;
+}
+
+TEST(TxScheduler, AnEndpointSaysWhetherItHasAnythingToSend) {
+  ThreePairs t;
+  EXPECT_FALSE(t.p.b.wants_to_send());
+  t.write(t.qb4, 4 * 4096, true);
+  EXPECT_TRUE(t.p.b.wants_to_send());
+  const auto frames = t.p.drain(t.p.b);
+  EXPECT_EQ(frames.size(), 4u);
+  EXPECT_FALSE(t.p.b.wants_to_send());  // everything sent, waiting for the ACK
+  t.p.deliver(t.p.a, frames);
+  EXPECT_TRUE(t.p.a.wants_to_send());  // the last packet asked for an ACK
+  t.p.settle();
+  EXPECT_FALSE(t.p.a.wants_to_send());
+  EXPECT_FALSE(t.p.b.wants_to_send());
+  ASSERT_EQ(poll_all(t.p.b_scq).size(), 1u);
+}
+
+TEST(TxScheduler, AConnectionDestroyedWhileQueuedLeavesNothingBehind) {
+  ThreePairs t;
+  t.write(t.qb4, 8 * 4096, true);
+  t.write(t.qb6, 8 * 4096, true);
+  ASSERT_TRUE(t.p.b.wants_to_send());
+  t.p.b.destroy_connection(4);
+  std::vector<uint16_t> from;
+  for (const Frame& f : t.p.drain(t.p.b)) from.push_back(what(f).from);
+  EXPECT_EQ(from, std::vector<uint16_t>(8, 6));
+  // Its id can be used again; the new connection starts with nothing queued.
+  ConnectionConfig c;
+  c.local_id = 4;
+  c.remote_id = 3;
+  c.remote_mac = mac_of(1);
+  c.remote_ip = kIpA;
+  ASSERT_NE(t.p.b.create_connection(c, &t.p.b_scq, &t.p.b_rcq), nullptr);
+  EXPECT_FALSE(t.p.b.wants_to_send());
+}
+
+// Sends a 64 KiB WRITE at `rate_bps` (0: unpaced) and returns when each
+// frame left, in virtual time moving 100 ns at a time.
+std::vector<std::pair<TimeNs, uint32_t>> send_paced(uint64_t rate_bps) {
+  ConnectionConfig c;
+  c.mtu = 4096;
+  c.cc.pacing_rate_bps = rate_bps;
+  DirectPair p(c);
+  std::vector<uint8_t> src(64 * 1024, 1), dst(64 * 1024);
+  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  EXPECT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64 * 1024, dst.data(), key)),
+            PostError::kOk);
+  std::vector<std::pair<TimeNs, uint32_t>> sent;
+  while (sent.size() < 16 && p.now < 1'000'000) {
+    p.a.advance(p.now);
+    for (const Frame& f : p.drain(p.a)) sent.emplace_back(p.now, static_cast<uint32_t>(f.size()));
+    if (sent.size() < 16 && rate_bps != 0) {
+      // While held back, the endpoint has nothing to send but a timer.
+      EXPECT_FALSE(p.a.wants_to_send());
+      EXPECT_LE(p.a.next_timer(), p.qa->next_send_at());
+    }
+    p.now += 100;
+  }
+  return sent;
+}
+
+TEST(TxScheduler, PacingSpacesAConnectionsDataAtItsRate) {
+  const auto unpaced = send_paced(0);
+  ASSERT_EQ(unpaced.size(), 16u);
+  EXPECT_EQ(unpaced.back().first, 0u);  // all at once: the window allows it
+
+  constexpr uint64_t kRate = 10'000'000'000;  // 10 Gb/s
+  const auto paced = send_paced(kRate);
+  ASSERT_EQ(paced.size(), 16u);
+  // Frame i leaves once the frames before it have had their time at the
+  // rate (less the two frames' catching up a late timer allows), and no
+  // later than a timer tick (1 us) plus a step (100 ns) after that.
+  uint64_t bits = 0;
+  for (size_t i = 0; i < paced.size(); ++i) {
+    const TimeNs due = bits * 1'000'000'000 / kRate;
+    const TimeNs gap = uint64_t{paced[i].second} * 8 * 1'000'000'000 / kRate;
+    EXPECT_GE(paced[i].first + 2 * gap, due) << "frame " << i;
+    EXPECT_LE(paced[i].first, due + 1'100 + 2 * gap) << "frame " << i;
+    bits += uint64_t{paced[i].second} * 8;
+  }
+  // 15 frames' time at 10 Gb/s is about 50 us: paced, not a burst.
+  EXPECT_GE(paced.back().first, 15 * paced[0].second * 8 * 1'000'000'000ull / kRate - 2'000);
+}
+
+}  // namespace
+}  // namespace braid::test
