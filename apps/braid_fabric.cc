@@ -474,7 +474,7 @@ int main(int argc, char** argv) {
   app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
   app.add_option("--profile", o.profiles,
-                 "transport profiles run side by side: braid, single-path, pfc (one entropy, "
+                 "transport profiles run side by side: braid, nscc (braid with NSCC), single-path, pfc (one entropy, "
                  "lossless fabric)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");

@@ -46,10 +46,13 @@ Profile profile_named(const std::string& name) {
   p.name = name;
   if (name == "braid") {
     p.entropies = 64;
+  } else if (name == "nscc") {
+    p.entropies = 64;
+    p.cc = CcAlgorithm::kNscc;
   } else if (name == "single-path" || name == "pfc") {
     p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
   } else {
-    throw std::invalid_argument("unknown profile '" + name + "' (braid, single-path, pfc)");
+    throw std::invalid_argument("unknown profile '" + name + "' (braid, nscc, single-path, pfc)");
   }
   return p;
 }
@@ -106,6 +109,10 @@ void Experiment::add_flow(const FlowSpec& f) {
     c.mtu = p.mtu;
     c.entropy.count = p.entropies;
     if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
+    c.cc.algorithm = p.cc;
+    c.cc.base_rtt_ns = base_rtt_ns();
+    c.cc.link_bps = static_cast<uint64_t>(cfg_.topo.host_link.gbps * 1e9);
+    c.cc.trimming = cfg_.topo.sw.trim;
     c.ack_every = p.ack_every;
     const TimeNs rto =
         p.rto_min_ns != 0 ? p.rto_min_ns : std::max<TimeNs>(100'000, 8 * base_rtt_ns());

@@ -1,67 +1,69 @@
-// The congestion-control interface of a connection: a window of bytes in
-// flight and a pacing rate, fed with ACK, ECN, NACK and loss events. The
-// algorithm is picked per connection and dispatched with a switch, not a
-// virtual call. Fixed window ships now; NSCC and DCQCN join this file's
-// switch in a later change.
+// Congestion control of a connection's sending side: a window of bytes in
+// flight and a pacing rate, fed with what ACKs, NACKs and losses say. Each
+// algorithm is a small class with the same calls, testable alone (events in,
+// window and rate out); CongestionControl holds the one a connection uses
+// and dispatches with std::visit over a variant (a switch, no virtual call),
+// keeping the window and rate in plain fields for the transmit path.
 #pragma once
 
 #include <cstdint>
+#include <variant>
 
-#include "core/path_set.h"
-#include "core/types.h"
+#include "core/cc_nscc.h"
+#include "core/cc_types.h"
 
 namespace braid {
 
-enum class CcAlgorithm : uint8_t {
-  kFixedWindow,
-};
+// The fixed window: what Braid did before congestion control, kept as a
+// profile for comparison; optionally paced at a fixed rate.
+class FixedWindowCc {
+ public:
+  explicit FixedWindowCc(const CcConfig& cfg)
+      : cwnd_(cfg.window_bytes), rate_(cfg.pacing_rate_bps) {}
+  void on_ack(const AckEvent&) {}
+  void on_loss(const LossEvent&) {}
+  uint32_t cwnd_bytes() const { return cwnd_; }
+  uint64_t rate_bps() const { return rate_; }
 
-struct CcConfig {
-  CcAlgorithm algorithm = CcAlgorithm::kFixedWindow;
-  uint32_t window_bytes = 1024 * 1024;
-  uint64_t pacing_rate_bps = 0;  // 0: not paced
-};
-
-struct AckEvent {
-  TimeNs now = 0;
-  uint32_t acked_bytes = 0;  // newly acknowledged (cumulatively or selectively)
-  uint64_t rtt_ns = 0;       // 0: no sample in this ACK
-  bool ecn = false;          // the acknowledged packet carried ECN-CE
-  uint32_t inflight_bytes = 0;
-};
-
-struct LossEvent {
-  TimeNs now = 0;
-  uint32_t lost_bytes = 0;
-  LossKind kind = LossKind::kInferred;
+ private:
+  uint32_t cwnd_;
+  uint64_t rate_;
 };
 
 class CongestionControl {
  public:
-  explicit CongestionControl(const CcConfig& cfg) : cfg_(cfg), cwnd_(cfg.window_bytes) {}
+  // packet_bytes: a full packet as the window counts it.
+  CongestionControl(const CcConfig& cfg, uint32_t packet_bytes);
 
   void on_ack(const AckEvent& e) {
-    switch (cfg_.algorithm) {
-      case CcAlgorithm::kFixedWindow:
-        (void)e;
-        break;
-    }
+    std::visit([&](auto& a) { a.on_ack(e); }, algo_);
+    sync();
   }
   void on_loss(const LossEvent& e) {
-    switch (cfg_.algorithm) {
-      case CcAlgorithm::kFixedWindow:
-        (void)e;
-        break;
-    }
+    std::visit([&](auto& a) { a.on_loss(e); }, algo_);
+    sync();
   }
 
   uint32_t cwnd_bytes() const { return cwnd_; }
-  uint64_t pacing_rate_bps() const { return cfg_.pacing_rate_bps; }
-  CcAlgorithm algorithm() const { return cfg_.algorithm; }
+  uint64_t pacing_rate_bps() const { return rate_; }
+  CcAlgorithm algorithm() const { return algorithm_; }
+  // The algorithm's own state, for tests and statistics (nullptr: another).
+  const NsccCc* nscc() const { return std::get_if<NsccCc>(&algo_); }
 
  private:
-  CcConfig cfg_;
-  uint32_t cwnd_;
+  void sync() {
+    std::visit(
+        [&](const auto& a) {
+          cwnd_ = a.cwnd_bytes();
+          rate_ = a.rate_bps();
+        },
+        algo_);
+  }
+
+  std::variant<FixedWindowCc, NsccCc> algo_;
+  CcAlgorithm algorithm_;
+  uint32_t cwnd_ = 0;
+  uint64_t rate_ = 0;
 };
 
 }  // namespace braid

@@ -35,7 +35,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
       wheel_(wheel),
       frame_(cfg.local_mac, cfg.remote_mac, cfg.local_ip, cfg.remote_ip, cfg.udp_port),
       paths_(cfg.entropy),
-      cc_(cfg.cc),
+      cc_(cfg.cc, std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1) + kPacketCharge),
       rx_(window_of(cfg), cfg.rx_psn) {
   cfg_.window_packets = window_of(cfg);
   // Messages are named by 16-bit ids on the wire and receives by 31-bit

@@ -324,7 +324,8 @@ class Connection {
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
   // An ACK_CC naming `trigger`, with the SACK bitmap of [base, base + 63].
-  uint32_t write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags);
+  // `held`: how long the triggering packet waited for this ACK here.
+  uint32_t write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags, TimeNs held);
   // Hole ACKs that may follow one ACK (each reports one more 64-PSN block).
   static constexpr uint8_t kHoleAcksPerAck = 1;
   uint32_t build_nack(uint8_t* buf, uint32_t cap);
@@ -405,6 +406,7 @@ class Connection {
   bool ack_due_ = false;
   uint32_t unacked_packets_ = 0;
   uint32_t ack_trigger_psn_ = 0;
+  TimeNs ack_trigger_at_ = 0;  // when that packet arrived
   bool ack_trigger_ecn_ = false;
   bool ack_trigger_retx_ = false;
   uint32_t rcvd_bytes_ = 0;

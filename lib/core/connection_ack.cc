@@ -32,7 +32,8 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
   const uint8_t flags =
       (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
-  const uint32_t len = write_ack(buf, trigger, base, flags);
+  const TimeNs held = now > ack_trigger_at_ ? now - ack_trigger_at_ : 0;
+  const uint32_t len = write_ack(buf, trigger, base, flags, held);
   ack_due_ = false;
   unacked_packets_ = 0;
   ack_trigger_ecn_ = false;
@@ -65,13 +66,14 @@ uint32_t Connection::build_hole_ack(uint8_t* buf, uint32_t cap) {
     const uint64_t full = span == 64 ? ~uint64_t{0} : (uint64_t{1} << span) - 1;
     if ((rx_.sack_bits(base) & full) == full) continue;  // nothing missing here
     --hole_acks_due_;
-    return write_ack(buf, cack, base, 0);
+    return write_ack(buf, cack, base, 0, 0);
   }
   hole_acks_due_ = 0;
   return 0;
 }
 
-uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags) {
+uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags,
+                               TimeNs held) {
   const uint32_t cack = rx_.cack();
   wire::AckHeader a;
   a.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
@@ -86,6 +88,8 @@ uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, ui
   a.sack_psn_offset = static_cast<uint16_t>(base - cack);
   a.sack_bitmap = rx_.sack_bits(base);
   a.nscc.rcvd_bytes = rcvd_bytes_ & 0xffffff;
+  a.nscc.service_time =
+      static_cast<uint16_t>(std::min<TimeNs>(held / wire::kServiceTimeUnitNs, 0xffff));
   a.nscc.ooo_count = static_cast<uint16_t>(std::min<uint32_t>(rx_.held_out_of_order(), 0xffff));
   wire::encode_ack(buf + wire::kL2L4Size, a);
   ++stats_.acks_sent;
@@ -118,7 +122,7 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
     return;
   }
   r.state = TxState::kAcked;
-  *acked_bytes += r.len;
+  *acked_bytes += charge(r);
   paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1);
 }
 
@@ -140,7 +144,14 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       if (a.pro.flags & wire::kAckFlagEcn) paths_.on_ecn(t.entropy);
     }
   }
-  const uint64_t rtt = sample != nullptr ? now - sample->sent_at : 0;
+  // The receiver says how long the packet waited for its ACK there (a
+  // coalesced ACK): that is not the network's delay.
+  uint64_t rtt = 0;
+  if (sample != nullptr) {
+    const uint64_t held = uint64_t{a.nscc.service_time} * wire::kServiceTimeUnitNs;
+    rtt = now - sample->sent_at;
+    rtt = rtt > held ? rtt - held : 1;
+  }
   const uint8_t sample_entropy = sample != nullptr ? sample->entropy : 0;
 
   uint32_t acked = 0;
@@ -177,7 +188,14 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       srtt_ = srtt_ - srtt_ / 8 + rtt / 8;
     }
   }
-  cc_.on_ack(AckEvent{now, acked, rtt, (a.pro.flags & wire::kAckFlagEcn) != 0, inflight_bytes_});
+  AckEvent ev;
+  ev.now = now;
+  ev.acked_bytes = acked;
+  ev.rtt_ns = rtt;
+  ev.ecn = (a.pro.flags & wire::kAckFlagEcn) != 0;
+  ev.inflight_bytes = inflight_bytes_;
+  ev.entropy = sample_entropy;
+  cc_.on_ack(ev);
 
   if (progress) {
     rnr_retries_ = 0;

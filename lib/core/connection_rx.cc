@@ -43,6 +43,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
           // A packet we accepted before the error, again: our last ACK was
           // lost. Its request is done here; say so once more.
           ack_trigger_psn_ = rx_.cack();
+          ack_trigger_at_ = now;
           ack_trigger_retx_ = true;
           ack_due_ = true;
         }
@@ -96,6 +97,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ++stats_.duplicates;
     if (!ack_trigger_ecn_) {
       ack_trigger_psn_ = psn;
+      ack_trigger_at_ = now;
       ack_trigger_retx_ = true;
     }
     ack_due_ = true;
@@ -151,6 +153,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   const bool ce = pkt.ip.ecn == wire::kEcnCe;
   if (ce || !ack_trigger_ecn_) {
     ack_trigger_psn_ = psn;
+    ack_trigger_at_ = now;
     ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
   }
   if (ce) ack_trigger_ecn_ = true;

@@ -381,7 +381,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
       }
       break;
   }
-  cc_.on_loss(LossEvent{now, r.len, why});
+  cc_.on_loss(LossEvent{now, charge(r), why, r.entropy, inflight_bytes_});
   queue_retransmit(r);
 }
 

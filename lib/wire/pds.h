@@ -126,6 +126,10 @@ struct RequestHeader {
   uint32_t credit_target = 0;  // _CC only, 24 bits
 };
 
+// Braid's unit of NsccAckState::service_time: how long the packet an ACK
+// names waited at the receiver before the ACK left (up to about 0.5 ms).
+inline constexpr uint32_t kServiceTimeUnitNs = 8;
+
 // NSCC congestion state carried in ACK_CC (cc_type 0).
 struct NsccAckState {
   uint16_t service_time = 0;

@@ -1,0 +1,162 @@
+#include "core/cc_nscc.h"
+
+#include <algorithm>
+
+namespace braid {
+
+namespace {
+constexpr double kDelayGain = 0.0125;   // EWMA of the queueing delay
+constexpr double kMdGamma = 0.8;        // multiplicative decrease
+constexpr double kMdFloor = 0.5;        // ... by at most half
+constexpr double kFastDelayNs = 1'000;  // "no queue": fast increase below this
+constexpr double kHeaderBytes = 64;
+}  // namespace
+
+NsccCc::NsccCc(const CcConfig& cfg, uint32_t packet_bytes)
+    : cfg_(cfg), pkt_(packet_bytes), cwnd_(cfg.window_bytes) {
+  if (cfg_.base_rtt_ns > 0) {
+    configure(cfg_.base_rtt_ns);
+    cwnd_ = maxwnd_;  // start at the maximum, as UET does
+  }
+}
+
+void NsccCc::configure(TimeNs net_rtt) {
+  net_rtt_ = std::max<TimeNs>(net_rtt, 1);
+  base_rtt_ = net_rtt_;
+  const double rtt = static_cast<double>(net_rtt_);
+  const double bdp = rtt * static_cast<double>(cfg_.link_bps) / 8e9;
+  const double a = bdp / kRefBdpBytes;
+  target_ = (cfg_.trimming ? 0.75 : 1.0) * rtt;
+  const double b = target_ / kRefRttNs;
+  const double mss = pkt_ - kHeaderBytes;
+  alpha_ = 4 * mss * a * b / target_;
+  fi_ = 5 * mss * a;
+  eta_ = 0.15 * mss * a;
+  fast_scale_ = 0.25 * a;
+  min_cwnd_ = pkt_;
+  maxwnd_ = std::max(1.5 * bdp, min_cwnd_);
+  clamp();
+}
+
+void NsccCc::clamp() {
+  cwnd_ = std::clamp(cwnd_, min_cwnd_, maxwnd_);
+}
+
+bool NsccCc::quick_adapt(bool loss, bool ecn, double delay, TimeNs now, uint32_t inflight) {
+  // After a QuickAdapt, the marks and trims of what was already in flight
+  // say nothing new.
+  if (ignored_ < to_ignore_ && (ecn || loss)) return true;
+  if (now <= qa_end_) return false;
+  const bool fire =
+      qa_end_ != 0 && (qa_trigger_ || loss || delay > 4 * target_) && achieved_ < maxwnd_ / 8;
+  const double achieved = achieved_;
+  achieved_ = 0;
+  qa_end_ = now + base_rtt_ + static_cast<TimeNs>(target_);
+  if (!fire) return false;
+  cwnd_ = std::max(achieved, min_cwnd_);
+  to_ignore_ = inflight;
+  ignored_ = 0;
+  qa_trigger_ = false;
+  ++quick_adapts_;
+  return true;
+}
+
+void NsccCc::on_ack(const AckEvent& e) {
+  if (!configured()) {
+    if (e.rtt_ns == 0) return;  // nothing to scale by yet: the initial window holds
+    configure(e.rtt_ns);
+  }
+  const double newly = e.acked_bytes;
+  double delay = avg_delay_;
+  if (e.rtt_ns > 0) {
+    if (e.rtt_ns < base_rtt_) {
+      base_rtt_ = e.rtt_ns;
+      maxwnd_ =
+          std::max(1.5 * static_cast<double>(base_rtt_) * static_cast<double>(cfg_.link_bps) / 8e9,
+                   min_cwnd_);
+    }
+    delay = static_cast<double>(e.rtt_ns - base_rtt_);
+    // A long delay without a mark is not taken for a queue (a host that
+    // was late, an ACK that waited): the average sees a quarter RTT.
+    const double fed = !e.ecn && delay > target_ ? static_cast<double>(base_rtt_) / 4 : delay;
+    avg_delay_ = kDelayGain * fed + (1 - kDelayGain) * avg_delay_;
+  }
+  achieved_ += newly;
+  received_ += newly;
+  ignored_ += newly;
+  if (quick_adapt(false, e.ecn, delay, e.now, e.inflight_bytes)) {
+    inc_ = 0;
+    received_ = 0;
+    clamp();
+    return;
+  }
+  if (!e.ecn) {
+    if (delay >= target_) {
+      inc_ += fi_ * newly;  // fair increase
+    } else {
+      bool fast_now = false;
+      if (delay < kFastDelayNs) {
+        // A window's worth of ACKs with no queue: grow fast.
+        fast_count_ += newly;
+        if (fast_count_ > cwnd_ || fast_) {
+          cwnd_ += fast_scale_ * newly;
+          if (!fast_) ++fast_increases_;
+          fast_ = fast_now = true;
+        }
+      } else {
+        fast_count_ = 0;
+        fast_ = false;
+      }
+      if (!fast_now) inc_ += alpha_ * newly * (target_ - delay);  // proportional increase
+    }
+  } else if (delay >= target_) {
+    fast_ = false;
+    fast_count_ = 0;
+    if (avg_delay_ > target_ && (!decreased_ || e.now - last_decrease_ > base_rtt_)) {
+      cwnd_ *= std::max(1 - kMdGamma * (avg_delay_ - target_) / avg_delay_, kMdFloor);
+      last_decrease_ = e.now;
+      decreased_ = true;
+      ++decreases_;
+    }
+  }
+  clamp();
+  // Increases are applied every 8 packets' bytes or once per RTT; eta at
+  // most once per RTT.
+  if (received_ > 8 * pkt_ || e.now - last_adjust_ > net_rtt_) {
+    cwnd_ += inc_ / cwnd_;
+    if (e.now - last_adjust_ >= net_rtt_) {
+      cwnd_ += eta_;
+      last_adjust_ = e.now;
+    }
+    inc_ = 0;
+    received_ = 0;
+  }
+  clamp();
+}
+
+void NsccCc::on_loss(const LossEvent& e) {
+  if (!configured()) return;
+  const double size = e.lost_bytes;
+  switch (e.kind) {
+    case LossKind::kTrimmed:
+      // A trim is a full queue: the average delay takes a sample of one
+      // RTT, and QuickAdapt looks at the window; otherwise the window gives
+      // up the trimmed packet.
+      ignored_ += size;
+      avg_delay_ = kDelayGain * static_cast<double>(net_rtt_) + (1 - kDelayGain) * avg_delay_;
+      qa_trigger_ = true;
+      if (!quick_adapt(true, true, 0, e.now, e.inflight_bytes)) cwnd_ -= size;
+      break;
+    case LossKind::kTimeout:
+      cwnd_ -= size;
+      break;
+    case LossKind::kInferred:
+      // A packet lost on its path (other packets overtook it there) is not
+      // a congestion signal by itself: ECN and delay say whether there is
+      // a queue. (Random loss would otherwise cost rate.)
+      break;
+  }
+  clamp();
+}
+
+}  // namespace braid
