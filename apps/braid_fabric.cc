@@ -130,17 +130,17 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   }
 }
 
-// One flow: "src dst bytes [start_us [after]]". False for a blank line.
+// One flow: "src dst bytes [start_us [after [qp]]]". False for a blank line.
 bool parse_flow(const std::string& text, FlowSpec& f, const std::string& where) {
   std::istringstream ss(text.substr(0, text.find('#')));
   f = FlowSpec{};
   std::string size, extra;
   if (!(ss >> f.src)) {
     if (ss.eof()) return false;  // blank or comment
-    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after]]");
+    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after [qp]]]");
   }
   if (!(ss >> f.dst >> size)) {
-    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after]]");
+    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after [qp]]]");
   }
   f.bytes = parse_size(size);
   double start_us = 0;
@@ -150,6 +150,13 @@ bool parse_flow(const std::string& text, FlowSpec& f, const std::string& where) 
     if (!(ss >> f.after) && !ss.eof()) {
       throw CLI::ValidationError("--flow", where + ": 'after' is a flow's index");
     }
+    int qp = 0;
+    if (ss >> qp) {
+      if (qp < 0 || qp > 0xffff) throw CLI::ValidationError("--flow", where + ": qp is 0..65535");
+      f.qp = static_cast<uint16_t>(qp);
+    } else if (!ss.eof()) {
+      throw CLI::ValidationError("--flow", where + ": qp is a number");
+    }
   } else if (!ss.eof()) {
     throw CLI::ValidationError("--flow", where + ": start is in microseconds");
   }
@@ -157,7 +164,7 @@ bool parse_flow(const std::string& text, FlowSpec& f, const std::string& where) 
   return true;
 }
 
-// Flows from a file: "src dst bytes [start_us [after]]" per line.
+// Flows from a file: "src dst bytes [start_us [after [qp]]]" per line.
 std::vector<FlowSpec> read_flows(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw CLI::ValidationError("--flows", "cannot read " + path);
@@ -431,7 +438,7 @@ class JsonConfig : public CLI::Config {
     if (key == "flow") {
       return field(key, v, "src", "") + " " + field(key, v, "dst", "") + " " +
              field(key, v, "bytes", "") + " " + field(key, v, "start_us", "0") + " " +
-             field(key, v, "after", "-1");
+             field(key, v, "after", "-1") + " " + field(key, v, "qp", "0");
     }
     if (key == "event") {
       return field(key, v, "at_us", "") + " " + field(key, v, "kind", "") + " " +
@@ -474,7 +481,8 @@ int main(int argc, char** argv) {
   app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
   app.add_option("--profile", o.profiles,
-                 "transport profiles run side by side: braid, nscc (braid with NSCC), single-path, pfc (one entropy, "
+                 "transport profiles run side by side: braid, nscc (braid with NSCC), single-path, "
+                 "pfc (one entropy, "
                  "lossless fabric)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
@@ -506,10 +514,12 @@ int main(int argc, char** argv) {
                "switches send each packet to the shortest queue of its group instead of ECMP");
   app.add_option(
       "--flows", o.flows_file,
-      "--scenario flows: a file of one flow per line, 'src dst bytes [start_us [after]]' "
-      "(after: the index of a flow it waits for; # comments)");
-  app.add_option("--flow", o.flow_specs,
-                 "a flow added to the scenario's: 'src dst bytes [start_us [after]]' (repeatable)");
+      "--scenario flows: a file of one flow per line, 'src dst bytes [start_us [after [qp]]]' "
+      "(after: the index of a flow it waits for, -1 none; qp: flows of one host pair with "
+      "different qps run on their own connections; # comments)");
+  app.add_option(
+      "--flow", o.flow_specs,
+      "a flow added to the scenario's: 'src dst bytes [start_us [after [qp]]]' (repeatable)");
   app.add_option("--event", o.event_specs,
                  "a link event, 'at_us kind link [value]' (repeatable): kind down, up, rate "
                  "(value: fraction of the rate) or loss (value: fraction dropped silently, default "

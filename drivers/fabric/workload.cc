@@ -100,7 +100,9 @@ void Experiment::add_flow(const FlowSpec& f) {
   if (f.bytes == 0 || f.bytes > (1ull << 31)) {
     throw std::invalid_argument("a flow has 1 byte to 2 GiB");
   }
-  const uint64_t pair_key = (uint64_t(uint32_t(f.src)) << 32) | uint32_t(f.dst);
+  if (f.src >= (1 << 24) || f.dst >= (1 << 24)) throw std::invalid_argument("host out of range");
+  const uint64_t pair_key =
+      (uint64_t(uint32_t(f.src)) << 40) | (uint64_t(uint32_t(f.dst)) << 16) | f.qp;
   auto found = pair_index_.find(pair_key);
   int pair = found == pair_index_.end() ? kNone : found->second;
   if (pair == kNone) {

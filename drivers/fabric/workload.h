@@ -24,16 +24,20 @@ struct FlowSpec {
   // Starts only once flow `after` (an index into the experiment's flows) has
   // completed, and not before `start`: the steps of a collective.
   int after = kNone;
+  // Flows between the same two hosts with the same qp share a connection
+  // (their WRITEs follow each other on it); another qp is another
+  // connection, as an application that opens several QPs to a peer.
+  uint16_t qp = 0;
 };
 
 // How the transport is set up on every connection.
 struct Profile {
   std::string name = "braid";
   uint16_t entropies = 64;
-  uint32_t mtu = 4096;        // payload bytes per packet
-  uint32_t window_bytes = 0;  // 0: the core's default fixed window
+  uint32_t mtu = 4096;                         // payload bytes per packet
+  uint32_t window_bytes = 0;                   // 0: the core's default fixed window
   CcAlgorithm cc = CcAlgorithm::kFixedWindow;  // NSCC is given the fabric's base RTT and rate
-  TimeNs rto_min_ns = 0;      // 0: scaled from the base RTT
+  TimeNs rto_min_ns = 0;                       // 0: scaled from the base RTT
   uint32_t ack_every = 8;
 };
 
@@ -138,7 +142,7 @@ class Experiment {
   std::vector<HostState> state_;
   std::vector<FlowResult> results_;
   std::vector<Pair> pairs_;
-  std::unordered_map<uint64_t, int> pair_index_;  // (src << 32 | dst) -> pair
+  std::unordered_map<uint64_t, int> pair_index_;  // (src, dst, qp) -> pair
   std::vector<int> pair_of_;                      // per flow
   std::vector<std::vector<size_t>> dependents_;   // per flow: flows waiting for it
   std::vector<uint64_t> placed_at_start_;         // per flow: its pair's placed packets then

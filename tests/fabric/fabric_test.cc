@@ -318,6 +318,31 @@ TEST(FabricWorkloads, PoissonLoadOffersItsLoadBetweenDistinctHostsUniformly) {
   EXPECT_TRUE(poisson_load(1, 0.5, 100.0, kBytes, kDuration, 7).empty());
 }
 
+TEST(FabricWorkloads, FlowsOfOneHostPairShareAConnectionUnlessOnAnotherQp) {
+  for (const bool two_qps : {false, true}) {
+    Experiment x(small_fat_tree());
+    FlowSpec f{1, 0, 256 * 1024, 0};
+    x.add_flow(f);
+    f.qp = two_qps ? 1 : 0;
+    x.add_flow(f);
+    ASSERT_TRUE(x.run(10'000'000));
+    const FlowResult& a = x.results()[0];
+    const FlowResult& b = x.results()[1];
+    ASSERT_TRUE(a.ok && b.ok);
+    if (two_qps) {
+      // Side by side on two connections: each sent its own 64 packets and
+      // they end together.
+      EXPECT_EQ(a.sender.data_sent, 64u);
+      EXPECT_EQ(b.sender.data_sent, 64u);
+      EXPECT_LT(b.end > a.end ? b.end - a.end : a.end - b.end, a.fct() / 4);
+    } else {
+      // One connection: the second WRITE follows the first.
+      EXPECT_EQ(a.sender.data_sent, 128u);
+      EXPECT_GT(b.end, a.end + a.fct() / 2);
+    }
+  }
+}
+
 TEST(FabricWorkloads, TimeSeriesOfDeliveredBytesAndQueues) {
   ExperimentConfig c = small_fat_tree();
   Experiment x(c);
