@@ -46,13 +46,15 @@ Profile profile_named(const std::string& name) {
   p.name = name;
   if (name == "braid") {
     p.entropies = 64;
-  } else if (name == "nscc") {
+  } else if (name == "nscc" || name == "nscc-reps") {
     p.entropies = 64;
     p.cc = CcAlgorithm::kNscc;
+    if (name == "nscc-reps") p.paths = PathPolicy::kReps;
   } else if (name == "single-path" || name == "pfc") {
     p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
   } else {
-    throw std::invalid_argument("unknown profile '" + name + "' (braid, nscc, single-path, pfc)");
+    throw std::invalid_argument("unknown profile '" + name +
+                                "' (braid, nscc, nscc-reps, single-path, pfc)");
   }
   return p;
 }
@@ -110,6 +112,7 @@ void Experiment::add_flow(const FlowSpec& f) {
     ConnectionConfig c;
     c.mtu = p.mtu;
     c.entropy.count = p.entropies;
+    c.entropy.policy = p.paths;
     if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
     c.cc.algorithm = p.cc;
     c.cc.base_rtt_ns = base_rtt_ns();

@@ -37,12 +37,14 @@ struct Profile {
   uint32_t mtu = 4096;                         // payload bytes per packet
   uint32_t window_bytes = 0;                   // 0: the core's default fixed window
   CcAlgorithm cc = CcAlgorithm::kFixedWindow;  // NSCC is given the fabric's base RTT and rate
-  TimeNs rto_min_ns = 0;                       // 0: scaled from the base RTT
+  PathPolicy paths = PathPolicy::kRoundRobin;
+  TimeNs rto_min_ns = 0;  // 0: scaled from the base RTT
   uint32_t ack_every = 8;
 };
 
-// The transport profiles: braid (64 entropies, fixed window), single-path
-// and pfc (1 entropy, fixed window), nscc (64 entropies, NSCC).
+// The transport profiles: braid (64 entropies round robin, fixed window),
+// single-path and pfc (1 entropy, fixed window), nscc (64 entropies round
+// robin, NSCC), nscc-reps (64 entropies by REPS, NSCC).
 Profile profile_named(const std::string& name);
 
 // Round-trip time between hosts furthest apart (other pods or leaves): a

@@ -332,7 +332,8 @@ class Connection {
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
-  void ack_record(TxRecord& r, uint32_t* acked_bytes);
+  // `marked`: the ACK says it arrived with ECN-CE (it named it).
+  void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked);
   // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
   // the clear bits of its SACK window [base, base + 63].
   void detect_losses(uint32_t base, TimeNs now);

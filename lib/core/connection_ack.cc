@@ -115,7 +115,7 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
-void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
+void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked) {
   if (r.state == TxState::kInFlight) {
     inflight_bytes_ -= charge(r);
   } else if (r.state != TxState::kLost) {
@@ -123,7 +123,7 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes) {
   }
   r.state = TxState::kAcked;
   *acked_bytes += charge(r);
-  paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1);
+  paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1, marked);
 }
 
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -136,6 +136,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     return;
   }
   const uint32_t trigger = cack + static_cast<uint32_t>(static_cast<int16_t>(a.ack_psn_offset));
+  const bool ecn = (a.pro.flags & wire::kAckFlagEcn) != 0;
   TxRecord* sample = nullptr;
   if (psn_le(snd_una_, trigger) && psn_lt(trigger, snd_nxt_)) {
     TxRecord& t = rec(trigger);
@@ -157,7 +158,9 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   uint32_t acked = 0;
   bool progress = false;
   if (psn_lt(snd_una_, cack + 1)) {
-    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked);
+    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
+      ack_record(rec(psn), &acked, ecn && psn == trigger);
+    }
     snd_una_ = cack + 1;
     progress = true;
   }
@@ -170,7 +173,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       bits &= bits - 1;
       const uint32_t psn = base + i;
       if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) continue;
-      ack_record(rec(psn), &acked);
+      ack_record(rec(psn), &acked, ecn && psn == trigger);
       highest = psn;
     }
   }
@@ -192,7 +195,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   ev.now = now;
   ev.acked_bytes = acked;
   ev.rtt_ns = rtt;
-  ev.ecn = (a.pro.flags & wire::kAckFlagEcn) != 0;
+  ev.ecn = ecn;
   ev.inflight_bytes = inflight_bytes_;
   ev.entropy = sample_entropy;
   cc_.on_ack(ev);

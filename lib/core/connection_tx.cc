@@ -263,7 +263,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
       wire::kRequestSize + ses_size + payload_len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
   if (wire::kL2L4Size + udp_payload > cap) return 0;
 
-  const uint8_t e = retx ? paths_.choose_retransmit(r.entropy) : paths_.choose();
+  const uint8_t e = retx ? paths_.choose_retransmit(r.entropy, now) : paths_.choose(now);
   r.entropy = e;
   r.path_seq = paths_.on_sent(e);
 
@@ -365,7 +365,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
   inflight_bytes_ -= charge(r);
-  paths_.on_lost(r.entropy, why);
+  paths_.on_lost(r.entropy, why, now);
   switch (why) {
     case LossKind::kInferred:
       ++stats_.lost_inferred;

@@ -283,7 +283,7 @@ TEST(PathSet, RoundRobinCoversEveryEntropyEvenly) {
   std::vector<int> hits(8, 0);
   std::set<uint16_t> ports;
   for (int i = 0; i < 800; ++i) {
-    const uint8_t e = s.choose();
+    const uint8_t e = s.choose(0);
     ASSERT_LT(e, 8);
     ++hits[e];
     ports.insert(s.entropy(e));
@@ -297,7 +297,7 @@ TEST(PathSet, SinglePathAndStatistics) {
   EntropyConfig c;
   c.count = 1;
   PathSet s(c);
-  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.choose(), 0);
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(s.choose(0), 0);
   s.on_rtt(0, 10'000);
   s.on_rtt(0, 2'000);
   s.on_ecn(0);
@@ -318,26 +318,88 @@ TEST(PathSet, PathSequencesSayWhatWasOvertakenOnEachPath) {
   EXPECT_EQ(s.on_sent(1), 0u);
   EXPECT_EQ(s.on_sent(0), 2u);
   EXPECT_LE(s.overtaken_by(0, 0), 0);  // nothing acknowledged yet
-  s.on_acked(0, 2, /*sent_once=*/true);
+  s.on_acked(0, 2, /*sent_once=*/true, false);
   EXPECT_EQ(s.overtaken_by(0, 0), 2);  // packet 0 was overtaken by 1 and 2 on its path ...
   EXPECT_EQ(s.overtaken_by(0, 1), 1);
   EXPECT_EQ(s.overtaken_by(0, 2), 0);
   EXPECT_LE(s.overtaken_by(1, 0), 0);  // ... and entropy 1 knows nothing of it
   // An older ACK does not move the path back; the ACK of a packet sent twice
   // says nothing about its path.
-  s.on_acked(0, 0, true);
+  s.on_acked(0, 0, true, false);
   EXPECT_EQ(s.overtaken_by(0, 0), 2);
-  s.on_acked(1, 5, /*sent_once=*/false);
+  s.on_acked(1, 5, /*sent_once=*/false, false);
   EXPECT_LE(s.overtaken_by(1, 0), 0);
   EXPECT_EQ(s.stats(0).acked, 2u);
   EXPECT_EQ(s.stats(1).acked, 1u);
   EXPECT_EQ(s.stats(0).sent, 3u);
-  s.on_lost(1, LossKind::kTimeout);
+  s.on_lost(1, LossKind::kTimeout, 0);
   EXPECT_EQ(s.stats(1).lost, 1u);
   // ACKs and NACKs take every entropy in turn.
   std::set<uint16_t> ports;
   for (int i = 0; i < 4; ++i) ports.insert(s.control_port());
   EXPECT_EQ(ports, (std::set<uint16_t>{s.entropy(0), s.entropy(1)}));
+}
+
+TEST(PathSet, RepsUsesAgainWhatCameBackUnmarkedAndExploresOtherwise) {
+  EntropyConfig c;
+  c.count = 8;
+  c.policy = PathPolicy::kReps;
+  c.freeze_ns = 1'000;
+  PathSet s(c);
+  // Nothing came back yet: entropies in turn (exploring).
+  EXPECT_EQ(s.choose(0), 0);
+  EXPECT_EQ(s.choose(0), 1);
+  EXPECT_EQ(s.explored(), 2);
+  // 5 came back clean, 6 marked: 5 is used again, 6 is not.
+  s.on_sent(5);
+  s.on_sent(6);
+  s.on_acked(5, 0, true, /*marked=*/false);
+  s.on_acked(6, 0, true, /*marked=*/true);
+  EXPECT_EQ(s.choose(0), 5);
+  EXPECT_EQ(s.choose(0), 2);  // the ring is empty again: explore on
+  // A retransmission avoids the entropy that lost it.
+  s.on_sent(3);
+  s.on_acked(3, 0, true, false);
+  s.on_sent(4);
+  s.on_acked(4, 0, true, false);
+  EXPECT_EQ(s.choose_retransmit(3, 0), 4);
+  EXPECT_EQ(s.choose(0), 3);  // 3 stays recycled for a new packet
+  // A packet sent twice says nothing of its path.
+  s.on_acked(7, 0, /*sent_once=*/false, false);
+  EXPECT_NE(s.choose(0), 7);
+}
+
+TEST(PathSet, RepsStopsExploringForAWhileAfterATimeout) {
+  EntropyConfig c;
+  c.count = 8;
+  c.policy = PathPolicy::kReps;
+  c.freeze_ns = 1'000;
+  PathSet s(c);
+  s.on_sent(2);
+  s.on_acked(2, 0, true, false);
+  EXPECT_EQ(s.choose(0), 2);  // recycled once
+  s.on_lost(6, LossKind::kTimeout, 100);
+  // Frozen: the last entropy known good, again and again.
+  const uint16_t explored = s.explored();
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(s.choose(500), 2);
+  EXPECT_EQ(s.explored(), explored);
+  // The freeze ends: exploring resumes.
+  s.choose(1'200);
+  EXPECT_EQ(s.explored(), explored + 1);
+  // A timeout on the last good entropy itself leaves nothing known good.
+  s.on_lost(2, LossKind::kTimeout, 2'000);
+  EXPECT_NE(s.choose(2'100), 2);
+}
+
+TEST(PathSet, RoundRobinIgnoresWhatComesBack) {
+  EntropyConfig c;
+  c.count = 4;
+  PathSet s(c);
+  s.on_sent(3);
+  s.on_acked(3, 0, true, false);
+  EXPECT_EQ(s.choose(0), 0);
+  EXPECT_EQ(s.choose_retransmit(1, 0), 1);  // its turn, even the same path
+  EXPECT_EQ(s.explored(), 0);
 }
 
 TEST(SgList, CopiesAcrossEntries) {
