@@ -359,6 +359,7 @@ class Connection {
   uint32_t snd_una_;  // oldest PSN not cumulatively acknowledged
   uint32_t snd_nxt_;  // next new PSN
   uint32_t highest_sacked_;
+  TimeNs latest_acked_sent_ = 0;  // the latest send time of a packet sent once and acknowledged
   uint32_t inflight_bytes_ = 0;
   std::vector<uint32_t> retx_queue_;  // PSNs declared lost, in order of loss
   uint32_t retx_mask_;

@@ -123,6 +123,7 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked) {
   }
   r.state = TxState::kAcked;
   *acked_bytes += charge(r);
+  if (r.tx_count == 1 && r.sent_at > latest_acked_sent_) latest_acked_sent_ = r.sent_at;
   paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1, marked);
 }
 
@@ -244,7 +245,17 @@ void Connection::detect_losses(uint32_t base, TimeNs now) {
 
 void Connection::judge_loss(TxRecord& r, uint32_t thresh, TimeNs now) {
   if (r.state != TxState::kInFlight) return;
+  // Overtaken on its own path. With an adaptive policy, a path it stops
+  // using carries no later packet to tell: there a packet is also lost once
+  // one sent more than an RTT after it (its path's, if slower, plus twice
+  // the variation) has been acknowledged, on any path.
   if (paths_.overtaken_by(r.entropy, r.path_seq) >= static_cast<int32_t>(thresh)) {
+    mark_lost(r, LossKind::kInferred, now);
+    return;
+  }
+  if (paths_.policy() == PathPolicy::kRoundRobin || srtt_ == 0) return;
+  const TimeNs path_rtt = std::max<TimeNs>(srtt_, paths_.stats(r.entropy).srtt_ns);
+  if (latest_acked_sent_ > r.sent_at + path_rtt + 2 * rttvar_) {
     mark_lost(r, LossKind::kInferred, now);
   }
 }

@@ -98,5 +98,49 @@ TEST_P(BurstLoss, IsInferredWithinARoundTripWhenAcksAnswerBursts) {
 INSTANTIATE_TEST_SUITE_P(Lengths, BurstLoss, ::testing::Values(1u, 64u, 200u, 700u),
                          [](const auto& info) { return std::to_string(info.param); });
 
+// A packet alone on a path that is not used again: with REPS, a path that
+// lost its packet is not recycled, so no later packet on it can show the
+// loss. A packet sent more than an RTT later and acknowledged on another
+// path does; round robin relies on its next turn on the same path.
+TEST(PathLoss, RepsInfersALossFromALaterPacketOnAnotherPath) {
+  for (const PathPolicy policy : {PathPolicy::kReps, PathPolicy::kRoundRobin}) {
+    ConnectionConfig c;
+    c.entropy.count = 8;
+    c.entropy.policy = policy;
+    DirectPair p(c);
+    std::vector<uint8_t> src(64 * 1024, 7), dst(64 * 1024);
+    const uint32_t key =
+        p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+    // A first transfer gives an RTT (a round of DirectPair is 1 us each way).
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 16 * 1024, dst.data(), key)),
+              PostError::kOk);
+    p.settle();
+    ASSERT_GT(p.qa->rto_ns(), 0u);
+    // One packet, lost; 10 us later one more, delivered and acknowledged.
+    ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
+              PostError::kOk);
+    ASSERT_EQ(p.drain(p.a).size(), 1u);  // dropped
+    p.now += 10'000;
+    ASSERT_EQ(p.qa->post_send(
+                  request(3, Opcode::kWrite, src.data() + 4096, 4096, dst.data() + 4096, key)),
+              PostError::kOk);
+    p.deliver(p.b, p.drain(p.a));
+    p.deliver(p.a, p.drain(p.b));
+    if (policy == PathPolicy::kReps) {
+      EXPECT_EQ(p.qa->stats().lost_inferred, 1u);
+    } else {
+      EXPECT_EQ(p.qa->stats().lost_inferred, 0u);  // its next turn on the path will tell
+    }
+    // Either way everything completes, byte-exact.
+    p.settle();
+    p.now += 3'000'000;  // past the RTO for round robin
+    p.a.advance(p.now);
+    p.settle();
+    EXPECT_EQ(poll_all(p.a_scq).size(), 3u);
+    EXPECT_TRUE(std::equal(src.begin(), src.begin() + 16 * 1024, dst.begin()));
+    EXPECT_EQ(p.qa->stats().timeouts, policy == PathPolicy::kReps ? 0u : 1u);
+  }
+}
+
 }  // namespace
 }  // namespace braid::test
