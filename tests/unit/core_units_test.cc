@@ -340,12 +340,17 @@ TEST(PathSet, PathSequencesSayWhatWasOvertakenOnEachPath) {
   EXPECT_EQ(ports, (std::set<uint16_t>{s.entropy(0), s.entropy(1)}));
 }
 
-TEST(PathSet, RepsUsesAgainWhatCameBackUnmarkedAndExploresOtherwise) {
+// 8 entropies by REPS, frozen for 1 us after a timeout.
+EntropyConfig reps_config() {
   EntropyConfig c;
   c.count = 8;
   c.policy = PathPolicy::kReps;
   c.freeze_ns = 1'000;
-  PathSet s(c);
+  return c;
+}
+
+TEST(PathSet, RepsUsesAgainWhatCameBackUnmarkedAndExploresOtherwise) {
+  PathSet s(reps_config());
   // Nothing came back yet: entropies in turn (exploring).
   EXPECT_EQ(s.choose(0), 0);
   EXPECT_EQ(s.choose(0), 1);
@@ -370,11 +375,7 @@ TEST(PathSet, RepsUsesAgainWhatCameBackUnmarkedAndExploresOtherwise) {
 }
 
 TEST(PathSet, RepsStopsExploringForAWhileAfterATimeout) {
-  EntropyConfig c;
-  c.count = 8;
-  c.policy = PathPolicy::kReps;
-  c.freeze_ns = 1'000;
-  PathSet s(c);
+  PathSet s(reps_config());
   s.on_sent(2);
   s.on_acked(2, 0, true, false);
   EXPECT_EQ(s.choose(0), 2);  // recycled once
