@@ -76,6 +76,8 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   hold_timer_.owner = this;
   pace_timer_.fn = &Connection::pace_thunk;
   pace_timer_.owner = this;
+  probe_timer_.fn = &Connection::probe_thunk;
+  probe_timer_.owner = this;
 }
 
 Connection::~Connection() {
@@ -83,6 +85,7 @@ Connection::~Connection() {
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
   wheel_->cancel(&pace_timer_);
+  wheel_->cancel(&probe_timer_);
 }
 
 size_t Connection::memory_footprint() const {
@@ -242,6 +245,7 @@ void Connection::set_error(WcStatus status) {
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
   wheel_->cancel(&pace_timer_);
+  wheel_->cancel(&probe_timer_);
   bool error_given = false;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
@@ -349,6 +353,29 @@ void Connection::ack_thunk(Timer* t, TimeNs) {
 
 void Connection::hold_thunk(Timer* t, TimeNs) {
   static_cast<Connection*>(t->owner)->poke();  // the hold expired: requests may go again
+}
+void Connection::probe_thunk(Timer* t, TimeNs now) {
+  Connection* c = static_cast<Connection*>(t->owner);
+  c->on_probe(now);
+  c->poke();
+}
+void Connection::on_probe(TimeNs now) {
+  if (state_ != ConnectionState::kActive || now < tx_hold_until_) return;
+  // Only at a tail: with new data to send, later packets show losses.
+  if (sq_tx_ != sq_tail_ || rr_tx_ != rr_tail_) return;
+  constexpr uint32_t kMaxProbed = 4;
+  uint32_t probed = 0;
+  for (uint32_t psn = snd_una_; psn != snd_nxt_ && probed < kMaxProbed; ++psn) {
+    TxRecord& r = rec(psn);
+    if (r.state != TxState::kInFlight || r.tx_count != 1 || r.sent_at + probe_timeout() > now) {
+      continue;
+    }
+    r.state = TxState::kLost;
+    inflight_bytes_ -= charge(r);
+    queue_retransmit(r);
+    ++stats_.tail_probes;
+    ++probed;
+  }
 }
 void Connection::pace_thunk(Timer* t, TimeNs) {
   static_cast<Connection*>(t->owner)->poke();  // the next data packet's time has come

@@ -87,6 +87,7 @@ struct ConnectionStats {
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
+  uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
   uint64_t after_refusal = 0;    // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;      // no trailer from a peer that sends them: dropped
   uint64_t bytes_placed = 0;
@@ -279,6 +280,14 @@ class Connection {
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
   static void pace_thunk(Timer* t, TimeNs now);
+  static void probe_thunk(Timer* t, TimeNs now);
+  // Tail-loss probe: two smoothed RTTs plus twice the variation after the
+  // last new packet, and the receiver's ACK delay (the packets before a
+  // lost last one are ACKed only then), packets sent once and still
+  // unacknowledged are resent (not counted as lost: no retry, no
+  // congestion signal).
+  TimeNs probe_timeout() const { return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns; }
+  void on_probe(TimeNs now);
   void poke() {
     if (control_q_ == nullptr) return;
     const uint16_t id = cfg_.local_id;
@@ -391,6 +400,7 @@ class Connection {
   Timer rto_timer_;
   Timer hold_timer_;
   Timer pace_timer_;
+  Timer probe_timer_;
   TimeNs next_send_at_ = 0;
   ReadyQueue* control_q_ = nullptr;
   ReadyQueue* data_q_ = nullptr;

@@ -347,6 +347,9 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   ++r.tx_count;
   inflight_bytes_ += charge(r);
   if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rto_);
+  // The last new packet for now: if packets at the tail are lost, nothing
+  // sent later will show it. A probe resends them after two RTTs (once).
+  if (!retx && idle_after && srtt_ > 0) wheel_->schedule(&probe_timer_, now + probe_timeout());
   return frame_len;
 }
 

@@ -98,6 +98,33 @@ TEST_P(BurstLoss, IsInferredWithinARoundTripWhenAcksAnswerBursts) {
 INSTANTIATE_TEST_SUITE_P(Lengths, BurstLoss, ::testing::Values(1u, 64u, 200u, 700u),
                          [](const auto& info) { return std::to_string(info.param); });
 
+// The last packets of a message lost: nothing sent after them can show it.
+// A probe two RTTs after the last new packet resends them, long before the
+// RTO, and without spending the retry budget.
+TEST(TailLoss, IsRepairedByAProbeBeforeTheRto) {
+  DirectPair p;
+  std::vector<uint8_t> src(64 * 1024, 3), dst(64 * 1024);
+  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 16 * 1024, dst.data(), key)),
+            PostError::kOk);
+  p.settle();  // an RTT sample: a round is 1 us each way
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  // Four packets; the last two are lost.
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, src.data(), 16 * 1024, dst.data(), key)),
+            PostError::kOk);
+  std::vector<Frame> sent = p.drain(p.a);
+  ASSERT_EQ(sent.size(), 4u);
+  sent.resize(2);
+  p.deliver(p.b, sent);
+  // Within 20 us (the RTO is 2 ms) the probe has resent both.
+  const bool done = p.run_for(20'000, 1'000, [&] { return p.a_scq.size() == 1; });
+  EXPECT_TRUE(done);
+  EXPECT_EQ(p.qa->stats().tail_probes, 2u);
+  EXPECT_EQ(p.qa->stats().timeouts, 0u);
+  EXPECT_EQ(p.qa->stats().lost_inferred + p.qa->stats().lost_timeout, 0u);
+  EXPECT_TRUE(std::equal(src.begin(), src.begin() + 16 * 1024, dst.begin()));
+}
+
 // A packet alone on a path that is not used again: with REPS, a path that
 // lost its packet is not recycled, so no later packet on it can show the
 // loss. A packet sent more than an RTT later and acknowledged on another
@@ -129,16 +156,15 @@ TEST(PathLoss, RepsInfersALossFromALaterPacketOnAnotherPath) {
     if (policy == PathPolicy::kReps) {
       EXPECT_EQ(p.qa->stats().lost_inferred, 1u);
     } else {
-      EXPECT_EQ(p.qa->stats().lost_inferred, 0u);  // its next turn on the path will tell
+      EXPECT_EQ(p.qa->stats().lost_inferred, 0u);  // its next turn on the path would tell
     }
-    // Either way everything completes, byte-exact.
-    p.settle();
-    p.now += 3'000'000;  // past the RTO for round robin
-    p.a.advance(p.now);
-    p.settle();
+    // Either way everything completes, byte-exact, within 100 us (the RTO is
+    // 2 ms): round robin's loss is found by the tail-loss probe.
+    EXPECT_TRUE(p.run_for(100'000, 1'000, [&] { return p.a_scq.size() == 3; }));
     EXPECT_EQ(poll_all(p.a_scq).size(), 3u);
     EXPECT_TRUE(std::equal(src.begin(), src.begin() + 16 * 1024, dst.begin()));
-    EXPECT_EQ(p.qa->stats().timeouts, policy == PathPolicy::kReps ? 0u : 1u);
+    EXPECT_EQ(p.qa->stats().timeouts, 0u);
+    EXPECT_EQ(p.qa->stats().tail_probes, policy == PathPolicy::kReps ? 0u : 1u);
   }
 }
 
