@@ -481,9 +481,9 @@ int main(int argc, char** argv) {
   app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
   app.add_option("--profile", o.profiles,
-                 "transport profiles run side by side: braid, nscc (braid with NSCC), single-path, "
-                 "pfc (one entropy, "
-                 "lossless fabric)")
+                 "transport profiles run side by side: braid (64 entropies round robin, fixed "
+                 "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), "
+                 "single-path (one entropy), pfc (one entropy, lossless fabric)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--queue-bdp", o.queue_bdp,

@@ -147,12 +147,17 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     }
   }
   // The receiver says how long the packet waited for its ACK there (a
-  // coalesced ACK): that is not the network's delay.
+  // coalesced ACK): that is not the network's delay. A service time as long
+  // as the whole round trip cannot be right: no sample then.
   uint64_t rtt = 0;
   if (sample != nullptr) {
     const uint64_t held = uint64_t{a.nscc.service_time} * wire::kServiceTimeUnitNs;
-    rtt = now - sample->sent_at;
-    rtt = rtt > held ? rtt - held : 1;
+    const uint64_t total = now - sample->sent_at;
+    if (total > held) {
+      rtt = total - held;
+    } else {
+      sample = nullptr;
+    }
   }
   const uint8_t sample_entropy = sample != nullptr ? sample->entropy : 0;
 

@@ -168,5 +168,38 @@ TEST(PathLoss, RepsInfersALossFromALaterPacketOnAnotherPath) {
   }
 }
 
+// An ACK whose service time (how long its packet waited at the receiver)
+// is as long as the whole round trip gives no RTT sample: it cannot be
+// right, and a sample near zero would stand as the base RTT for good.
+TEST(AckServiceTime, ThatCannotBeRightGivesNoRttSample) {
+  DirectPair p;
+  std::vector<uint8_t> src(4096, 1), dst(4096);
+  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  const auto samples = [&] {
+    uint32_t n = 0;
+    for (uint16_t e = 0; e < p.qa->paths().count(); ++e) {
+      n += p.qa->paths().stats(static_cast<uint8_t>(e)).rtt_samples;
+    }
+    return n;
+  };
+  for (const bool bogus : {true, false}) {
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
+              PostError::kOk);
+    // 2 us each way, 5 us at the receiver before its ACK leaves.
+    std::vector<Frame> data = p.drain(p.a);
+    p.now += 2'000;
+    p.deliver(p.b, data);
+    p.now += 5'000;
+    std::vector<Frame> acks = p.drain(p.b);
+    ASSERT_EQ(acks.size(), 1u);
+    if (bogus) wire::store_be16(acks[0].data() + wire::kL2L4Size + 24, 0xffff);  // ~0.5 ms
+    const uint32_t before = samples();
+    p.now += 2'000;
+    p.deliver(p.a, acks);
+    EXPECT_EQ(samples(), before + (bogus ? 0u : 1u)) << (bogus ? "bogus" : "plain");
+    EXPECT_EQ(poll_all(p.a_scq).size(), 1u);  // acknowledged either way
+  }
+}
+
 }  // namespace
 }  // namespace braid::test
