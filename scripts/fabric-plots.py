@@ -34,6 +34,14 @@ def save(fig, out_dir, file_name):
     return out
 
 
+def finish(ax, xlabel, ylabel, title):
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+
+
 def fct_cdf(in_dir, out_dir, name, title):
     path = os.path.join(in_dir, name + ".csv")
     if not os.path.exists(path):
@@ -45,11 +53,7 @@ def fct_cdf(in_dir, out_dir, name, title):
             continue
         ys = [(i + 1) / len(fcts) for i in range(len(fcts))]
         ax.step(fcts, ys, where="post", label=profile)
-    ax.set_xlabel("flow completion time (us)")
-    ax.set_ylabel("fraction of flows")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    finish(ax, "flow completion time (us)", "fraction of flows", title)
     return save(fig, out_dir, name + "-fct-cdf.png")
 
 
@@ -103,11 +107,7 @@ def failure_plot(in_dir, out_dir, name, title, event_us):
     # The first milliseconds: the transfer and its disturbance. Flows that
     # end much later (in a retry limit) are in the tables.
     ax.set_xlim(0, 10 * event_us)
-    ax.set_xlabel("time (us)")
-    ax.set_ylabel("aggregate goodput (Gb/s)")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
+    finish(ax, "time (us)", "aggregate goodput (Gb/s)", title)
     return save(fig, out_dir, name + "-goodput.png")
 
 
@@ -119,11 +119,7 @@ def victim_plot(in_dir, out_dir):
     for profile, rows in data.items():
         t, g = rate_gbps(rows, "victim_bytes")
         ax.plot(t, g, label=profile + ": victim")
-    ax.set_xlabel("time (us)")
-    ax.set_ylabel("victim flow goodput (Gb/s)")
-    ax.set_title("victim flow beside a 7:1 incast on its edge switch")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    finish(ax, "time (us)", "victim flow goodput (Gb/s)", "victim flow beside a 7:1 incast on its edge switch")
     return save(fig, out_dir, "victim-goodput.png")
 
 

@@ -362,7 +362,7 @@ void Connection::probe_thunk(Timer* t, TimeNs now) {
 void Connection::on_probe(TimeNs now) {
   if (state_ != ConnectionState::kActive || now < tx_hold_until_) return;
   // Only at a tail: with new data to send, later packets show losses.
-  if (sq_tx_ != sq_tail_ || rr_tx_ != rr_tail_) return;
+  if (!at_tail()) return;
   constexpr uint32_t kMaxProbed = 4;
   uint32_t probed = 0;
   for (uint32_t psn = snd_una_; psn != snd_nxt_ && probed < kMaxProbed; ++psn) {

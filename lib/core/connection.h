@@ -134,13 +134,11 @@ class Connection {
 
   // A decoded packet addressed to this connection.
   void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
-  // Writes the next frame to send into buf (capacity cap): control first
-  // (NACK, ACK, hole ACK), then data. Returns its length, 0 when nothing
-  // may be sent now.
-  uint32_t produce(uint8_t* buf, uint32_t cap, TimeNs now);
-  // Only a control frame (NACK, ACK, hole ACK), or only a data frame (a
-  // retransmission, a new packet or a READ response; window, congestion
-  // control and pacing allowing).
+  // Write the next frame to send into buf (capacity cap) and return its
+  // length, 0 when nothing may be sent now: a control frame (NACK, ACK,
+  // hole ACK), or a data frame (a retransmission, a new packet or a READ
+  // response; window, congestion control and pacing allowing). The
+  // endpoint asks for control frames first.
   uint32_t produce_control(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now);
   // Whether a control frame is due, and whether a data frame may be ready
@@ -294,9 +292,12 @@ class Connection {
     if (!control_q_->contains(id) && control_due()) control_q_->push(id);
     if (!data_q_->contains(id) && data_ready()) data_q_->push(id);
   }
-  // Pacing: the next data packet waits for next_send_at_.
+  // Pacing (only with a rate): the next data packet waits for next_send_at_.
   bool pacing_holds(TimeNs now);
   void paced(uint32_t frame_len, TimeNs now);
+  // Nothing new to send (every request and READ response segmented): the
+  // packets in flight are the tail.
+  bool at_tail() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
   SendWqe* wqe_for_psn(uint32_t psn);
   // The peer refused the packet `psn`: its work request fails once it is the
   // oldest (earlier ones still complete normally).

@@ -64,17 +64,6 @@ bool Connection::data_ready() const {
   return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
 }
 
-uint32_t Connection::produce(uint8_t* buf, uint32_t cap, TimeNs now) {
-  if (!mac_known_) return 0;
-  if (nack_count_ > 0) return build_nack(buf, cap);
-  if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
-  if (state_ != ConnectionState::kActive) return 0;
-  if (hole_acks_due_ > 0) {
-    if (const uint32_t n = build_hole_ack(buf, cap)) return n;
-  }
-  return produce_data_frame(buf, cap, now);
-}
-
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
   if (nack_count_ > 0) return build_nack(buf, cap);
@@ -93,7 +82,6 @@ uint32_t Connection::produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now) 
 }
 
 bool Connection::pacing_holds(TimeNs now) {
-  if (cc_.pacing_rate_bps() == 0) return false;
   if (pace_timer_.armed()) return true;
   if (now >= next_send_at_) return false;
   wheel_->schedule(&pace_timer_, next_send_at_);
@@ -102,7 +90,6 @@ bool Connection::pacing_holds(TimeNs now) {
 
 void Connection::paced(uint32_t frame_len, TimeNs now) {
   const uint64_t rate = cc_.pacing_rate_bps();
-  if (rate == 0) return;
   const TimeNs gap = uint64_t{frame_len} * 8'000'000'000ull / rate;
   // A timer fires up to a tick late: the next packets may catch up on a
   // little of that (two packets' time), no more, so an idle connection
@@ -334,7 +321,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   // Ask for an immediate ACK when nothing else will follow soon: the last
   // packet queued, a retransmission, or a window about to close. Otherwise
   // the receiver coalesces.
-  const bool idle_after = sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_ && retx_count_ <= 1;
+  const bool idle_after = at_tail() && retx_count_ <= 1;
   const bool window_closing = inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
                               snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
   if (retx || idle_after || window_closing) pds.pro.flags |= wire::kReqFlagAckReq;
