@@ -55,6 +55,8 @@ class PacketIo {
   // Largest frame the backend carries, L2 header included (MTU + 14).
   virtual uint32_t max_frame() const = 0;
   virtual bool link_up() const = 0;
+  // The link's rate in Mb/s as the backend reports it; 0 when unknown.
+  virtual uint32_t link_mbps() const { return 0; }
   virtual PacketIoStats stats() const = 0;
   virtual std::string describe() const = 0;
   // True when frames never leave this host's memory (a shared-memory or

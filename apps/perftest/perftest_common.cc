@@ -464,6 +464,18 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: CRC-32C trailer on what we send: on, off, or auto (default: on where "
                  "frames leave the host); every trailer received is checked")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--paths", o.paths,
+                 "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
+                 "back unmarked) or round-robin (default reps)")
+      ->check(CLI::IsMember({"reps", "round-robin"}));
+  app.add_option("--cc", o.cc, "Braid: congestion control: fixed (a 1 MiB window, the default) or nscc")
+      ->check(CLI::IsMember({"nscc", "fixed"}));
+  app.add_option("--link-mbps", o.link_mbps,
+                 "Braid: link rate congestion control scales by (default: the port's)")
+      ->check(CLI::Range(1, 1'000'000));
+  app.add_option("--base-rtt-us", o.base_rtt_us,
+                 "Braid: the RTT NSCC sizes its window by (default: the smallest measured)")
+      ->check(CLI::Range(0, 1'000'000));
   app.add_flag("--verify", o.verify, "Braid: check the transferred data byte for byte");
   app.add_flag("--stats", o.stats,
                "Braid: print transport counters (retransmits, losses, drops) after the run");
@@ -680,6 +692,10 @@ int Session::open_device() {
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
+  cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN : BRAID_PATHS_REPS;
+  cfg.cc = o_.cc == "fixed" ? BRAID_CC_FIXED_WINDOW : BRAID_CC_NSCC;
+  cfg.link_mbps = o_.link_mbps;
+  cfg.base_rtt_us = o_.base_rtt_us;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;
@@ -1046,6 +1062,23 @@ void Session::print_stats() const {
     sum.rnr_nacks_sent += q.rnr_nacks_sent;
     sum.rnr_nacks_received += q.rnr_nacks_received;
     sum.access_errors += q.access_errors;
+  }
+  // The sender's state and its paths, for the first QP.
+  braid_qp_stats q0{};
+  if (!qps_.empty() && braid_query_qp_stats(qps_[0], &q0) == 0 && q0.data_packets_sent > 0) {
+    std::printf(" QP 0: srtt %.1f us, min RTT %.1f us, cwnd %u B, in flight %u B; %u of %u paths "
+                "skipped or assumed bad\n",
+                static_cast<double>(q0.srtt_ns) / 1e3, static_cast<double>(q0.min_rtt_ns) / 1e3,
+                q0.cwnd_bytes, q0.inflight_bytes, q0.paths_bad, q0.entropies);
+    std::printf(" QP 0 paths (port: sent/acked/ECN/lost, srtt us, state):");
+    for (unsigned i = 0; i < q0.entropies; ++i) {
+      braid_path_stats p{};
+      if (braid_query_path_stats(qps_[0], i, &p) != 0) break;
+      std::printf("%s %u: %u/%u/%u/%u %.0f%s", i % 4 == 0 ? "\n  " : ";", p.udp_src_port, p.sent,
+                  p.acked, p.ecn_marked, p.lost, static_cast<double>(p.srtt_ns) / 1e3,
+                  p.state == 1 ? " SKIP" : p.state == 2 ? " BAD" : "");
+    }
+    std::printf("\n");
   }
   braid_port_stats port{};
   braid_query_port_stats(ctx_, &port);

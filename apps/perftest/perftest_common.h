@@ -59,6 +59,10 @@ struct Options {
   uint16_t entropies = 0;
   uint16_t udp_port = 0;
   std::string crc = "auto";
+  std::string paths = "reps";
+  std::string cc = "fixed";
+  uint32_t link_mbps = 0;
+  uint32_t base_rtt_us = 0;
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

@@ -714,6 +714,15 @@ bool EthdevPort::link_up() const {
   return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
 }
 
+uint32_t EthdevPort::link_mbps() const {
+  rte_eth_link link{};
+  if (rte_eth_link_get_nowait(port_id_, &link) != 0 || link.link_speed == RTE_ETH_SPEED_NUM_NONE ||
+      link.link_speed == RTE_ETH_SPEED_NUM_UNKNOWN) {
+    return 0;
+  }
+  return link.link_speed;
+}
+
 namespace {
 thread_local bool t_registered = false;  // this thread was given an lcore by attach_thread
 }  // namespace

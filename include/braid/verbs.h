@@ -65,6 +65,31 @@ struct braid_device_config {
    * rx_bad_crc, and resent). It costs ~100 ns per 1.4 KiB and ~400 ns per
    * 4 KiB at each end (docs/benchmarks.md). */
   int crc;
+  /* How each QP chooses the entropy (path) of a packet: enum
+   * braid_path_policy, default BRAID_PATHS_REPS. */
+  int paths;
+  /* Congestion control of each QP: enum braid_cc, default
+   * BRAID_CC_FIXED_WINDOW (NSCC on a software datapath: docs/congestion.md). */
+  int cc;
+  /* The link rate congestion control scales itself by, in Mb/s: default the
+   * port's reported speed (100000 when it reports none). */
+  uint32_t link_mbps;
+  /* The round trip NSCC scales its window by (1.5 x link rate x base RTT),
+   * in us: default 0, the smallest RTT measured. A software datapath's
+   * batching is not in that measure; set it to cover it. */
+  uint32_t base_rtt_us;
+};
+
+enum braid_path_policy {
+  BRAID_PATHS_DEFAULT = 0,
+  BRAID_PATHS_ROUND_ROBIN = 1, /* oblivious: every entropy in turn */
+  BRAID_PATHS_REPS = 2,        /* recycle entropies that came back unmarked */
+};
+
+enum braid_cc {
+  BRAID_CC_DEFAULT = 0,
+  BRAID_CC_FIXED_WINDOW = 1, /* 1 MiB in flight per QP, never changed */
+  BRAID_CC_NSCC = 2,         /* UET's NSCC: ECN and delay */
 };
 
 enum braid_access_flags {
@@ -362,8 +387,26 @@ struct braid_qp_stats {
   uint64_t rnr_nacks_sent, rnr_nacks_received;
   uint64_t access_errors; /* remote accesses refused (this QP the target) */
   uint64_t bytes_placed;  /* payload bytes written into local memory */
+  /* The sender's state now (not counters): */
+  uint64_t srtt_ns, min_rtt_ns; /* smoothed and smallest RTT, 0 before a sample */
+  uint32_t cwnd_bytes;          /* congestion window (payload + 64 B per packet) */
+  uint32_t inflight_bytes;      /* counted the same way */
+  uint16_t entropies;           /* paths sprayed over */
+  uint16_t paths_bad;           /* of them, assumed bad now (REPS) */
+  uint32_t reserved;
 };
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
+
+/* One entropy (path) of a QP: what was sent on it and came back. */
+struct braid_path_stats {
+  uint16_t udp_src_port; /* the entropy */
+  uint8_t state;         /* 0 good, 1 skipped (slow), 2 assumed bad (REPS) */
+  uint8_t losses_in_row;
+  uint32_t sent, acked, ecn_marked, lost;
+  uint32_t srtt_ns, min_rtt_ns; /* 0 before a sample */
+};
+/* Entropy `index` (0 .. braid_qp_stats.entropies - 1) of an RTR/RTS QP. */
+int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid_path_stats* stats);
 
 struct braid_port_stats {
   uint64_t rx_frames, tx_frames;

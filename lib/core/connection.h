@@ -163,6 +163,9 @@ class Connection {
   const CongestionControl& cc() const { return cc_; }
   const ConnectionConfig& config() const { return cfg_; }
   uint32_t inflight_bytes() const { return inflight_bytes_; }
+  TimeNs srtt() const { return srtt_; }
+  TimeNs rttvar() const { return rttvar_; }
+  TimeNs min_rtt() const { return min_rtt_; }
   // Packets sent and not yet cumulatively acknowledged.
   uint32_t unacked_packets() const { return snd_nxt_ - snd_una_; }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
@@ -343,7 +346,7 @@ class Connection {
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
-  void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked);
+  void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now);
   // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
   // the clear bits of its SACK window [base, base + 63].
   void detect_losses(uint32_t base, TimeNs now);

@@ -115,7 +115,7 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
-void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked) {
+void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now) {
   if (r.state == TxState::kInFlight) {
     inflight_bytes_ -= charge(r);
   } else if (r.state != TxState::kLost) {
@@ -124,7 +124,8 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked) {
   r.state = TxState::kAcked;
   *acked_bytes += charge(r);
   if (r.tx_count == 1 && r.sent_at > latest_acked_sent_) latest_acked_sent_ = r.sent_at;
-  paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1, marked);
+  paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1, marked, now,
+                  now > r.sent_at ? now - r.sent_at : 0);
 }
 
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -165,7 +166,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   bool progress = false;
   if (psn_lt(snd_una_, cack + 1)) {
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
-      ack_record(rec(psn), &acked, ecn && psn == trigger);
+      ack_record(rec(psn), &acked, ecn && psn == trigger, now);
     }
     snd_una_ = cack + 1;
     progress = true;
@@ -179,14 +180,14 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       bits &= bits - 1;
       const uint32_t psn = base + i;
       if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) continue;
-      ack_record(rec(psn), &acked, ecn && psn == trigger);
+      ack_record(rec(psn), &acked, ecn && psn == trigger, now);
       highest = psn;
     }
   }
   if (psn_lt(highest_sacked_, highest)) highest_sacked_ = highest;
 
   if (sample != nullptr) {
-    paths_.on_rtt(sample_entropy, rtt);
+    paths_.on_rtt(sample_entropy, rtt, now);
     if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
     if (srtt_ == 0) {
       srtt_ = rtt;

@@ -14,13 +14,42 @@ PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
   }
 }
 
-void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns) {
+void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now) {
   EntropyStats& s = paths_[i].stats;
   const uint32_t r = rtt_ns > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(rtt_ns);
   s.last_rtt_ns = r;
   s.srtt_ns = s.rtt_samples == 0 ? r : s.srtt_ns - (s.srtt_ns >> 3) + (r >> 3);
   s.min_rtt_ns = (s.min_rtt_ns == 0 || r < s.min_rtt_ns) ? r : s.min_rtt_ns;
   ++s.rtt_samples;
+  if (cfg_.policy != PathPolicy::kReps) return;
+  if (--samples_to_median_ == 0) update_median();
+  // Far slower than the connection's typical path: skip it.
+  PathHealth& h = paths_[i].health;
+  if (h.state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
+      uint64_t{s.srtt_ns} > uint64_t{median_srtt_} * kSlowFactor) {
+    h.state = PathState::kSkip;
+    h.probing = false;
+    h.revive_seq = paths_[i].next_seq;
+    h.probe_at = now + probe_interval(median_srtt_);
+    next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+    ++bad_count_;
+    if (has_good_ && last_good_ == i) has_good_ = false;
+  }
+}
+
+void PathSet::update_median() {
+  samples_to_median_ = 32;
+  uint32_t v[256];
+  size_t n = 0;
+  for (const Path& p : paths_) {
+    if (p.stats.rtt_samples > 0) v[n++] = p.stats.srtt_ns;
+  }
+  if (n < 3) {
+    median_srtt_ = 0;
+    return;
+  }
+  std::nth_element(v, v + n / 2, v + n);
+  median_srtt_ = v[n / 2];
 }
 
 }  // namespace braid

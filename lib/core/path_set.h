@@ -14,8 +14,19 @@
 //   Congested, degraded or dead paths are simply not recycled. After a
 //   timeout exploring stops for a while (the failure may be anywhere):
 //   the last entropy known good is used when the ring is empty.
+//   Each entropy also has a state, as MRC's paths do: GOOD, or ASSUMED_BAD
+//   after a timeout on it or kBadAfter losses in a row with no delivery
+//   between. Exploring skips a bad entropy; once its probe time comes, one
+//   packet goes on it as a probe. A probe delivered revives it; a probe lost
+//   puts it back to sleep twice as long (up to kMaxBackoff times). An
+//   entropy whose smoothed RTT is kSlowFactor times the median of its
+//   connection's is SKIPped the same way (its packets queue somewhere the
+//   others do not); its probe revives it if delivered within half that.
+//   When every entropy is bad or skipped, they are used in turn anyway (the
+//   backup: a connection never stops sending for want of a path).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -35,7 +46,14 @@ struct EntropyConfig {
   uint16_t base_port = 49152;  // entropy i is base_port + i * stride (mod 2^14) | 0xc000
   uint16_t stride = 1;
   TimeNs freeze_ns = 100'000;  // REPS: no exploring for this long after a timeout
+  // REPS: an entropy assumed bad is first probed again after this, or after
+  // four of the connection's RTTs if that is longer.
+  TimeNs probe_after_ns = 100'000;
 };
+
+// kSkip: delivers, but far slower than the connection's other paths (a
+// rate-limited or congested link with no ECN to say so).
+enum class PathState : uint8_t { kGood, kSkip, kAssumedBad };
 
 // Why a packet was declared lost.
 enum class LossKind : uint8_t { kInferred, kTrimmed, kTimeout };
@@ -53,6 +71,16 @@ struct EntropyStats {
   uint32_t last_rtt_ns = 0;
 };
 
+// What the adaptive policy knows of an entropy's health; 16 bytes.
+struct PathHealth {
+  PathState state = PathState::kGood;
+  uint8_t losses_in_row = 0;  // since the last packet it delivered
+  uint8_t backoff = 0;        // the probe interval is doubled this many times
+  bool probing = false;       // a probe is out on it
+  uint32_t revive_seq = 0;    // a packet it delivers from this path sequence on revives it
+  TimeNs probe_at = 0;        // when it may carry its next probe
+};
+
 class PathSet {
  public:
   explicit PathSet(const EntropyConfig& cfg);
@@ -62,27 +90,51 @@ class PathSet {
   // The UDP source port of entropy i.
   uint16_t entropy(uint8_t i) const { return paths_[i].port; }
   const EntropyStats& stats(uint8_t i) const { return paths_[i].stats; }
+  const PathHealth& health(uint8_t i) const { return paths_[i].health; }
+  // How many entropies are assumed bad or skipped now.
+  uint16_t bad_count() const { return bad_count_; }
+  // Losses in a row, with no delivery between, that make an entropy bad.
+  static constexpr uint8_t kBadAfter = 3;
+  static constexpr uint8_t kMaxBackoff = 6;
+  static constexpr uint32_t kSlowFactor = 4;
+  // The median smoothed RTT over the entropies with samples (0: fewer than
+  // 3 have), refreshed every 32 samples.
+  uint32_t median_srtt() const { return median_srtt_; }
 
   // The entropy of a new packet, and of a retransmission of a packet last
   // sent on `previous`.
   uint8_t choose(TimeNs now) {
     if (cfg_.policy == PathPolicy::kReps) {
-      if (ring_count_ > 0) return take_recycled();
+      // A probe that is due goes first: with a full ring REPS may never
+      // explore, and a path must get its chance to come back.
+      if (now >= next_probe_at_) {
+        const int e = take_due_probe(now);
+        if (e >= 0) return static_cast<uint8_t>(e);
+      }
+      while (ring_count_ > 0) {
+        const uint8_t e = take_recycled();
+        if (paths_[e].health.state == PathState::kGood) return e;  // not gone bad since
+      }
       if (now < frozen_until_ && has_good_) return last_good_;
+      return explore(now);
     }
     return next_in_turn();
   }
   uint8_t choose_retransmit(uint8_t previous, TimeNs now) {
     if (cfg_.policy == PathPolicy::kReps) {
+      // A probe resent (a tail-loss probe does not declare it lost first)
+      // failed: its ACK, if any, will not say which copy arrived.
+      if (paths_[previous].health.probing) probe_failed(previous, now);
       // Not the path that lost it, if another is known good.
       for (uint8_t n = ring_count_; n > 0; --n) {
         const uint8_t e = take_recycled();
+        if (paths_[e].health.state != PathState::kGood) continue;
         if (e != previous || cfg_.count == 1) return e;
         recycle(e);
       }
       if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
-      const uint8_t e = next_in_turn();
-      return e == previous && cfg_.count > 1 ? next_in_turn() : e;
+      const uint8_t e = explore(now);
+      return e == previous && cfg_.count > 1 ? explore(now) : e;
     }
     return next_in_turn();
   }
@@ -104,12 +156,37 @@ class PathSet {
   // if it arrived with ECN-CE. Only a packet sent once says which path
   // delivered it (`sent_once`): the ACK of a retransmitted one may be for
   // its first copy, still on the old path.
-  void on_acked(uint8_t i, uint32_t seq, bool sent_once, bool marked) {
+  // `delay` is from its last transmission to this ACK (an upper bound of
+  // its RTT: the receiver may have held the ACK).
+  void on_acked(uint8_t i, uint32_t seq, bool sent_once, bool marked, TimeNs now = 0,
+                TimeNs delay = 0) {
     Path& p = paths_[i];
     ++p.stats.acked;
     if (!sent_once) return;
     if (static_cast<int32_t>(seq + 1 - p.acked_seq) > 0) p.acked_seq = seq + 1;
-    if (cfg_.policy == PathPolicy::kReps && !marked) {
+    if (cfg_.policy != PathPolicy::kReps) return;
+    PathHealth& h = p.health;
+    if (h.state != PathState::kGood) {
+      // Only a packet sent after it went bad says how it is now.
+      if (static_cast<int32_t>(seq - h.revive_seq) < 0) return;
+      if (h.state == PathState::kSkip &&
+          delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
+        if (h.probing) {  // still slow: sleep longer
+          h.probing = false;
+          if (h.backoff < kMaxBackoff) ++h.backoff;
+          h.probe_at = now + (probe_interval(TimeNs{median_srtt_}) << h.backoff);
+          next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+        }
+        return;
+      }
+      h.state = PathState::kGood;
+      h.backoff = 0;
+      h.probing = false;
+      if (delay != 0) p.stats.srtt_ns = static_cast<uint32_t>(std::min<TimeNs>(delay, 0xffffffffu));
+      --bad_count_;
+    }
+    h.losses_in_row = 0;
+    if (!marked) {
       recycle(i);
       last_good_ = i;
       has_good_ = true;
@@ -122,14 +199,34 @@ class PathSet {
     return static_cast<int32_t>(paths_[i].acked_seq - 1 - seq);
   }
   void on_ecn(uint8_t i) { ++paths_[i].stats.ecn_marked; }
-  void on_lost(uint8_t i, LossKind why, TimeNs now) {
+  // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
+  // (0: none yet). A trimmed packet says the path is congested, not broken.
+  void on_lost(uint8_t i, LossKind why, TimeNs now, TimeNs rtt_ns = 0) {
     ++paths_[i].stats.lost;
+    if (cfg_.policy != PathPolicy::kReps) return;
     if (why == LossKind::kTimeout) {
       frozen_until_ = now + cfg_.freeze_ns;
       if (has_good_ && last_good_ == i) has_good_ = false;
     }
+    if (why == LossKind::kTrimmed) return;
+    PathHealth& h = paths_[i].health;
+    if (h.losses_in_row < 255) ++h.losses_in_row;
+    if (rtt_ns != 0) rtt_hint_ = rtt_ns;
+    if (h.state != PathState::kGood) {
+      if (h.probing) probe_failed(i, now);  // sleep longer
+      return;
+    }
+    if (why == LossKind::kTimeout || h.losses_in_row >= kBadAfter) {
+      h.state = PathState::kAssumedBad;
+      h.probing = false;
+      h.revive_seq = paths_[i].next_seq;
+      h.probe_at = now + probe_interval(rtt_ns);
+      next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+      ++bad_count_;
+      if (has_good_ && last_good_ == i) has_good_ = false;
+    }
   }
-  void on_rtt(uint8_t i, uint64_t rtt_ns);
+  void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0);
 
   // Bytes of per-entropy state (for the connection's memory footprint).
   size_t memory_footprint() const { return paths_.capacity() * sizeof(Path); }
@@ -140,7 +237,61 @@ class PathSet {
     uint32_t next_seq = 0;   // path sequence of the next packet sent on it
     uint32_t acked_seq = 0;  // highest acknowledged path sequence + 1
     uint16_t port = 0;
+    PathHealth health;
   };
+  TimeNs probe_interval(TimeNs rtt_ns) const {
+    return rtt_ns * 4 > cfg_.probe_after_ns ? rtt_ns * 4 : cfg_.probe_after_ns;
+  }
+  void probe_failed(uint8_t i, TimeNs now) {
+    PathHealth& h = paths_[i].health;
+    h.probing = false;
+    if (h.backoff < kMaxBackoff) ++h.backoff;
+    h.probe_at = now + (probe_interval(rtt_hint_) << h.backoff);
+    next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+  }
+  // The first bad or skipped entropy whose probe is due, now probing; -1 if
+  // none (next_probe_at_ was early: it is recomputed).
+  int take_due_probe(TimeNs now) {
+    int due = -1;
+    for (uint16_t i = 0; i < cfg_.count; ++i) {
+      PathHealth& h = paths_[i].health;
+      if (h.state != PathState::kGood && !h.probing && now >= h.probe_at) {
+        h.probing = true;
+        h.revive_seq = paths_[i].next_seq;
+        due = i;
+        break;
+      }
+    }
+    refresh_next_probe();
+    return due;
+  }
+  void refresh_next_probe() {
+    next_probe_at_ = kNever;
+    if (bad_count_ == 0) return;
+    for (const Path& p : paths_) {
+      if (p.health.state != PathState::kGood && !p.health.probing) {
+        next_probe_at_ = std::min(next_probe_at_, p.health.probe_at);
+      }
+    }
+  }
+  // REPS's next entropy to explore: the next in turn that is good, or bad
+  // with its probe due (it carries the probe). If all are bad and none is
+  // due, the next in turn.
+  uint8_t explore(TimeNs now) {
+    if (bad_count_ == 0) return next_in_turn();
+    for (uint16_t n = 0; n < cfg_.count; ++n) {
+      const uint8_t i = next_in_turn();
+      PathHealth& h = paths_[i].health;
+      if (h.state == PathState::kGood) return i;
+      if (!h.probing && now >= h.probe_at) {
+        h.probing = true;
+        h.revive_seq = paths_[i].next_seq;  // this packet's path sequence
+        refresh_next_probe();
+        return i;
+      }
+    }
+    return next_in_turn();
+  }
   uint8_t next_in_turn() {
     const uint8_t i = static_cast<uint8_t>(cursor_);
     cursor_ = cursor_ + 1 == cfg_.count ? 0 : cursor_ + 1;
@@ -173,6 +324,12 @@ class PathSet {
   uint8_t last_good_ = 0;
   bool has_good_ = false;
   uint16_t explored_ = 0;
+  uint16_t bad_count_ = 0;  // assumed bad or skipped
+  uint32_t median_srtt_ = 0;
+  TimeNs next_probe_at_ = kNever;
+  TimeNs rtt_hint_ = 0;  // the connection's smoothed RTT, as on_lost last gave it  // no earlier than any bad path's probe_at
+  uint8_t samples_to_median_ = 32;
+  void update_median();
   TimeNs frozen_until_ = 0;
 };
 

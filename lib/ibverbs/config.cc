@@ -56,6 +56,10 @@ braid_device_config DeviceSettings::to_config() const {
   c.progress_thread = progress_thread ? 1 : 0;
   c.link_wait_ms = link_wait_ms == 0 ? 1 : link_wait_ms;  // 0 in braid's config: the default
   c.crc = crc;
+  c.paths = paths;
+  c.cc = cc;
+  c.link_mbps = link_mbps;
+  c.base_rtt_us = base_rtt_us;
   return c;
 }
 
@@ -80,7 +84,8 @@ DeviceSettings load_settings(std::string* error) {
   }
   static const char* const kKeys[] = {
       "name", "port",      "ip",       "prefix_len", "gateway",         "neighbors",    "eal_args",
-      "mtu",  "entropies", "udp_port", "lcore",      "progress_thread", "link_wait_ms", "crc"};
+      "mtu",  "entropies", "udp_port", "lcore",      "progress_thread", "link_wait_ms", "crc",
+      "paths", "cc", "link_mbps", "base_rtt_us"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -132,6 +137,32 @@ DeviceSettings load_settings(std::string* error) {
     // 1: on, 0: off; unset: on where frames leave the host.
     if (!to_number(kv["crc"], 0, 1, &n)) return bad("crc");
     s.crc = n == 1 ? 1 : -1;
+  }
+  if (kv.count("paths")) {
+    if (kv["paths"] == "round-robin") {
+      s.paths = BRAID_PATHS_ROUND_ROBIN;
+    } else if (kv["paths"] == "reps") {
+      s.paths = BRAID_PATHS_REPS;
+    } else {
+      return bad("paths");
+    }
+  }
+  if (kv.count("cc")) {
+    if (kv["cc"] == "fixed") {
+      s.cc = BRAID_CC_FIXED_WINDOW;
+    } else if (kv["cc"] == "nscc") {
+      s.cc = BRAID_CC_NSCC;
+    } else {
+      return bad("cc");
+    }
+  }
+  if (kv.count("link_mbps")) {
+    if (!to_number(kv["link_mbps"], 1, 1'000'000, &n)) return bad("link_mbps");
+    s.link_mbps = static_cast<uint32_t>(n);
+  }
+  if (kv.count("base_rtt_us")) {
+    if (!to_number(kv["base_rtt_us"], 0, 1'000'000, &n)) return bad("base_rtt_us");
+    s.base_rtt_us = static_cast<uint32_t>(n);
   }
   // Unmodified programs do not choose a core: two of them on one host must
   // not both be pinned to core 0, so the engine's thread keeps the

@@ -59,6 +59,14 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   if (c->config.entropies == 0) c->config.entropies = 16;
   if (c->config.entropies > 256) return fail(EINVAL, "open_device: entropies must be 1..256");
   if (c->config.udp_port == 0) c->config.udp_port = wire::kUetUdpPort;
+  if (c->config.paths == BRAID_PATHS_DEFAULT) c->config.paths = BRAID_PATHS_REPS;
+  if (c->config.paths != BRAID_PATHS_ROUND_ROBIN && c->config.paths != BRAID_PATHS_REPS) {
+    return fail(EINVAL, "open_device: paths must be a braid_path_policy");
+  }
+  if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_FIXED_WINDOW;
+  if (c->config.cc != BRAID_CC_FIXED_WINDOW && c->config.cc != BRAID_CC_NSCC) {
+    return fail(EINVAL, "open_device: cc must be a braid_cc");
+  }
   if (c->config.prefix_len == 0) c->config.prefix_len = 24;
   if (!parse_ipv4(config->ipv4, &c->ip)) {
     return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
@@ -72,6 +80,8 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
     io = open_dpdk_port(c->config, &error);
     if (io == nullptr) return fail(ENODEV, error);
   }
+  if (c->config.link_mbps == 0) c->config.link_mbps = io->link_mbps();
+  if (c->config.link_mbps == 0) c->config.link_mbps = 100'000;
   EngineConfig ec;
   ec.ip = c->ip;
   ec.udp_port = c->config.udp_port;

@@ -750,6 +750,14 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
   cc.entropy.count = c->config.entropies;
+  cc.entropy.policy = c->config.paths == BRAID_PATHS_ROUND_ROBIN ? braid::PathPolicy::kRoundRobin
+                                                                 : braid::PathPolicy::kReps;
+  cc.cc.algorithm = c->config.cc == BRAID_CC_FIXED_WINDOW ? braid::CcAlgorithm::kFixedWindow
+                                                          : braid::CcAlgorithm::kNscc;
+  // NSCC's base RTT is the smallest measured; nothing here trims.
+  cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;
+  cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;
+  cc.cc.trimming = false;
   cc.max_rd_atomic = 16;
   qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring, &qp->recv_cq->ring);
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
@@ -857,6 +865,33 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   out->rnr_nacks_received = s.rnr_nacks_received;
   out->access_errors = s.access_errors;
   out->bytes_placed = s.bytes_placed;
+  const braid::Connection& c = *qp->conn;
+  out->srtt_ns = c.srtt();
+  out->min_rtt_ns = c.min_rtt();
+  out->cwnd_bytes = c.cc().cwnd_bytes();
+  out->inflight_bytes = c.inflight_bytes();
+  out->entropies = c.paths().count();
+  out->paths_bad = c.paths().bad_count();
+  return 0;
+}
+
+int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid_path_stats* out) {
+  if (qp == nullptr || out == nullptr) return EINVAL;
+  Guard g(qp->context);
+  if (qp->conn == nullptr || index >= qp->conn->paths().count()) return EINVAL;
+  const braid::PathSet& p = qp->conn->paths();
+  const auto i = static_cast<uint8_t>(index);
+  const braid::EntropyStats& s = p.stats(i);
+  std::memset(out, 0, sizeof(*out));
+  out->udp_src_port = p.entropy(i);
+  out->state = static_cast<uint8_t>(p.health(i).state);
+  out->losses_in_row = p.health(i).losses_in_row;
+  out->sent = s.sent;
+  out->acked = s.acked;
+  out->ecn_marked = s.ecn_marked;
+  out->lost = s.lost;
+  out->srtt_ns = s.srtt_ns;
+  out->min_rtt_ns = s.min_rtt_ns;
   return 0;
 }
 

@@ -168,6 +168,80 @@ TEST(PathLoss, RepsInfersALossFromALaterPacketOnAnotherPath) {
   }
 }
 
+// One path silently dropping everything (a dead link that keeps its route):
+// REPS assumes it bad after a few losses, sends around it and only probes
+// it now and then. The transfer completes, byte-exact, without a timeout.
+// When the path heals, a probe revives it. Round robin keeps a sixth of its
+// packets on the dead path to the end.
+TEST(PathLoss, RepsAbandonsASilentlyDeadPathAndRevivesItWhenItHeals) {
+  for (const PathPolicy policy : {PathPolicy::kReps, PathPolicy::kRoundRobin}) {
+    ConnectionConfig c;
+    c.entropy.count = 6;
+    c.entropy.policy = policy;
+    c.entropy.probe_after_ns = 10'000;
+    DirectPair p(c);
+    constexpr size_t kSize = 8 << 20;
+    std::vector<uint8_t> src(kSize), dst(kSize);
+    for (size_t i = 0; i < kSize; ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+    const uint32_t key = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+    const uint16_t dead = p.qa->paths().entropy(2);
+    auto src_port = [](const Frame& f) { return wire::load_be16(f.data() + 34); };
+    bool healed = false;
+    // Data frames a sends: in all, on the dead path, and on it once assumed bad.
+    uint64_t total = 0, on_dead = 0, after_bad = 0;
+    auto drop = [&](const Frame& f, bool a_to_b) {
+      if (!a_to_b || f.size() < 256) return false;
+      ++total;
+      if (src_port(f) != dead) return false;
+      ++on_dead;
+      if (p.qa->paths().health(2).state != PathState::kGood) ++after_bad;
+      return !healed;
+    };
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+              PostError::kOk);
+    // 1 us rounds; the RTO floor is 2 ms.
+    ASSERT_TRUE(p.run_for(
+        200'000'000, 1'000, [&] { return p.a_scq.size() == 1; }, drop))
+        << "policy " << static_cast<int>(policy);
+    const std::vector<WorkCompletion> wcs = poll_all(p.a_scq);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+    EXPECT_TRUE(src == dst);
+    if (policy == PathPolicy::kRoundRobin) {
+      EXPECT_GT(on_dead * 7, total);  // a sixth, to the end
+      continue;
+    }
+    EXPECT_EQ(p.qa->stats().timeouts, 0u);
+    EXPECT_EQ(p.qa->paths().health(2).state, PathState::kAssumedBad);
+    // Found out within three windows (256 packets, a sixth of them on the
+    // dead path: losses are inferred once packets sent an RTT later come
+    // back); after that only probes, at growing intervals.
+    EXPECT_LT(on_dead - after_bad, 3u * 256 / 6);
+    EXPECT_LT(after_bad, 12u);
+    // Healed: a probe is delivered within its (backed-off) interval, at most
+    // 64 x 4 RTTs here, and the path is used again.
+    healed = true;
+    const TimeNs healed_at = p.now;
+    for (uint64_t wr = 2; wr < 100 && p.qa->paths().health(2).state != PathState::kGood; ++wr) {
+      ASSERT_EQ(p.qa->post_send(request(wr, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+                PostError::kOk);
+      ASSERT_TRUE(p.run_for(
+          200'000'000, 1'000, [&] { return p.a_scq.size() == 1; }, drop));
+      poll_all(p.a_scq);
+    }
+    EXPECT_EQ(p.qa->paths().health(2).state, PathState::kGood);
+    EXPECT_LT(p.now - healed_at, 2'000'000u);
+    // More than half its fair share (a sixth) of the next transfer.
+    const uint64_t on_dead_before = on_dead, total_before = total;
+    ASSERT_EQ(p.qa->post_send(request(100, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+              PostError::kOk);
+    ASSERT_TRUE(p.run_for(
+        200'000'000, 1'000, [&] { return p.a_scq.size() == 1; }, drop));
+    EXPECT_GT((on_dead - on_dead_before) * 12, total - total_before);
+    EXPECT_EQ(p.qa->stats().timeouts, 0u);
+  }
+}
+
 // An ACK whose service time (how long its packet waited at the receiver)
 // is as long as the whole round trip gives no RTT sample: it cannot be
 // right, and a sample near zero would stand as the base RTT for good.

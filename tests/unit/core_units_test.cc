@@ -392,6 +392,124 @@ TEST(PathSet, RepsStopsExploringForAWhileAfterATimeout) {
   EXPECT_NE(s.choose(2'100), 2);
 }
 
+// Sends n packets on entropy e and returns the path sequence of the last.
+uint32_t send_on(PathSet& s, uint8_t e, int n = 1) {
+  uint32_t seq = 0;
+  for (int i = 0; i < n; ++i) seq = s.on_sent(e);
+  return seq;
+}
+
+// Explores k times (no ring) and returns how often each entropy came up.
+std::vector<int> explore_counts(PathSet& s, int k, TimeNs now) {
+  std::vector<int> seen(s.count(), 0);
+  for (int i = 0; i < k; ++i) ++seen[s.choose(now)];
+  return seen;
+}
+
+TEST(PathSet, RepsAssumesAPathBadAfterLossesInARowAndExploresAroundIt) {
+  PathSet s(reps_config());  // probe_after_ns 100 us
+  send_on(s, 3, 3);
+  s.on_lost(3, LossKind::kInferred, 0);
+  s.on_lost(3, LossKind::kInferred, 0);
+  EXPECT_EQ(s.health(3).state, PathState::kGood);  // two could be chance
+  // A delivery between losses resets the count.
+  const uint32_t seq = send_on(s, 3);
+  s.on_acked(3, seq, true, false);
+  EXPECT_EQ(s.health(3).losses_in_row, 0);
+  s.choose(0);  // takes 3 from the ring
+  for (int i = 0; i < PathSet::kBadAfter; ++i) s.on_lost(3, LossKind::kInferred, 1'000);
+  EXPECT_EQ(s.health(3).state, PathState::kAssumedBad);
+  EXPECT_EQ(s.bad_count(), 1);
+  // A trimmed packet says congestion, not failure: no penalty.
+  for (int i = 0; i < 5; ++i) s.on_lost(5, LossKind::kTrimmed, 1'000);
+  EXPECT_EQ(s.health(5).state, PathState::kGood);
+  // Exploring skips 3 until its probe is due.
+  std::vector<int> seen = explore_counts(s, 70, 50'000);
+  EXPECT_EQ(seen[3], 0);
+  for (int e = 0; e < 8; ++e) {
+    if (e != 3) {
+      EXPECT_EQ(seen[e], 10) << "entropy " << e;
+    }
+  }
+}
+
+TEST(PathSet, RepsProbesABadPathOnceAndRevivesItWhenTheProbeIsDelivered) {
+  PathSet s(reps_config());
+  send_on(s, 2, 4);  // path sequences 0..3
+  s.on_lost(2, LossKind::kTimeout, 0);  // one timeout is enough
+  EXPECT_EQ(s.health(2).state, PathState::kAssumedBad);
+  // An ACK of a packet sent before it went bad says nothing of it now.
+  s.on_acked(2, 1, true, false);
+  EXPECT_EQ(s.health(2).state, PathState::kAssumedBad);
+  // 100 us later one packet, and only one, goes on it as a probe.
+  std::vector<int> seen = explore_counts(s, 16, 100'000);
+  EXPECT_EQ(seen[2], 1);
+  EXPECT_TRUE(s.health(2).probing);
+  const uint32_t probe = s.on_sent(2);
+  s.on_acked(2, probe, true, false);
+  EXPECT_EQ(s.health(2).state, PathState::kGood);
+  EXPECT_EQ(s.bad_count(), 0);
+}
+
+TEST(PathSet, RepsBacksOffAPathWhoseProbesAreLost) {
+  PathSet s(reps_config());
+  send_on(s, 1);
+  s.on_lost(1, LossKind::kTimeout, 0);
+  TimeNs now = 0;
+  TimeNs wait = 100'000;
+  for (int round = 0; round < 4; ++round) {
+    // Not before its time...
+    EXPECT_EQ(explore_counts(s, 16, now + wait - 1)[1], 0) << "round " << round;
+    // ...then once.
+    EXPECT_EQ(explore_counts(s, 16, now + wait)[1], 1) << "round " << round;
+    now += wait;
+    s.on_sent(1);
+    s.on_lost(1, LossKind::kInferred, now);  // the probe is lost
+    EXPECT_EQ(s.health(1).state, PathState::kAssumedBad);
+    wait *= 2;
+  }
+  EXPECT_EQ(s.health(1).backoff, 4);
+}
+
+TEST(PathSet, RepsUsesEveryPathInTurnWhenAllAreBad) {
+  PathSet s(reps_config());
+  for (uint8_t e = 0; e < 8; ++e) {
+    send_on(s, e);
+    s.on_lost(e, LossKind::kTimeout, 0);
+  }
+  EXPECT_EQ(s.bad_count(), 8);
+  // No probe is due: the connection still sends, every path in turn.
+  const std::vector<int> seen = explore_counts(s, 16, 10);
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(seen[e], 2) << "entropy " << e;
+}
+
+TEST(PathSet, RepsSkipsAPathFarSlowerThanTheOthersUntilAProbeIsFast) {
+  PathSet s(reps_config());
+  // Entropies 0..6 at 10 us; 7 at 100 us (more than 4x the median).
+  for (int round = 0; round < 16; ++round) {
+    for (uint8_t e = 0; e < 7; ++e) s.on_rtt(e, 10'000, 0);
+  }
+  EXPECT_EQ(s.median_srtt(), 10'000u);
+  for (int i = 0; i < 7; ++i) s.on_rtt(7, 100'000, 0);
+  EXPECT_EQ(s.health(7).state, PathState::kGood);  // too few samples to judge
+  s.on_rtt(7, 100'000, 0);
+  EXPECT_EQ(s.health(7).state, PathState::kSkip);
+  EXPECT_EQ(explore_counts(s, 70, 1'000)[7], 0);
+  // Its probe comes back slow: skipped on, for twice as long.
+  EXPECT_EQ(explore_counts(s, 8, 100'000)[7], 1);
+  uint32_t probe = s.on_sent(7);
+  s.on_acked(7, probe, true, false, 100'000, 90'000);
+  EXPECT_EQ(s.health(7).state, PathState::kSkip);
+  EXPECT_EQ(explore_counts(s, 8, 299'999)[7], 0);
+  EXPECT_EQ(explore_counts(s, 8, 300'000)[7], 1);
+  // Within twice the median: back in use, its RTT restarted from the probe's.
+  probe = s.on_sent(7);
+  s.on_acked(7, probe, true, false, 300'000, 15'000);
+  EXPECT_EQ(s.health(7).state, PathState::kGood);
+  EXPECT_EQ(s.stats(7).srtt_ns, 15'000u);
+  EXPECT_EQ(s.bad_count(), 0);
+}
+
 TEST(PathSet, RoundRobinIgnoresWhatComesBack) {
   EntropyConfig c;
   c.count = 4;
