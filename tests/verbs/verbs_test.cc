@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -409,6 +410,73 @@ TEST_P(VerbsPair, PostSendAllPostsEveryRequestOrNone) {
     EXPECT_EQ(wc[i].wr_id, 10 + i);
     EXPECT_EQ(wc[i].status, BRAID_WC_SUCCESS);
     EXPECT_EQ(std::memcmp(b.buf.data() + 4096 * i, a.buf.data(), 64), 0);
+  }
+}
+
+// The sender's state and its paths are readable: every first transmission
+// is counted on exactly one entropy, and the entropies are the QP's UDP
+// source ports. Out-of-range queries and QPs not yet connected are refused.
+TEST_P(VerbsPipe, QpAndPathStatsAccountForEveryPacketSent) {
+  braid_sge s = sge(a, 0, 300000);
+  braid_send_wr w = write_to_b(&s, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  ASSERT_EQ(wait(a, 1).size(), 1u);
+  braid_qp_stats q{};
+  ASSERT_EQ(braid_query_qp_stats(a.qp, &q), 0);
+  EXPECT_EQ(q.entropies, 16u);
+  EXPECT_EQ(q.paths_bad, 0u);
+  EXPECT_GT(q.srtt_ns, 0u);
+  EXPECT_GT(q.min_rtt_ns, 0u);
+  EXPECT_LE(q.min_rtt_ns, q.srtt_ns * 8);
+  EXPECT_EQ(q.cwnd_bytes, 1u << 20);  // the fixed window, the default
+  EXPECT_EQ(q.inflight_bytes, 0u);
+  uint64_t sent = 0, acked = 0;
+  std::set<uint16_t> ports;
+  for (unsigned i = 0; i < q.entropies; ++i) {
+    braid_path_stats p{};
+    ASSERT_EQ(braid_query_path_stats(a.qp, i, &p), 0);
+    sent += p.sent;
+    acked += p.acked;
+    ports.insert(p.udp_src_port);
+    EXPECT_GE(p.udp_src_port, 49152u);
+    EXPECT_EQ(p.state, 0u);
+  }
+  EXPECT_EQ(ports.size(), 16u);
+  EXPECT_EQ(sent, q.data_packets_sent + q.retransmits);
+  EXPECT_EQ(acked, sent);
+  braid_path_stats p{};
+  EXPECT_EQ(braid_query_path_stats(a.qp, 16, &p), EINVAL);
+  EXPECT_EQ(braid_query_path_stats(nullptr, 0, &p), EINVAL);
+  braid_qp* fresh = new_qp(a, {16, 16, 1, 1, 0});
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_EQ(braid_query_path_stats(fresh, 0, &p), EINVAL);  // no connection before RTR
+  EXPECT_EQ(braid_destroy_qp(fresh), 0);
+}
+
+TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
+  const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
+  for (const auto& [paths, cc] : {std::pair{3, 0}, std::pair{-1, 0}, std::pair{0, 3},
+                                  std::pair{0, -2}}) {
+    braid_device_config c{};
+    c.ipv4 = "198.18.0.1";
+    c.paths = paths;
+    c.cc = cc;
+    auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+    EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr) << paths << " " << cc;
+    EXPECT_EQ(errno, EINVAL);
+  }
+  // Named values open; unset ones take the defaults.
+  for (const auto& [paths, cc] : {std::pair<int, int>{BRAID_PATHS_ROUND_ROBIN, BRAID_CC_NSCC},
+                                  std::pair<int, int>{BRAID_PATHS_REPS, BRAID_CC_FIXED_WINDOW},
+                                  std::pair<int, int>{0, 0}}) {
+    braid_device_config c{};
+    c.ipv4 = "198.18.0.1";
+    c.paths = paths;
+    c.cc = cc;
+    auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+    braid_context* ctx = braid::open_device(&c, std::move(ia));
+    ASSERT_NE(ctx, nullptr) << braid_last_error();
+    EXPECT_EQ(braid_close_device(ctx), 0);
   }
 }
 
