@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <bitset>
 
 namespace braid {
 
@@ -415,6 +416,18 @@ void Connection::on_rto(TimeNs now) {
   // first that will be, without backing off.
   bool expired = false;
   TimeNs earliest = kNever;
+  // Packets that time out on most of the paths at once say the connection
+  // stalled (a peer or a host that stopped for a while), not that those
+  // paths failed: then no path is blamed for them. A dead path shows as
+  // losses on it alone, inferred long before the timer.
+  if (paths_.policy() != PathPolicy::kRoundRobin) {
+    std::bitset<256> on;
+    for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
+      const TxRecord& r = rec(psn);
+      if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) on.set(r.entropy);
+    }
+    rto_blames_paths_ = on.count() <= std::max<size_t>(1, paths_.count() / 2);
+  }
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
@@ -447,6 +460,7 @@ void Connection::on_rto(TimeNs now) {
     wheel_->schedule(&rto_timer_, earliest == kNever ? now + rto_ : earliest);
     return;
   }
+  rto_blames_paths_ = true;
   rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
   wheel_->schedule(&rto_timer_, now + rto_);
 }

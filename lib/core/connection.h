@@ -392,6 +392,7 @@ class Connection {
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
   TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
+  bool rto_blames_paths_ = true;  // this RTO's losses count against their paths
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received

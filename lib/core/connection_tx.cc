@@ -355,7 +355,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
   inflight_bytes_ -= charge(r);
-  paths_.on_lost(r.entropy, why, now, srtt_);
+  paths_.on_lost(r.entropy, why, now, srtt_, why != LossKind::kTimeout || rto_blames_paths_);
   switch (why) {
     case LossKind::kInferred:
       ++stats_.lost_inferred;

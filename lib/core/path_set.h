@@ -200,15 +200,17 @@ class PathSet {
   }
   void on_ecn(uint8_t i) { ++paths_[i].stats.ecn_marked; }
   // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
-  // (0: none yet). A trimmed packet says the path is congested, not broken.
-  void on_lost(uint8_t i, LossKind why, TimeNs now, TimeNs rtt_ns = 0) {
+  // (0: none yet). A trimmed packet says the path is congested, not broken;
+  // `blame` false: the loss is not the path's doing (a stall of the whole
+  // connection), only counted.
+  void on_lost(uint8_t i, LossKind why, TimeNs now, TimeNs rtt_ns = 0, bool blame = true) {
     ++paths_[i].stats.lost;
     if (cfg_.policy != PathPolicy::kReps) return;
+    if (why == LossKind::kTrimmed || !blame) return;
     if (why == LossKind::kTimeout) {
       frozen_until_ = now + cfg_.freeze_ns;
       if (has_good_ && last_good_ == i) has_good_ = false;
     }
-    if (why == LossKind::kTrimmed) return;
     PathHealth& h = paths_[i].health;
     if (h.losses_in_row < 255) ++h.losses_in_row;
     if (rtt_ns != 0) rtt_hint_ = rtt_ns;

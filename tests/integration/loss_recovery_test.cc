@@ -242,6 +242,36 @@ TEST(PathLoss, RepsAbandonsASilentlyDeadPathAndRevivesItWhenItHeals) {
   }
 }
 
+// Everything stalls for longer than the RTO (a peer or host that stopped
+// for a while): packets time out on every path at once. That is not the
+// paths' fault, and REPS sets none aside (a timeout on one path alone
+// still does: PathSet unit tests).
+TEST(PathLoss, ATimeoutOnEveryPathAtOnceBlamesNoPath) {
+  ConnectionConfig c;
+  c.entropy.count = 8;
+  c.entropy.policy = PathPolicy::kReps;
+  DirectPair p(c);
+  constexpr size_t kSize = 1 << 20;
+  std::vector<uint8_t> src(kSize, 9), dst(kSize);
+  const uint32_t key = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+            PostError::kOk);
+  const TimeNs stall_end = p.now + 5'000'000;  // the RTO floor is 2 ms
+  uint16_t most_bad = 0;
+  ASSERT_TRUE(p.run_for(
+      100'000'000, 1'000,
+      [&] {
+        most_bad = std::max(most_bad, p.qa->paths().bad_count());
+        return p.a_scq.size() == 1;
+      },
+      [&](const Frame&, bool) { return p.now < stall_end; }));
+  EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(src == dst);
+  EXPECT_GE(p.qa->stats().timeouts, 1u);
+  EXPECT_EQ(most_bad, 0);
+
+}
+
 // An ACK whose service time (how long its packet waited at the receiver)
 // is as long as the whole round trip gives no RTT sample: it cannot be
 // right, and a sample near zero would stand as the base RTT for good.
