@@ -112,7 +112,7 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   const double queue = o.queue_bdp > 0 ? o.queue_bdp : (o.trim ? 1.0 : 5.0);
   t.sw.buffer_bytes = static_cast<uint32_t>(queue * bdp);
   t.sw.trim = o.trim;
-  if (p.name == "pfc") {
+  if (p.name == "pfc" || p.name == "rocev2-like") {
     // Lossless: a quarter BDP per ingress link before pausing it (the
     // headroom above covers a link's round trip), resumed two frames lower.
     t.sw.trim = false;
@@ -483,7 +483,8 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profiles,
                  "transport profiles run side by side: braid (64 entropies round robin, fixed "
                  "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), "
-                 "single-path (one entropy), pfc (one entropy, lossless fabric)")
+                 "single-path (one entropy), pfc (one entropy, lossless fabric), rocev2-like (one "
+                 "entropy, DCQCN, lossless fabric)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--queue-bdp", o.queue_bdp,

@@ -468,8 +468,9 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
                  "back unmarked) or round-robin (default reps)")
       ->check(CLI::IsMember({"reps", "round-robin"}));
-  app.add_option("--cc", o.cc, "Braid: congestion control: fixed (a 1 MiB window, the default) or nscc")
-      ->check(CLI::IsMember({"nscc", "fixed"}));
+  app.add_option("--cc", o.cc,
+                 "Braid: congestion control: fixed (a 1 MiB window, the default), nscc or dcqcn")
+      ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
   app.add_option("--link-mbps", o.link_mbps,
                  "Braid: link rate congestion control scales by (default: the port's)")
       ->check(CLI::Range(1, 1'000'000));
@@ -693,7 +694,9 @@ int Session::open_device() {
   cfg.udp_port = o_.udp_port;
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
   cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN : BRAID_PATHS_REPS;
-  cfg.cc = o_.cc == "fixed" ? BRAID_CC_FIXED_WINDOW : BRAID_CC_NSCC;
+  cfg.cc = o_.cc == "fixed"   ? BRAID_CC_FIXED_WINDOW
+           : o_.cc == "dcqcn" ? BRAID_CC_DCQCN
+                              : BRAID_CC_NSCC;
   cfg.link_mbps = o_.link_mbps;
   cfg.base_rtt_us = o_.base_rtt_us;
   // A client port (memif client, virtio-user) may wait for its peer as long
@@ -1066,17 +1069,20 @@ void Session::print_stats() const {
   // The sender's state and its paths, for the first QP.
   braid_qp_stats q0{};
   if (!qps_.empty() && braid_query_qp_stats(qps_[0], &q0) == 0 && q0.data_packets_sent > 0) {
-    std::printf(" QP 0: srtt %.1f us, min RTT %.1f us, cwnd %u B, in flight %u B; %u of %u paths "
-                "skipped or assumed bad\n",
-                static_cast<double>(q0.srtt_ns) / 1e3, static_cast<double>(q0.min_rtt_ns) / 1e3,
-                q0.cwnd_bytes, q0.inflight_bytes, q0.paths_bad, q0.entropies);
+    std::printf(
+        " QP 0: srtt %.1f us, min RTT %.1f us, cwnd %u B, in flight %u B; %u of %u paths "
+        "skipped or assumed bad\n",
+        static_cast<double>(q0.srtt_ns) / 1e3, static_cast<double>(q0.min_rtt_ns) / 1e3,
+        q0.cwnd_bytes, q0.inflight_bytes, q0.paths_bad, q0.entropies);
     std::printf(" QP 0 paths (port: sent/acked/ECN/lost, srtt us, state):");
     for (unsigned i = 0; i < q0.entropies; ++i) {
       braid_path_stats p{};
       if (braid_query_path_stats(qps_[0], i, &p) != 0) break;
       std::printf("%s %u: %u/%u/%u/%u %.0f%s", i % 4 == 0 ? "\n  " : ";", p.udp_src_port, p.sent,
                   p.acked, p.ecn_marked, p.lost, static_cast<double>(p.srtt_ns) / 1e3,
-                  p.state == 1 ? " SKIP" : p.state == 2 ? " BAD" : "");
+                  p.state == 1   ? " SKIP"
+                  : p.state == 2 ? " BAD"
+                                 : "");
     }
     std::printf("\n");
   }

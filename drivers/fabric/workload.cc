@@ -52,9 +52,12 @@ Profile profile_named(const std::string& name) {
     if (name == "nscc-reps") p.paths = PathPolicy::kReps;
   } else if (name == "single-path" || name == "pfc") {
     p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
+  } else if (name == "rocev2-like") {
+    p.entropies = 1;  // and PFC, as pfc
+    p.cc = CcAlgorithm::kDcqcn;
   } else {
     throw std::invalid_argument("unknown profile '" + name +
-                                "' (braid, nscc, nscc-reps, single-path, pfc)");
+                                "' (braid, nscc, nscc-reps, single-path, pfc, rocev2-like)");
   }
   return p;
 }

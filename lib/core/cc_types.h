@@ -12,6 +12,19 @@ namespace braid {
 enum class CcAlgorithm : uint8_t {
   kFixedWindow,  // window_bytes in flight, never changed
   kNscc,         // UET's network-signal CC: ECN and delay
+  kDcqcn,        // RoCEv2's: a paced rate cut by CNPs (cc_dcqcn.h)
+};
+
+// DCQCN's parameters (the paper's, facts.md).
+struct DcqcnConfig {
+  double g = 1.0 / 256;
+  TimeNs alpha_timer_ns = 55'000;      // alpha decays each period without a CNP
+  TimeNs rate_timer_ns = 50'000;       // an increase event each period
+  uint64_t byte_counter = 10'000'000;  // ... and each this many bytes
+  uint32_t fast_recovery_stages = 5;   // F
+  double rai_fraction = 0.001;         // R_AI as a fraction of the link
+  double hai_factor = 10;              // R_HAI = hai_factor x R_AI
+  TimeNs cnp_interval_ns = 50'000;     // the receiver's: at most one CNP per this
 };
 
 struct CcConfig {
@@ -24,6 +37,7 @@ struct CcConfig {
   uint64_t link_bps = 100'000'000'000;
   // The network trims instead of dropping: a lower delay target.
   bool trimming = true;
+  DcqcnConfig dcqcn;
 };
 
 // What one ACK says.

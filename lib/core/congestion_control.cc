@@ -3,10 +3,12 @@
 namespace braid {
 
 namespace {
-std::variant<FixedWindowCc, NsccCc> make(const CcConfig& cfg, uint32_t packet_bytes) {
+CongestionControl::Algorithms make(const CcConfig& cfg, uint32_t packet_bytes) {
   switch (cfg.algorithm) {
     case CcAlgorithm::kNscc:
       return NsccCc(cfg, packet_bytes);
+    case CcAlgorithm::kDcqcn:
+      return DcqcnCc(cfg);
     case CcAlgorithm::kFixedWindow:
       break;
   }

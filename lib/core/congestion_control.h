@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <variant>
 
+#include "core/cc_dcqcn.h"
 #include "core/cc_nscc.h"
 #include "core/cc_types.h"
 
@@ -32,6 +33,7 @@ class FixedWindowCc {
 
 class CongestionControl {
  public:
+  using Algorithms = std::variant<FixedWindowCc, NsccCc, DcqcnCc>;
   // packet_bytes: a full packet as the window counts it.
   CongestionControl(const CcConfig& cfg, uint32_t packet_bytes);
 
@@ -43,12 +45,24 @@ class CongestionControl {
     std::visit([&](auto& a) { a.on_loss(e); }, algo_);
     sync();
   }
+  // A CNP from the receiver (DCQCN's; the others do not ask for them).
+  void on_cnp(TimeNs now) {
+    std::visit(
+        [&](auto& a) {
+          if constexpr (requires { a.on_cnp(now); }) a.on_cnp(now);
+        },
+        algo_);
+    sync();
+  }
+  // The receiver is to answer ECN-CE with CNPs.
+  bool wants_cnps() const { return algorithm_ == CcAlgorithm::kDcqcn; }
 
   uint32_t cwnd_bytes() const { return cwnd_; }
   uint64_t pacing_rate_bps() const { return rate_; }
   CcAlgorithm algorithm() const { return algorithm_; }
   // The algorithm's own state, for tests and statistics (nullptr: another).
   const NsccCc* nscc() const { return std::get_if<NsccCc>(&algo_); }
+  const DcqcnCc* dcqcn() const { return std::get_if<DcqcnCc>(&algo_); }
 
  private:
   void sync() {
@@ -60,7 +74,7 @@ class CongestionControl {
         algo_);
   }
 
-  std::variant<FixedWindowCc, NsccCc> algo_;
+  Algorithms algo_;
   CcAlgorithm algorithm_;
   uint32_t cwnd_ = 0;
   uint64_t rate_ = 0;

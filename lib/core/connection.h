@@ -88,8 +88,10 @@ struct ConnectionStats {
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
   uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
-  uint64_t after_refusal = 0;    // packets at or after a refused one, not placed
-  uint64_t missing_crc = 0;      // no trailer from a peer that sends them: dropped
+  uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
+  uint64_t cnps_received = 0;
+  uint64_t after_refusal = 0;  // packets at or after a refused one, not placed
+  uint64_t missing_crc = 0;    // no trailer from a peer that sends them: dropped
   uint64_t bytes_placed = 0;
 };
 
@@ -342,6 +344,7 @@ class Connection {
   // Hole ACKs that may follow one ACK (each reports one more 64-PSN block).
   static constexpr uint8_t kHoleAcksPerAck = 1;
   uint32_t build_nack(uint8_t* buf, uint32_t cap);
+  uint32_t build_cnp(uint8_t* buf, uint32_t cap);
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
@@ -391,7 +394,7 @@ class Connection {
   PathSet paths_;
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
-  TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
+  TimeNs min_rtt_ = 0;            // smallest RTT sample on any entropy
   bool rto_blames_paths_ = true;  // this RTO's losses count against their paths
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
@@ -421,6 +424,8 @@ class Connection {
   PendingNack nacks_[32];
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
+  bool cnp_due_ = false;    // DCQCN: a CNP is to go out
+  TimeNs next_cnp_at_ = 0;  // ... not before this (one per cnp_interval_ns)
   uint32_t unacked_packets_ = 0;
   uint32_t ack_trigger_psn_ = 0;
   TimeNs ack_trigger_at_ = 0;  // when that packet arrived

@@ -115,6 +115,21 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
+uint32_t Connection::build_cnp(uint8_t* buf, uint32_t cap) {
+  if (cap < wire::kL2L4Size + wire::kCtrlSize + trailer()) return 0;
+  cnp_due_ = false;
+  wire::CtrlHeader h;
+  h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
+  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kCnp);
+  h.psn = rx_.cack();
+  h.spdcid = cfg_.local_id;
+  h.dpdcid = cfg_.remote_id;
+  wire::encode_ctrl(buf + wire::kL2L4Size, h);
+  ++stats_.cnps_sent;
+  return finish_frame(buf, wire::kCtrlSize, paths_.control_port(),
+                      static_cast<uint8_t>(wire::kDscpAck << 2));
+}
+
 void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now) {
   if (r.state == TxState::kInFlight) {
     inflight_bytes_ -= charge(r);

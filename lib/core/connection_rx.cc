@@ -58,8 +58,15 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::PdsType::kNackCcx:
       if (state_ == ConnectionState::kActive) on_nack(pkt, now);
       break;
+    case wire::PdsType::kCtrl:
+      if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kCnp) &&
+          state_ == ConnectionState::kActive) {
+        ++stats_.cnps_received;
+        cc_.on_cnp(now);
+      }
+      break;
     default:
-      break;  // CTRL: nothing Braid needs yet
+      break;
   }
   poke();
 }
@@ -157,6 +164,11 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
   }
   if (ce) ack_trigger_ecn_ = true;
+  // DCQCN's notification point: a CNP for CE, at most one per interval.
+  if (ce && cc_.wants_cnps() && now >= next_cnp_at_) {
+    cnp_due_ = true;
+    next_cnp_at_ = now + cfg_.cc.dcqcn.cnp_interval_ns;
+  }
   if (advanced > 0) on_in_order_advance();
   if (pkt.has_ses_response) complete_sends();
   if (state_ != ConnectionState::kActive) return;

@@ -46,7 +46,7 @@ wire::SesOpcode ses_opcode(Opcode op) {
 
 bool Connection::control_due() const {
   if (!mac_known_) return false;
-  if (nack_count_ > 0 || ack_due_) return true;
+  if (nack_count_ > 0 || ack_due_ || cnp_due_) return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
 }
 
@@ -66,6 +66,7 @@ bool Connection::data_ready() const {
 
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
+  if (cnp_due_) return build_cnp(buf, cap);
   if (nack_count_ > 0) return build_nack(buf, cap);
   if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
   if (state_ != ConnectionState::kActive || hole_acks_due_ == 0) return 0;

@@ -24,16 +24,9 @@ void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now) {
   if (cfg_.policy != PathPolicy::kReps) return;
   if (--samples_to_median_ == 0) update_median();
   // Far slower than the connection's typical path: skip it.
-  PathHealth& h = paths_[i].health;
-  if (h.state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
+  if (paths_[i].health.state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
       uint64_t{s.srtt_ns} > uint64_t{median_srtt_} * kSlowFactor) {
-    h.state = PathState::kSkip;
-    h.probing = false;
-    h.revive_seq = paths_[i].next_seq;
-    h.probe_at = now + probe_interval(median_srtt_);
-    next_probe_at_ = std::min(next_probe_at_, h.probe_at);
-    ++bad_count_;
-    if (has_good_ && last_good_ == i) has_good_ = false;
+    set_aside(i, PathState::kSkip, now + probe_interval(median_srtt_));
   }
 }
 

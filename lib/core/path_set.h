@@ -169,8 +169,7 @@ class PathSet {
     if (h.state != PathState::kGood) {
       // Only a packet sent after it went bad says how it is now.
       if (static_cast<int32_t>(seq - h.revive_seq) < 0) return;
-      if (h.state == PathState::kSkip &&
-          delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
+      if (h.state == PathState::kSkip && delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
         if (h.probing) {  // still slow: sleep longer
           h.probing = false;
           if (h.backoff < kMaxBackoff) ++h.backoff;
@@ -219,13 +218,7 @@ class PathSet {
       return;
     }
     if (why == LossKind::kTimeout || h.losses_in_row >= kBadAfter) {
-      h.state = PathState::kAssumedBad;
-      h.probing = false;
-      h.revive_seq = paths_[i].next_seq;
-      h.probe_at = now + probe_interval(rtt_ns);
-      next_probe_at_ = std::min(next_probe_at_, h.probe_at);
-      ++bad_count_;
-      if (has_good_ && last_good_ == i) has_good_ = false;
+      set_aside(i, PathState::kAssumedBad, now + probe_interval(rtt_ns));
     }
   }
   void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0);
@@ -243,6 +236,17 @@ class PathSet {
   };
   TimeNs probe_interval(TimeNs rtt_ns) const {
     return rtt_ns * 4 > cfg_.probe_after_ns ? rtt_ns * 4 : cfg_.probe_after_ns;
+  }
+  // A good entropy goes bad or skipped; its first probe at `probe_at`.
+  void set_aside(uint8_t i, PathState state, TimeNs probe_at) {
+    PathHealth& h = paths_[i].health;
+    h.state = state;
+    h.probing = false;
+    h.revive_seq = paths_[i].next_seq;  // what it delivers from here on counts
+    h.probe_at = probe_at;
+    next_probe_at_ = std::min(next_probe_at_, probe_at);
+    ++bad_count_;
+    if (has_good_ && last_good_ == i) has_good_ = false;
   }
   void probe_failed(uint8_t i, TimeNs now) {
     PathHealth& h = paths_[i].health;
@@ -329,7 +333,8 @@ class PathSet {
   uint16_t bad_count_ = 0;  // assumed bad or skipped
   uint32_t median_srtt_ = 0;
   TimeNs next_probe_at_ = kNever;
-  TimeNs rtt_hint_ = 0;  // the connection's smoothed RTT, as on_lost last gave it  // no earlier than any bad path's probe_at
+  TimeNs rtt_hint_ = 0;  // the connection's smoothed RTT, as on_lost last gave it  // no earlier
+                         // than any bad path's probe_at
   uint8_t samples_to_median_ = 32;
   void update_median();
   TimeNs frozen_until_ = 0;

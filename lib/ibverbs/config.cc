@@ -5,7 +5,9 @@
 #include <cctype>
 #include <cstdlib>
 #include <fstream>
+#include <initializer_list>
 #include <map>
+#include <utility>
 
 namespace braid::ibv {
 namespace {
@@ -83,9 +85,9 @@ DeviceSettings load_settings(std::string* error) {
     return s;
   }
   static const char* const kKeys[] = {
-      "name", "port",      "ip",       "prefix_len", "gateway",         "neighbors",    "eal_args",
-      "mtu",  "entropies", "udp_port", "lcore",      "progress_thread", "link_wait_ms", "crc",
-      "paths", "cc", "link_mbps", "base_rtt_us"};
+      "name",         "port", "ip",        "prefix_len", "gateway",   "neighbors",
+      "eal_args",     "mtu",  "entropies", "udp_port",   "lcore",     "progress_thread",
+      "link_wait_ms", "crc",  "paths",     "cc",         "link_mbps", "base_rtt_us"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -138,23 +140,26 @@ DeviceSettings load_settings(std::string* error) {
     if (!to_number(kv["crc"], 0, 1, &n)) return bad("crc");
     s.crc = n == 1 ? 1 : -1;
   }
-  if (kv.count("paths")) {
-    if (kv["paths"] == "round-robin") {
-      s.paths = BRAID_PATHS_ROUND_ROBIN;
-    } else if (kv["paths"] == "reps") {
-      s.paths = BRAID_PATHS_REPS;
-    } else {
-      return bad("paths");
+  // A key whose value is one of a few names.
+  auto named = [&](const char* key, std::initializer_list<std::pair<const char*, int>> names,
+                   int* out) {
+    if (!kv.count(key)) return true;
+    for (const auto& [name, value] : names) {
+      if (kv[key] == name) {
+        *out = value;
+        return true;
+      }
     }
+    return false;
+  };
+  if (!named("paths", {{"round-robin", BRAID_PATHS_ROUND_ROBIN}, {"reps", BRAID_PATHS_REPS}},
+             &s.paths)) {
+    return bad("paths");
   }
-  if (kv.count("cc")) {
-    if (kv["cc"] == "fixed") {
-      s.cc = BRAID_CC_FIXED_WINDOW;
-    } else if (kv["cc"] == "nscc") {
-      s.cc = BRAID_CC_NSCC;
-    } else {
-      return bad("cc");
-    }
+  if (!named("cc",
+             {{"fixed", BRAID_CC_FIXED_WINDOW}, {"nscc", BRAID_CC_NSCC}, {"dcqcn", BRAID_CC_DCQCN}},
+             &s.cc)) {
+    return bad("cc");
   }
   if (kv.count("link_mbps")) {
     if (!to_number(kv["link_mbps"], 1, 1'000'000, &n)) return bad("link_mbps");

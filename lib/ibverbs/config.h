@@ -36,12 +36,12 @@ struct DeviceSettings {
   // ibv_open_device waits this long for the link (a memif or vhost-user
   // peer attaching) before it reports the port DOWN.
   uint32_t link_wait_ms = 30000;
-  int paths = 0;           // braid_device_config.paths
-  int cc = 0;              // braid_device_config.cc
-  uint32_t link_mbps = 0;  // braid_device_config.link_mbps
+  int paths = 0;             // braid_device_config.paths
+  int cc = 0;                // braid_device_config.cc
+  uint32_t link_mbps = 0;    // braid_device_config.link_mbps
   uint32_t base_rtt_us = 0;  // braid_device_config.base_rtt_us
-  int crc = 0;         // braid_device_config.crc: 0 auto, 1 on, -1 off
-  std::string source;  // where the settings came from, for messages
+  int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
+  std::string source;        // where the settings came from, for messages
 
   bool usable() const { return !port.empty() && !ip.empty(); }
   // A braid_device_config whose strings point into *this.

@@ -64,7 +64,8 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
     return fail(EINVAL, "open_device: paths must be a braid_path_policy");
   }
   if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_FIXED_WINDOW;
-  if (c->config.cc != BRAID_CC_FIXED_WINDOW && c->config.cc != BRAID_CC_NSCC) {
+  if (c->config.cc != BRAID_CC_FIXED_WINDOW && c->config.cc != BRAID_CC_NSCC &&
+      c->config.cc != BRAID_CC_DCQCN) {
     return fail(EINVAL, "open_device: cc must be a braid_cc");
   }
   if (c->config.prefix_len == 0) c->config.prefix_len = 24;

@@ -753,6 +753,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.entropy.policy = c->config.paths == BRAID_PATHS_ROUND_ROBIN ? braid::PathPolicy::kRoundRobin
                                                                  : braid::PathPolicy::kReps;
   cc.cc.algorithm = c->config.cc == BRAID_CC_FIXED_WINDOW ? braid::CcAlgorithm::kFixedWindow
+                    : c->config.cc == BRAID_CC_DCQCN      ? braid::CcAlgorithm::kDcqcn
                                                           : braid::CcAlgorithm::kNscc;
   // NSCC's base RTT is the smallest measured; nothing here trims.
   cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;

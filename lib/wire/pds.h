@@ -94,6 +94,9 @@ enum class CtrlType : uint8_t {
   kCredit = 7,
   kCreditReq = 8,
   kNegotiation = 9,
+  // Braid's own (UET leaves 10..15 unused): DCQCN's congestion
+  // notification, from the receiver of ECN-CE marked packets.
+  kCnp = 10,
 };
 
 struct Prologue {

@@ -269,7 +269,58 @@ TEST(PathLoss, ATimeoutOnEveryPathAtOnceBlamesNoPath) {
   EXPECT_TRUE(src == dst);
   EXPECT_GE(p.qa->stats().timeouts, 1u);
   EXPECT_EQ(most_bad, 0);
+}
 
+// DCQCN end to end: the receiver answers CE-marked packets with CNPs (CTRL
+// packets of Braid's kCnp type), at most one per 50 us; the sender cuts its
+// paced rate on each and recovers once the marks stop.
+TEST(Dcqcn, CnpsAreRateLimitedAtTheReceiverAndCutTheSendersRate) {
+  ConnectionConfig c;
+  c.entropy.count = 1;
+  c.cc.algorithm = CcAlgorithm::kDcqcn;
+  c.cc.link_bps = 100'000'000'000;
+  DirectPair p(c);
+  constexpr size_t kSize = 8 << 20;
+  std::vector<uint8_t> src(kSize), dst(kSize);
+  for (size_t i = 0; i < kSize; ++i) src[i] = static_cast<uint8_t>(i * 13);
+  const uint32_t key = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+            PostError::kOk);
+  const TimeNs start = p.now, marks_end = start + 300'000;  // CE on every packet for 300 us
+  uint64_t ctrl_frames = 0, lowest = ~uint64_t{0};
+  for (int round = 0; round < 200'000 && p.a_scq.size() == 0; ++round) {
+    std::vector<Frame> ab = p.drain(p.a), ba = p.drain(p.b);
+    if (p.now < marks_end) {
+      for (Frame& f : ab) {
+        if (f.size() > 256) set_ecn(f, wire::kEcnCe);
+      }
+    }
+    for (const Frame& f : ba) {
+      if (f.size() >= wire::kL2L4Size + 1 &&
+          (f[wire::kL2L4Size] >> 3) == static_cast<uint8_t>(wire::PdsType::kCtrl)) {
+        ++ctrl_frames;
+      }
+    }
+    p.now += 1'000;
+    p.deliver(p.b, ab);
+    p.deliver(p.a, ba);
+    p.a.advance(p.now);
+    p.b.advance(p.now);
+    lowest = std::min(lowest, p.qa->cc().pacing_rate_bps());
+  }
+  ASSERT_EQ(p.a_scq.size(), 1u);
+  EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+  EXPECT_TRUE(src == dst);
+  const uint64_t sent = p.qb->stats().cnps_sent;
+  // One per 50 us while the marks last (300 us): 6 or 7.
+  EXPECT_GE(sent, 6u);
+  EXPECT_LE(sent, 7u);
+  EXPECT_EQ(ctrl_frames, sent);
+  EXPECT_EQ(p.qa->stats().cnps_received, sent);
+  EXPECT_EQ(p.qa->cc().dcqcn()->cnps(), sent);
+  EXPECT_LT(lowest, 100'000'000'000u / 8);  // six cuts with alpha near 1
+  // The marks stopped long before the end: the rate climbed back.
+  EXPECT_GT(p.qa->cc().pacing_rate_bps(), 2 * lowest);
 }
 
 // An ACK whose service time (how long its packet waited at the receiver)

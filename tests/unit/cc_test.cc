@@ -3,6 +3,8 @@
 // fast increase and its bounds, at UET's reference point (100 Gb/s, 12 us).
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "core/congestion_control.h"
 
 namespace braid {
@@ -234,6 +236,112 @@ TEST(CongestionControl, DispatchesToTheConfiguredAlgorithm) {
   trim.now = 1'000;
   n.on_loss(trim);
   EXPECT_EQ(n.cwnd_bytes(), 225'000u - kPacket);  // the wrapper's copy follows
+}
+
+// --- DCQCN --------------------------------------------------------------
+
+CcConfig dcqcn() {
+  CcConfig c;
+  c.algorithm = CcAlgorithm::kDcqcn;
+  c.link_bps = 100'000'000'000;
+  return c;
+}
+
+AckEvent ack_at(TimeNs now, uint32_t bytes = 0) {
+  AckEvent e;
+  e.now = now;
+  e.acked_bytes = bytes;
+  return e;
+}
+
+TEST(Dcqcn, StartsAtLineRateAndCutsByHalfAlphaOnACnp) {
+  DcqcnCc cc(dcqcn());
+  EXPECT_EQ(cc.rate_bps(), 100'000'000'000u);
+  cc.on_ack(ack_at(0));
+  cc.on_cnp(1'000);  // alpha starts at 1: the rate halves
+  EXPECT_EQ(cc.rate_bps(), 50'000'000'000u);
+  EXPECT_DOUBLE_EQ(cc.target_rate_bps(), 100e9);
+  EXPECT_DOUBLE_EQ(cc.alpha(), 1.0);  // (1 - g) + g
+  // A second CNP at once: cut by alpha / 2 again.
+  cc.on_cnp(2'000);
+  EXPECT_EQ(cc.rate_bps(), 25'000'000'000u);
+  EXPECT_DOUBLE_EQ(cc.target_rate_bps(), 50e9);
+  EXPECT_EQ(cc.cnps(), 2u);
+}
+
+TEST(Dcqcn, AlphaDecaysEveryPeriodWithoutACnp) {
+  const CcConfig c = dcqcn();
+  DcqcnCc cc(c);
+  cc.on_ack(ack_at(0));
+  cc.on_cnp(0);
+  // 10 alpha periods later (and no CNP): alpha = (1 - g)^10.
+  cc.on_ack(ack_at(10 * c.dcqcn.alpha_timer_ns));
+  EXPECT_NEAR(cc.alpha(), std::pow(1 - c.dcqcn.g, 10), 1e-12);
+  // The next cut is smaller: by alpha / 2.
+  const double rate = static_cast<double>(cc.rate_bps());
+  const double alpha = cc.alpha();
+  cc.on_cnp(10 * c.dcqcn.alpha_timer_ns + 1);
+  EXPECT_NEAR(static_cast<double>(cc.rate_bps()), rate * (1 - alpha / 2), rate * 1e-9);
+}
+
+TEST(Dcqcn, RecoversFastThenAdditivelyThenHyperTowardsLineRate) {
+  const CcConfig c = dcqcn();
+  DcqcnCc cc(c);
+  cc.on_ack(ack_at(0));
+  cc.on_cnp(0);  // RC 50, RT 100 Gb/s
+  // Fast recovery: each timer period halves the distance to the target.
+  TimeNs now = 0;
+  double gap = 50e9;
+  for (uint32_t i = 1; i <= c.dcqcn.fast_recovery_stages; ++i) {
+    now += c.dcqcn.rate_timer_ns;
+    cc.on_ack(ack_at(now));
+    gap /= 2;
+    EXPECT_EQ(cc.timer_stage(), i);
+    EXPECT_DOUBLE_EQ(cc.target_rate_bps(), 100e9);
+    EXPECT_NEAR(static_cast<double>(cc.rate_bps()), 100e9 - gap, 1);
+  }
+  // Past F timer stages: the target moves up by R_AI, but never past the link.
+  now += c.dcqcn.rate_timer_ns;
+  cc.on_ack(ack_at(now));
+  EXPECT_DOUBLE_EQ(cc.target_rate_bps(), 100e9);
+  // From a lower start the additive step shows: cut twice, recover F stages.
+  DcqcnCc low(c);
+  low.on_ack(ack_at(0));
+  low.on_cnp(0);
+  low.on_cnp(0);  // RC 25, RT 50 Gb/s
+  now = 0;
+  for (uint32_t i = 0; i <= c.dcqcn.fast_recovery_stages; ++i) {
+    now += c.dcqcn.rate_timer_ns;
+    low.on_ack(ack_at(now));
+  }
+  const double rai = 100e9 * c.dcqcn.rai_fraction;
+  EXPECT_NEAR(low.target_rate_bps(), 50e9 + rai, 1);
+  // Byte-counter stages too: past F of both, hyper increase (i x R_HAI).
+  for (uint32_t i = 0; i <= c.dcqcn.fast_recovery_stages; ++i) {
+    low.on_ack(ack_at(now, static_cast<uint32_t>(c.dcqcn.byte_counter)));
+  }
+  const double before = low.target_rate_bps();
+  now += c.dcqcn.rate_timer_ns;
+  low.on_ack(ack_at(now));
+  EXPECT_NEAR(low.target_rate_bps() - before, rai * c.dcqcn.hai_factor, 1);  // i = 1
+}
+
+TEST(Dcqcn, NeverFallsBelowItsFloorAndTheWrapperAsksForCnps) {
+  DcqcnCc cc(dcqcn());
+  cc.on_ack(ack_at(0));
+  for (int i = 0; i < 200; ++i) cc.on_cnp(static_cast<TimeNs>(i));
+  EXPECT_GE(cc.rate_bps(), 10'000'000u);  // a ten-thousandth of the link
+  CongestionControl w(dcqcn(), kPacket);
+  EXPECT_TRUE(w.wants_cnps());
+  EXPECT_EQ(w.pacing_rate_bps(), 100'000'000'000u);
+  w.on_ack(ack_at(0));
+  w.on_cnp(10);
+  EXPECT_EQ(w.pacing_rate_bps(), 50'000'000'000u);
+  CongestionControl n(nscc(), kPacket);
+  EXPECT_FALSE(n.wants_cnps());
+  const uint32_t cwnd = n.cwnd_bytes();
+  n.on_cnp(10);  // ignored
+  EXPECT_EQ(n.cwnd_bytes(), cwnd);
 }
 
 }  // namespace

@@ -435,7 +435,7 @@ TEST(PathSet, RepsAssumesAPathBadAfterLossesInARowAndExploresAroundIt) {
 
 TEST(PathSet, RepsProbesABadPathOnceAndRevivesItWhenTheProbeIsDelivered) {
   PathSet s(reps_config());
-  send_on(s, 2, 4);  // path sequences 0..3
+  send_on(s, 2, 4);                     // path sequences 0..3
   s.on_lost(2, LossKind::kTimeout, 0);  // one timeout is enough
   EXPECT_EQ(s.health(2).state, PathState::kAssumedBad);
   // An ACK of a packet sent before it went bad says nothing of it now.

@@ -1,0 +1,42 @@
+// lib/ibverbs's settings: braid_device_config from BRAID_IBV_* variables (or
+// the file they name), as unmodified verbs programs get it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "ibverbs/config.h"
+
+namespace {
+
+// Path selection and congestion control come from the environment (or the
+// file) by name; an unknown name is an error that names the key.
+TEST(IbvSettings, PathsAndCongestionControlAreReadByName) {
+  setenv("BRAID_IBV_PATHS", "round-robin", 1);
+  setenv("BRAID_IBV_CC", "dcqcn", 1);
+  setenv("BRAID_IBV_LINK_MBPS", "25000", 1);
+  setenv("BRAID_IBV_BASE_RTT_US", "40", 1);
+  std::string error;
+  braid::ibv::DeviceSettings s = braid::ibv::load_settings(&error);
+  EXPECT_TRUE(error.empty()) << error;
+  const braid_device_config c = s.to_config();
+  EXPECT_EQ(c.paths, BRAID_PATHS_ROUND_ROBIN);
+  EXPECT_EQ(c.cc, BRAID_CC_DCQCN);
+  EXPECT_EQ(c.link_mbps, 25000u);
+  EXPECT_EQ(c.base_rtt_us, 40u);
+  setenv("BRAID_IBV_CC", "cubic", 1);
+  error.clear();
+  braid::ibv::load_settings(&error);
+  EXPECT_NE(error.find("for cc"), std::string::npos) << error;
+  setenv("BRAID_IBV_CC", "nscc", 1);
+  setenv("BRAID_IBV_PATHS", "ecmp", 1);
+  error.clear();
+  braid::ibv::load_settings(&error);
+  EXPECT_NE(error.find("for paths"), std::string::npos) << error;
+  for (const char* k :
+       {"BRAID_IBV_PATHS", "BRAID_IBV_CC", "BRAID_IBV_LINK_MBPS", "BRAID_IBV_BASE_RTT_US"}) {
+    unsetenv(k);
+  }
+}
+
+}  // namespace
