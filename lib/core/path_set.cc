@@ -7,6 +7,7 @@ namespace braid {
 PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
   cfg_.count = std::clamp<uint16_t>(cfg_.count, 1, 256);
   paths_.resize(cfg_.count);
+  if (cfg_.policy == PathPolicy::kReps) health_.resize(cfg_.count);
   // Keep every entropy inside the dynamic port range 49152..65535.
   for (uint16_t i = 0; i < cfg_.count; ++i) {
     const uint32_t off = (uint32_t{cfg_.base_port} + uint32_t{i} * cfg_.stride) & 0x3fff;
@@ -24,7 +25,7 @@ void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now) {
   if (cfg_.policy != PathPolicy::kReps) return;
   if (--samples_to_median_ == 0) update_median();
   // Far slower than the connection's typical path: skip it.
-  if (paths_[i].health.state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
+  if (health_[i].state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
       uint64_t{s.srtt_ns} > uint64_t{median_srtt_} * kSlowFactor) {
     set_aside(i, PathState::kSkip, now + probe_interval(median_srtt_));
   }
@@ -43,6 +44,35 @@ void PathSet::update_median() {
   }
   std::nth_element(v, v + n / 2, v + n);
   median_srtt_ = v[n / 2];
+}
+
+void PathSet::reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay) {
+  PathHealth& h = health_[i];
+  if (h.state != PathState::kGood) {
+    // Only a packet sent after it went bad says how it is now.
+    if (static_cast<int32_t>(seq - h.revive_seq) < 0) return;
+    if (h.state == PathState::kSkip && delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
+      if (h.probing) {  // still slow: sleep longer
+        h.probing = false;
+        if (h.backoff < kMaxBackoff) ++h.backoff;
+        h.probe_at = now + (probe_interval(TimeNs{median_srtt_}) << h.backoff);
+        next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+      }
+      return;
+    }
+    h.state = PathState::kGood;
+    h.backoff = 0;
+    h.probing = false;
+    if (delay != 0)
+      paths_[i].stats.srtt_ns = static_cast<uint32_t>(std::min<TimeNs>(delay, 0xffffffffu));
+    --bad_count_;
+  }
+  h.losses_in_row = 0;
+  if (!marked) {
+    recycle(i);
+    last_good_ = i;
+    has_good_ = true;
+  }
 }
 
 }  // namespace braid

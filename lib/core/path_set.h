@@ -90,7 +90,11 @@ class PathSet {
   // The UDP source port of entropy i.
   uint16_t entropy(uint8_t i) const { return paths_[i].port; }
   const EntropyStats& stats(uint8_t i) const { return paths_[i].stats; }
-  const PathHealth& health(uint8_t i) const { return paths_[i].health; }
+  // (Round robin keeps none: every path is good to it.)
+  const PathHealth& health(uint8_t i) const {
+    static const PathHealth kGood{};
+    return health_.empty() ? kGood : health_[i];
+  }
   // How many entropies are assumed bad or skipped now.
   uint16_t bad_count() const { return bad_count_; }
   // Losses in a row, with no delivery between, that make an entropy bad.
@@ -113,7 +117,7 @@ class PathSet {
       }
       while (ring_count_ > 0) {
         const uint8_t e = take_recycled();
-        if (paths_[e].health.state == PathState::kGood) return e;  // not gone bad since
+        if (health_[e].state == PathState::kGood) return e;  // not gone bad since
       }
       if (now < frozen_until_ && has_good_) return last_good_;
       return explore(now);
@@ -124,11 +128,11 @@ class PathSet {
     if (cfg_.policy == PathPolicy::kReps) {
       // A probe resent (a tail-loss probe does not declare it lost first)
       // failed: its ACK, if any, will not say which copy arrived.
-      if (paths_[previous].health.probing) probe_failed(previous, now);
+      if (health_[previous].probing) probe_failed(previous, now);
       // Not the path that lost it, if another is known good.
       for (uint8_t n = ring_count_; n > 0; --n) {
         const uint8_t e = take_recycled();
-        if (paths_[e].health.state != PathState::kGood) continue;
+        if (health_[e].state != PathState::kGood) continue;
         if (e != previous || cfg_.count == 1) return e;
         recycle(e);
       }
@@ -164,32 +168,7 @@ class PathSet {
     ++p.stats.acked;
     if (!sent_once) return;
     if (static_cast<int32_t>(seq + 1 - p.acked_seq) > 0) p.acked_seq = seq + 1;
-    if (cfg_.policy != PathPolicy::kReps) return;
-    PathHealth& h = p.health;
-    if (h.state != PathState::kGood) {
-      // Only a packet sent after it went bad says how it is now.
-      if (static_cast<int32_t>(seq - h.revive_seq) < 0) return;
-      if (h.state == PathState::kSkip && delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
-        if (h.probing) {  // still slow: sleep longer
-          h.probing = false;
-          if (h.backoff < kMaxBackoff) ++h.backoff;
-          h.probe_at = now + (probe_interval(TimeNs{median_srtt_}) << h.backoff);
-          next_probe_at_ = std::min(next_probe_at_, h.probe_at);
-        }
-        return;
-      }
-      h.state = PathState::kGood;
-      h.backoff = 0;
-      h.probing = false;
-      if (delay != 0) p.stats.srtt_ns = static_cast<uint32_t>(std::min<TimeNs>(delay, 0xffffffffu));
-      --bad_count_;
-    }
-    h.losses_in_row = 0;
-    if (!marked) {
-      recycle(i);
-      last_good_ = i;
-      has_good_ = true;
-    }
+    if (cfg_.policy == PathPolicy::kReps) reps_acked(i, seq, marked, now, delay);
   }
   // How far the packet with path sequence `seq` on i has been overtaken:
   // the packets sent on i after it, up to the latest one acknowledged
@@ -210,7 +189,7 @@ class PathSet {
       frozen_until_ = now + cfg_.freeze_ns;
       if (has_good_ && last_good_ == i) has_good_ = false;
     }
-    PathHealth& h = paths_[i].health;
+    PathHealth& h = health_[i];
     if (h.losses_in_row < 255) ++h.losses_in_row;
     if (rtt_ns != 0) rtt_hint_ = rtt_ns;
     if (h.state != PathState::kGood) {
@@ -222,9 +201,13 @@ class PathSet {
     }
   }
   void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0);
+  // REPS's part of on_acked, out of line: round robin's ACKs stay small.
+  void reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay);
 
   // Bytes of per-entropy state (for the connection's memory footprint).
-  size_t memory_footprint() const { return paths_.capacity() * sizeof(Path); }
+  size_t memory_footprint() const {
+    return paths_.capacity() * sizeof(Path) + health_.capacity() * sizeof(PathHealth);
+  }
 
  private:
   struct Path {
@@ -232,14 +215,13 @@ class PathSet {
     uint32_t next_seq = 0;   // path sequence of the next packet sent on it
     uint32_t acked_seq = 0;  // highest acknowledged path sequence + 1
     uint16_t port = 0;
-    PathHealth health;
   };
   TimeNs probe_interval(TimeNs rtt_ns) const {
     return rtt_ns * 4 > cfg_.probe_after_ns ? rtt_ns * 4 : cfg_.probe_after_ns;
   }
   // A good entropy goes bad or skipped; its first probe at `probe_at`.
   void set_aside(uint8_t i, PathState state, TimeNs probe_at) {
-    PathHealth& h = paths_[i].health;
+    PathHealth& h = health_[i];
     h.state = state;
     h.probing = false;
     h.revive_seq = paths_[i].next_seq;  // what it delivers from here on counts
@@ -249,7 +231,7 @@ class PathSet {
     if (has_good_ && last_good_ == i) has_good_ = false;
   }
   void probe_failed(uint8_t i, TimeNs now) {
-    PathHealth& h = paths_[i].health;
+    PathHealth& h = health_[i];
     h.probing = false;
     if (h.backoff < kMaxBackoff) ++h.backoff;
     h.probe_at = now + (probe_interval(rtt_hint_) << h.backoff);
@@ -260,7 +242,7 @@ class PathSet {
   int take_due_probe(TimeNs now) {
     int due = -1;
     for (uint16_t i = 0; i < cfg_.count; ++i) {
-      PathHealth& h = paths_[i].health;
+      PathHealth& h = health_[i];
       if (h.state != PathState::kGood && !h.probing && now >= h.probe_at) {
         h.probing = true;
         h.revive_seq = paths_[i].next_seq;
@@ -274,10 +256,9 @@ class PathSet {
   void refresh_next_probe() {
     next_probe_at_ = kNever;
     if (bad_count_ == 0) return;
-    for (const Path& p : paths_) {
-      if (p.health.state != PathState::kGood && !p.health.probing) {
-        next_probe_at_ = std::min(next_probe_at_, p.health.probe_at);
-      }
+    for (const PathHealth& h : health_) {
+      if (h.state != PathState::kGood && !h.probing)
+        next_probe_at_ = std::min(next_probe_at_, h.probe_at);
     }
   }
   // REPS's next entropy to explore: the next in turn that is good, or bad
@@ -287,7 +268,7 @@ class PathSet {
     if (bad_count_ == 0) return next_in_turn();
     for (uint16_t n = 0; n < cfg_.count; ++n) {
       const uint8_t i = next_in_turn();
-      PathHealth& h = paths_[i].health;
+      PathHealth& h = health_[i];
       if (h.state == PathState::kGood) return i;
       if (!h.probing && now >= h.probe_at) {
         h.probing = true;
@@ -325,6 +306,9 @@ class PathSet {
   uint16_t cursor_ = 0;
   uint16_t ack_cursor_ = 0;
   std::vector<Path> paths_;
+  // REPS's view of each path, apart: round robin's per-packet work touches
+  // only paths_.
+  std::vector<PathHealth> health_;
   uint8_t ring_[kRing] = {};
   uint8_t ring_head_ = 0, ring_count_ = 0;
   uint8_t last_good_ = 0;
