@@ -138,7 +138,12 @@ class PathSet {
       }
       if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
       const uint8_t e = explore(now);
-      return e == previous && cfg_.count > 1 ? explore(now) : e;
+      if (e != previous || cfg_.count == 1) return e;
+      if (health_[e].probing) {  // its probe came due, but not this packet
+        health_[e].probing = false;
+        refresh_next_probe();
+      }
+      return explore(now);
     }
     return next_in_turn();
   }

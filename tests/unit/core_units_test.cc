@@ -471,6 +471,20 @@ TEST(PathSet, RepsBacksOffAPathWhoseProbesAreLost) {
   EXPECT_EQ(s.health(1).backoff, 4);
 }
 
+// A retransmission of a packet a bad path lost never goes back on it, even
+// when its probe is due, and the probe stays owed to it.
+TEST(PathSet, RepsRetransmitsAroundABadPathWhoseProbeIsDue) {
+  PathSet s(reps_config());
+  send_on(s, 0);
+  s.on_lost(0, LossKind::kTimeout, 0);
+  // Explore 1..7 so that 0 is next in turn when its probe comes due.
+  for (int i = 0; i < 7; ++i) ASSERT_NE(s.choose(50'000), 0);
+  EXPECT_NE(s.choose_retransmit(0, 100'000), 0);
+  EXPECT_FALSE(s.health(0).probing);
+  EXPECT_EQ(s.choose(100'000), 0);  // the next new packet is its probe
+  EXPECT_TRUE(s.health(0).probing);
+}
+
 TEST(PathSet, RepsUsesEveryPathInTurnWhenAllAreBad) {
   PathSet s(reps_config());
   for (uint8_t e = 0; e < 8; ++e) {
