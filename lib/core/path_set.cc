@@ -52,12 +52,7 @@ void PathSet::reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeN
     // Only a packet sent after it went bad says how it is now.
     if (static_cast<int32_t>(seq - h.revive_seq) < 0) return;
     if (h.state == PathState::kSkip && delay * 2 > TimeNs{median_srtt_} * kSlowFactor) {
-      if (h.probing) {  // still slow: sleep longer
-        h.probing = false;
-        if (h.backoff < kMaxBackoff) ++h.backoff;
-        h.probe_at = now + (probe_interval(TimeNs{median_srtt_}) << h.backoff);
-        next_probe_at_ = std::min(next_probe_at_, h.probe_at);
-      }
+      if (h.probing) probe_failed(i, now, median_srtt_);  // still slow
       return;
     }
     h.state = PathState::kGood;

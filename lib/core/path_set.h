@@ -128,7 +128,7 @@ class PathSet {
     if (cfg_.policy == PathPolicy::kReps) {
       // A probe resent (a tail-loss probe does not declare it lost first)
       // failed: its ACK, if any, will not say which copy arrived.
-      if (health_[previous].probing) probe_failed(previous, now);
+      if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
       // Not the path that lost it, if another is known good.
       for (uint8_t n = ring_count_; n > 0; --n) {
         const uint8_t e = take_recycled();
@@ -137,13 +137,7 @@ class PathSet {
         recycle(e);
       }
       if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
-      const uint8_t e = explore(now);
-      if (e != previous || cfg_.count == 1) return e;
-      if (health_[e].probing) {  // its probe came due, but not this packet
-        health_[e].probing = false;
-        refresh_next_probe();
-      }
-      return explore(now);
+      return explore(now, cfg_.count > 1 ? previous : -1);
     }
     return next_in_turn();
   }
@@ -198,7 +192,7 @@ class PathSet {
     if (h.losses_in_row < 255) ++h.losses_in_row;
     if (rtt_ns != 0) rtt_hint_ = rtt_ns;
     if (h.state != PathState::kGood) {
-      if (h.probing) probe_failed(i, now);  // sleep longer
+      if (h.probing) probe_failed(i, now, rtt_hint_);  // sleep longer
       return;
     }
     if (why == LossKind::kTimeout || h.losses_in_row >= kBadAfter) {
@@ -235,12 +229,19 @@ class PathSet {
     ++bad_count_;
     if (has_good_ && last_good_ == i) has_good_ = false;
   }
-  void probe_failed(uint8_t i, TimeNs now) {
+  // Its probe failed (lost, resent, or delivered still slow): the next one
+  // waits twice as long, from an interval scaled by `rtt_ns`.
+  void probe_failed(uint8_t i, TimeNs now, TimeNs rtt_ns) {
     PathHealth& h = health_[i];
     h.probing = false;
     if (h.backoff < kMaxBackoff) ++h.backoff;
-    h.probe_at = now + (probe_interval(rtt_hint_) << h.backoff);
+    h.probe_at = now + (probe_interval(rtt_ns) << h.backoff);
     next_probe_at_ = std::min(next_probe_at_, h.probe_at);
+  }
+  // The next packet on i is its probe.
+  void start_probe(uint8_t i) {
+    health_[i].probing = true;
+    health_[i].revive_seq = paths_[i].next_seq;  // that packet's path sequence
   }
   // The first bad or skipped entropy whose probe is due, now probing; -1 if
   // none (next_probe_at_ was early: it is recomputed).
@@ -249,8 +250,7 @@ class PathSet {
     for (uint16_t i = 0; i < cfg_.count; ++i) {
       PathHealth& h = health_[i];
       if (h.state != PathState::kGood && !h.probing && now >= h.probe_at) {
-        h.probing = true;
-        h.revive_seq = paths_[i].next_seq;
+        start_probe(static_cast<uint8_t>(i));
         due = i;
         break;
       }
@@ -266,23 +266,25 @@ class PathSet {
         next_probe_at_ = std::min(next_probe_at_, h.probe_at);
     }
   }
-  // REPS's next entropy to explore: the next in turn that is good, or bad
-  // with its probe due (it carries the probe). If all are bad and none is
-  // due, the next in turn.
-  uint8_t explore(TimeNs now) {
-    if (bad_count_ == 0) return next_in_turn();
-    for (uint16_t n = 0; n < cfg_.count; ++n) {
-      const uint8_t i = next_in_turn();
-      PathHealth& h = health_[i];
-      if (h.state == PathState::kGood) return i;
-      if (!h.probing && now >= h.probe_at) {
-        h.probing = true;
-        h.revive_seq = paths_[i].next_seq;  // this packet's path sequence
-        refresh_next_probe();
-        return i;
+  // REPS's next entropy to explore, other than `avoid` (-1: none): the
+  // next in turn that is good, or bad with its probe due (it carries the
+  // probe). If all are bad and none is due, the next in turn.
+  uint8_t explore(TimeNs now, int avoid = -1) {
+    if (bad_count_ != 0) {
+      for (uint16_t n = 0; n < cfg_.count; ++n) {
+        const uint8_t i = next_in_turn();
+        if (i == avoid) continue;
+        const PathHealth& h = health_[i];
+        if (h.state == PathState::kGood) return i;
+        if (!h.probing && now >= h.probe_at) {
+          start_probe(i);
+          refresh_next_probe();
+          return i;
+        }
       }
     }
-    return next_in_turn();
+    const uint8_t e = next_in_turn();
+    return e == avoid ? next_in_turn() : e;
   }
   uint8_t next_in_turn() {
     const uint8_t i = static_cast<uint8_t>(cursor_);
