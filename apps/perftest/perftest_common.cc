@@ -1074,12 +1074,13 @@ void Session::print_stats() const {
         "skipped or assumed bad\n",
         static_cast<double>(q0.srtt_ns) / 1e3, static_cast<double>(q0.min_rtt_ns) / 1e3,
         q0.cwnd_bytes, q0.inflight_bytes, q0.paths_bad, q0.entropies);
-    std::printf(" QP 0 paths (port: sent/acked/ECN/lost, srtt us, state):");
+    std::printf(" QP 0 paths (port: sent/acked/ECN/lost, srtt/late us, state):");
     for (unsigned i = 0; i < q0.entropies; ++i) {
       braid_path_stats p{};
       if (braid_query_path_stats(qps_[0], i, &p) != 0) break;
-      std::printf("%s %u: %u/%u/%u/%u %.0f%s", i % 4 == 0 ? "\n  " : ";", p.udp_src_port, p.sent,
-                  p.acked, p.ecn_marked, p.lost, static_cast<double>(p.srtt_ns) / 1e3,
+      std::printf("%s %u: %u/%u/%u/%u %.0f/%.0f%s", i % 4 == 0 ? "\n  " : ";", p.udp_src_port,
+                  p.sent, p.acked, p.ecn_marked, p.lost, static_cast<double>(p.srtt_ns) / 1e3,
+                  static_cast<double>(p.late_ns) / 1e3,
                   p.state == 1   ? " SKIP"
                   : p.state == 2 ? " BAD"
                                  : "");

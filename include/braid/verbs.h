@@ -405,6 +405,10 @@ struct braid_path_stats {
   uint8_t losses_in_row;
   uint32_t sent, acked, ecn_marked, lost;
   uint32_t srtt_ns, min_rtt_ns; /* 0 before a sample */
+  /* Smoothed lateness: when a packet sent on it is acknowledged, how much
+     later than it the newest packet already acknowledged was sent. About 0
+     on a path as fast as the others; a slow path's extra delay. */
+  uint32_t late_ns;
 };
 /* Entropy `index` (0 .. braid_qp_stats.entropies - 1) of an RTR/RTS QP. */
 int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid_path_stats* stats);

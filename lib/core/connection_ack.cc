@@ -176,6 +176,10 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     }
   }
   const uint8_t sample_entropy = sample != nullptr ? sample->entropy : 0;
+  // How much later than it the newest packet acknowledged so far was sent.
+  const TimeNs late = sample != nullptr && latest_acked_sent_ > sample->sent_at
+                          ? latest_acked_sent_ - sample->sent_at
+                          : 0;
 
   uint32_t acked = 0;
   bool progress = false;
@@ -202,7 +206,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (psn_lt(highest_sacked_, highest)) highest_sacked_ = highest;
 
   if (sample != nullptr) {
-    paths_.on_rtt(sample_entropy, rtt, now);
+    paths_.on_rtt(sample_entropy, rtt, now, late);
     if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
     if (srtt_ == 0) {
       srtt_ = rtt;

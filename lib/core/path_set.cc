@@ -15,10 +15,11 @@ PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
   }
 }
 
-void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now) {
+void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now, TimeNs late_ns) {
   EntropyStats& s = paths_[i].stats;
   const uint32_t r = rtt_ns > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(rtt_ns);
-  s.last_rtt_ns = r;
+  const uint32_t l = late_ns > 0xffffffffu ? 0xffffffffu : static_cast<uint32_t>(late_ns);
+  s.late_ns = s.rtt_samples == 0 ? l : s.late_ns - (s.late_ns >> 3) + (l >> 3);
   s.srtt_ns = s.rtt_samples == 0 ? r : s.srtt_ns - (s.srtt_ns >> 3) + (r >> 3);
   s.min_rtt_ns = (s.min_rtt_ns == 0 || r < s.min_rtt_ns) ? r : s.min_rtt_ns;
   ++s.rtt_samples;

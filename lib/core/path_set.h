@@ -68,7 +68,11 @@ struct EntropyStats {
   uint32_t rtt_samples = 0;
   uint32_t srtt_ns = 0;     // EWMA 1/8
   uint32_t min_rtt_ns = 0;  // 0 until the first sample
-  uint32_t last_rtt_ns = 0;
+  // Smoothed (EWMA 1/8, with the RTT samples) lateness: when an ACK names
+  // a packet sent on it, how much later than that packet the newest packet
+  // already acknowledged was sent (0: none was). A path slower than the
+  // others shows here however much the hosts' own queues add to every RTT.
+  uint32_t late_ns = 0;
 };
 
 // What the adaptive policy knows of an entropy's health; 16 bytes.
@@ -199,7 +203,9 @@ class PathSet {
       set_aside(i, PathState::kAssumedBad, now + probe_interval(rtt_ns));
     }
   }
-  void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0);
+  // An RTT sample from the packet an ACK named, sent on i; `late_ns` is its
+  // lateness (EntropyStats::late_ns).
+  void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0, TimeNs late_ns = 0);
   // REPS's part of on_acked, out of line: round robin's ACKs stay small.
   void reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay);
 
@@ -323,9 +329,8 @@ class PathSet {
   uint16_t explored_ = 0;
   uint16_t bad_count_ = 0;  // assumed bad or skipped
   uint32_t median_srtt_ = 0;
-  TimeNs next_probe_at_ = kNever;
-  TimeNs rtt_hint_ = 0;  // the connection's smoothed RTT, as on_lost last gave it  // no earlier
-                         // than any bad path's probe_at
+  TimeNs next_probe_at_ = kNever;  // no later than any bad path's probe_at
+  TimeNs rtt_hint_ = 0;            // the connection's smoothed RTT, as on_lost last gave it
   uint8_t samples_to_median_ = 32;
   void update_median();
   TimeNs frozen_until_ = 0;

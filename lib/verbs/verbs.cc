@@ -893,6 +893,7 @@ int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid
   out->lost = s.lost;
   out->srtt_ns = s.srtt_ns;
   out->min_rtt_ns = s.min_rtt_ns;
+  out->late_ns = s.late_ns;
   return 0;
 }
 

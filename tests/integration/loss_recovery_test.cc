@@ -242,6 +242,50 @@ TEST(PathLoss, RepsAbandonsASilentlyDeadPathAndRevivesItWhenItHeals) {
   }
 }
 
+// One path is slower than the others (its frames arrive 3 us after the
+// rest of their round): its packets are acknowledged after packets sent
+// later on other paths, and its lateness says by how much; the other paths'
+// stays 0. (Round robin: every path keeps its share.)
+TEST(PathLoss, ASlowPathShowsAsLateness) {
+  ConnectionConfig c;
+  c.entropy.count = 4;
+  c.entropy.policy = PathPolicy::kRoundRobin;
+  DirectPair p(c);
+  constexpr size_t kSize = 1 << 20;
+  std::vector<uint8_t> src(kSize, 3), dst(kSize);
+  const uint32_t key = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+  const uint16_t slow = p.qa->paths().entropy(1);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+            PostError::kOk);
+  std::vector<std::pair<TimeNs, Frame>> held;  // (due, frame) on the slow path
+  for (int round = 0; round < 100'000 && p.a_scq.size() == 0; ++round) {
+    std::vector<Frame> ab = p.drain(p.a), ba = p.drain(p.b);
+    p.now += 1'000;
+    for (Frame& f : ab) {
+      if (entropy_of(f) == slow) held.emplace_back(p.now + 3'000, std::move(f));
+    }
+    std::erase_if(ab, [](const Frame& f) { return f.empty(); });
+    for (auto it = held.begin(); it != held.end() && it->first <= p.now;) {
+      ab.push_back(std::move(it->second));
+      it = held.erase(it);
+    }
+    p.deliver(p.b, ab);
+    p.deliver(p.a, ba);
+    p.a.advance(p.now);
+    p.b.advance(p.now);
+  }
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  EXPECT_TRUE(src == dst);
+  EXPECT_EQ(p.qa->stats().timeouts, 0u);
+  const uint32_t late = p.qa->paths().stats(1).late_ns;
+  // Its packets are overtaken by those sent up to 2 us later (those whose
+  // ACKs are back when its own comes: less than its extra 3 us).
+  EXPECT_GT(late, 1'000u);
+  EXPECT_LT(late, 3'000u);
+  EXPECT_EQ(p.qa->stats().lost_inferred, 0u);
+  for (uint8_t i : {0, 2, 3}) EXPECT_EQ(p.qa->paths().stats(i).late_ns, 0u) << int{i};
+}
+
 // Everything stalls for longer than the RTO (a peer or host that stopped
 // for a while): packets time out on every path at once. That is not the
 // paths' fault, and REPS sets none aside (a timeout on one path alone

@@ -302,10 +302,14 @@ TEST(PathSet, SinglePathAndStatistics) {
   s.on_rtt(0, 2'000);
   s.on_ecn(0);
   EXPECT_EQ(s.stats(0).min_rtt_ns, 2'000u);
-  EXPECT_EQ(s.stats(0).last_rtt_ns, 2'000u);
   EXPECT_EQ(s.stats(0).rtt_samples, 2u);
   EXPECT_EQ(s.stats(0).ecn_marked, 1u);
   EXPECT_EQ(s.stats(0).srtt_ns, 10'000u - 10'000u / 8 + 2'000u / 8);
+  // Lateness: an EWMA of 1/8 with the RTT samples (0 so far).
+  s.on_rtt(0, 2'000, 0, 8'000);
+  EXPECT_EQ(s.stats(0).late_ns, 1'000u);
+  s.on_rtt(0, 2'000, 0, 0);
+  EXPECT_EQ(s.stats(0).late_ns, 1'000u - 1'000u / 8);
 }
 
 TEST(PathSet, PathSequencesSayWhatWasOvertakenOnEachPath) {
