@@ -4,43 +4,21 @@
 #include <map>
 #include <stdexcept>
 
+#include "fabric/switch_rules.h"
 #include "wire/byte_order.h"
 #include "wire/frame.h"
 
 namespace braid::fabric {
 namespace {
 
-constexpr uint32_t kIpOff = wire::kEthernetSize;
-constexpr uint32_t kUdpOff = wire::kEthernetSize + wire::kIpv4Size;
-
 bool later(const auto& x, const auto& y) {
   return x.at != y.at ? x.at > y.at : x.seq > y.seq;
-}
-
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
-// Rewrites the IPv4 TOS byte and the header checksum.
-void set_tos(uint8_t* f, uint8_t tos) {
-  uint8_t* ip = f + kIpOff;
-  ip[1] = tos;
-  wire::store_be16(ip + 10, 0);
-  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
 }
 
 }  // namespace
 
 double wred_probability(uint64_t queued, const SwitchConfig& cfg) {
-  if (cfg.ecn_kmin_bytes == 0 || queued <= cfg.ecn_kmin_bytes) return 0.0;
-  if (queued >= cfg.ecn_kmax_bytes) return 1.0;
-  const double span = std::max<double>(1, cfg.ecn_kmax_bytes - cfg.ecn_kmin_bytes);
-  return cfg.ecn_pmax * static_cast<double>(queued - cfg.ecn_kmin_bytes) / span;
+  return wred_probability(queued, cfg.ecn_kmin_bytes, cfg.ecn_kmax_bytes, cfg.ecn_pmax);
 }
 
 bool Fabric::wred_mark(uint64_t queued, const SwitchConfig& cfg) {
@@ -173,10 +151,7 @@ int Fabric::route(int node, const uint8_t* f) const {
   const std::vector<int>& g = groups_[s.route[dst]];
   if (g.size() == 1) return g[0];
   // The 5-tuple: addresses, protocol, ports.
-  uint64_t key =
-      (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) | wire::load_be32(f + kIpOff + 16);
-  key = mix(key ^ s.seed);
-  key = mix(key ^ (uint64_t{wire::load_be32(f + kUdpOff)} << 8) ^ f[kIpOff + 9]);
+  const uint64_t key = ecmp_key(f, s.seed);
   const int chosen = g[key % g.size()];
   if (s.cfg.adaptive_routing) {
     int best = kNone;
@@ -324,8 +299,7 @@ void Fabric::enqueue(int port, uint32_t s) {
   const SwitchConfig& cfg = switches_[nodes_[p.node].sw].cfg;
   uint8_t* f = data(s);
   uint32_t len = slot_len_[s];
-  uint8_t tos = f[kIpOff + 1];
-  const bool control = (tos >> 2) == wire::kDscpAck || (tos >> 2) == cfg.trim_dscp;
+  const bool control = is_priority(f, cfg.trim_dscp);
   bool high = control;
   // The priority class (ACKs, NACKs, trimmed headers) has a buffer of its
   // own, as big as the data class's: control never waits behind data, and a
@@ -343,13 +317,8 @@ void Fabric::enqueue(int port, uint32_t s) {
       return;
     }
     // Trim: keep the headers, say so in the DSCP, send them ahead of data.
-    len = cfg.trimmed_bytes;
+    len = trim_frame(f, cfg.trimmed_bytes, cfg.trim_dscp);
     slot_len_[s] = len;
-    const uint16_t ip_len = static_cast<uint16_t>(len - wire::kEthernetSize);
-    wire::store_be16(f + kIpOff + 2, ip_len);
-    wire::store_be16(f + kUdpOff + 4, static_cast<uint16_t>(ip_len - wire::kIpv4Size));
-    tos = static_cast<uint8_t>((cfg.trim_dscp << 2) | (tos & 3));
-    set_tos(f, tos);
     ++p.stats.trimmed;
     ++stats_.trimmed;
     high = true;
@@ -368,7 +337,7 @@ void Fabric::maybe_mark_ce(int port, uint32_t s, const SwitchConfig& cfg) {
   const uint8_t tos = f[kIpOff + 1];
   if ((tos & 3) == wire::kEcnNotEct || (tos & 3) == wire::kEcnCe) return;
   if (!wred_mark(p.queued_bytes, cfg)) return;
-  set_tos(f, static_cast<uint8_t>((tos & 0xfc) | wire::kEcnCe));
+  mark_ce(f);
   ++p.stats.ecn_marked;
   ++stats_.ecn_marked;
 }

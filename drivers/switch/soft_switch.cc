@@ -1,0 +1,276 @@
+#include "switch/soft_switch.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <fmt/format.h>
+
+#include "fabric/switch_rules.h"
+
+namespace braid::sw {
+
+using fabric::kIpOff;
+using fabric::kUdpOff;
+
+SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
+    : cfg_(config), rng_(config.seed ^ 0x5eed5eedull) {
+  cfg_.ports = std::clamp<uint16_t>(cfg_.ports, 1, 64);
+  cfg_.core_links = std::clamp<uint16_t>(cfg_.core_links, 1, 64);
+  cfg_.max_frame = std::max<uint32_t>(cfg_.max_frame, 64);
+  cfg_.slots = std::max<uint32_t>(cfg_.slots, 16);
+  slot_bytes_ = (cfg_.max_frame + 63) / 64 * 64;
+  pool_.resize(size_t{cfg_.slots} * slot_bytes_);
+  next_.resize(cfg_.slots);
+  len_.resize(cfg_.slots);
+  at_.resize(cfg_.slots);
+  out_.resize(cfg_.slots);
+  for (uint32_t s = cfg_.slots; s-- > 0;) free_slot(s);
+  core_.resize(cfg_.core_links);
+  for (Queue& q : core_) q.cfg = cfg_.core;
+  egress_.resize(cfg_.ports);
+  for (Queue& q : egress_) q.cfg = cfg_.egress;
+}
+
+uint32_t SoftSwitch::alloc_slot() {
+  const uint32_t s = free_;
+  if (s != kNil) free_ = next_[s];
+  return s;
+}
+
+bool SoftSwitch::draw(double p) {
+  return p >= 1.0 || (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p);
+}
+
+int SoftSwitch::port_of(const uint8_t* mac) const {
+  for (const MacEntry& e : macs_) {
+    if (std::memcmp(e.mac.data(), mac, 6) == 0) return e.port;
+  }
+  return -1;
+}
+
+uint16_t SoftSwitch::core_link_of(const uint8_t* f) const {
+  const uint64_t key = fabric::ecmp_key(f, cfg_.seed);
+  const auto n = static_cast<uint16_t>(core_.size());
+  const auto chosen = static_cast<uint16_t>(key % n);
+  if (core_[chosen].state != LinkState::kDown) return chosen;
+  // Its link is down: hash over the links still up (as the simulator does).
+  uint64_t up = 0;
+  for (const Queue& q : core_) up += q.state != LinkState::kDown ? 1 : 0;
+  if (up == 0) return chosen;
+  uint64_t pick = fabric::mix(key) % up;
+  for (uint16_t k = 0; k < n; ++k) {
+    if (core_[k].state != LinkState::kDown && pick-- == 0) return k;
+  }
+  return chosen;
+}
+
+void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs now) {
+  ++stats_.received;
+  if (port >= cfg_.ports || len < wire::kEthernetSize || len > cfg_.max_frame) {
+    ++stats_.refused;
+    return;
+  }
+  // Learn where the source lives.
+  const uint8_t* src = f + 6;
+  if (!(src[0] & 1)) {
+    auto it = std::find_if(macs_.begin(), macs_.end(), [&](const MacEntry& e) {
+      return std::memcmp(e.mac.data(), src, 6) == 0;
+    });
+    if (it == macs_.end()) {
+      MacEntry e;
+      std::memcpy(e.mac.data(), src, 6);
+      e.port = port;
+      macs_.push_back(e);
+    } else {
+      it->port = port;
+    }
+  }
+  const int dst = (f[0] & 1) ? -1 : port_of(f);
+  if (dst < 0) {
+    // Broadcast or unknown: every other port.
+    ++stats_.flooded;
+    for (uint16_t p = 0; p < cfg_.ports; ++p) {
+      if (p == port) continue;
+      const uint32_t s = alloc_slot();
+      if (s == kNil) {
+        ++stats_.no_buffer;
+        return;
+      }
+      std::memcpy(data(s), f, len);
+      len_[s] = len;
+      out_[s] = p;
+      enqueue(egress_[p], s, now);
+    }
+    return;
+  }
+  if (dst == port) {
+    ++stats_.refused;
+    return;
+  }
+  const uint32_t s = alloc_slot();
+  if (s == kNil) {
+    ++stats_.no_buffer;
+    return;
+  }
+  std::memcpy(data(s), f, len);
+  len_[s] = len;
+  out_[s] = static_cast<uint16_t>(dst);
+  const bool ipv4 = wire::load_be16(f + 12) == 0x0800 && len >= kUdpOff + 8;
+  enqueue(ipv4 ? core_[core_link_of(f)] : egress_[dst], s, now);
+}
+
+void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
+  uint8_t* f = data(s);
+  uint32_t len = len_[s];
+  if (q.state != LinkState::kUp) {
+    ++q.stats.dropped;
+    free_slot(s);
+    return;
+  }
+  const bool ipv4 = len >= kUdpOff && wire::load_be16(f + 12) == 0x0800;
+  bool high = ipv4 && fabric::is_priority(f, cfg_.trim_dscp);
+  if (!high && q.cfg.loss > 0 && draw(q.cfg.loss)) {
+    ++q.stats.dropped;
+    free_slot(s);
+    return;
+  }
+  const uint64_t data_bytes = q.stats.queued_bytes - q.hi_bytes;
+  const bool over =
+      high ? q.hi_bytes + len > q.cfg.buffer_bytes : data_bytes + len > q.cfg.buffer_bytes;
+  if (over) {
+    if (!q.cfg.trim || high || !ipv4 || len <= cfg_.trimmed_bytes ||
+        q.hi_bytes + cfg_.trimmed_bytes > q.cfg.buffer_bytes) {
+      ++q.stats.dropped;
+      free_slot(s);
+      return;
+    }
+    len = len_[s] = fabric::trim_frame(f, cfg_.trimmed_bytes, cfg_.trim_dscp);
+    ++q.stats.trimmed;
+    high = true;
+  }
+  if (!high && ipv4 &&
+      draw(fabric::wred_probability(q.stats.queued_bytes, q.cfg.ecn_kmin_bytes,
+                                    q.cfg.ecn_kmax_bytes, q.cfg.ecn_pmax)) &&
+      fabric::mark_ce(f)) {
+    ++q.stats.ecn_marked;
+  }
+  at_[s] = now;
+  next_[s] = kNil;
+  uint32_t& head = high ? q.hi_head : q.lo_head;
+  uint32_t& tail = high ? q.hi_tail : q.lo_tail;
+  if (tail == kNil) {
+    head = s;
+  } else {
+    next_[tail] = s;
+  }
+  tail = s;
+  q.stats.queued_bytes += len;
+  if (high) q.hi_bytes += len;
+  q.stats.peak_bytes = std::max(q.stats.peak_bytes, q.stats.queued_bytes);
+}
+
+TimeNs SoftSwitch::departure(const Queue& q, uint32_t s) const {
+  // Serialised at the queue's rate, after whatever went before it.
+  const TimeNs ser = q.cfg.rate_mbps == 0 ? 0 : TimeNs{len_[s]} * 8'000 / q.cfg.rate_mbps;
+  return std::max(q.busy_until, at_[s]) + ser;
+}
+
+uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
+  const bool high = q.hi_head != kNil;
+  uint32_t& head = high ? q.hi_head : q.lo_head;
+  uint32_t& tail = high ? q.hi_tail : q.lo_tail;
+  const uint32_t s = head;
+  if (s == kNil) return kNil;
+  const TimeNs dep = departure(q, s);
+  if (dep > now) return kNil;
+  head = next_[s];
+  if (head == kNil) tail = kNil;
+  q.busy_until = dep;
+  q.stats.queued_bytes -= len_[s];
+  if (high) q.hi_bytes -= len_[s];
+  ++q.stats.packets;
+  q.stats.bytes += len_[s];
+  at_[s] = dep;  // when it reaches the next queue
+  return s;
+}
+
+void SoftSwitch::advance(TimeNs now) {
+  for (Queue& c : core_) {
+    uint32_t s;
+    while ((s = dequeue(c, now)) != kNil) enqueue(egress_[out_[s]], s, at_[s]);
+  }
+}
+
+uint32_t SoftSwitch::transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (port >= cfg_.ports) return 0;
+  Queue& q = egress_[port];
+  for (;;) {
+    const uint32_t s = dequeue(q, now);
+    if (s == kNil) return 0;
+    const uint32_t len = len_[s];
+    if (len <= cap) {
+      std::memcpy(buf, data(s), len);
+      free_slot(s);
+      return len;
+    }
+    --q.stats.packets;
+    q.stats.bytes -= len;
+    ++q.stats.dropped;
+    free_slot(s);
+  }
+}
+
+TimeNs SoftSwitch::next_due() const {
+  TimeNs t = kNever;
+  auto head_due = [&](const Queue& q) {
+    const uint32_t s = q.hi_head != kNil ? q.hi_head : q.lo_head;
+    if (s != kNil) t = std::min(t, departure(q, s));
+  };
+  for (const Queue& q : core_) head_due(q);
+  for (const Queue& q : egress_) head_due(q);
+  return t;
+}
+
+void SoftSwitch::drop_all(Queue& q) {
+  for (uint32_t* head : {&q.hi_head, &q.lo_head}) {
+    while (*head != kNil) {
+      const uint32_t s = *head;
+      *head = next_[s];
+      ++q.stats.dropped;
+      free_slot(s);
+    }
+  }
+  q.hi_tail = q.lo_tail = kNil;
+  q.hi_bytes = 0;
+  q.stats.queued_bytes = 0;
+}
+
+void SoftSwitch::set_link_state(uint16_t link, LinkState state) {
+  if (link >= core_.size()) return;
+  core_[link].state = state;
+  if (state != LinkState::kUp) drop_all(core_[link]);
+}
+
+std::string SoftSwitch::describe() const {
+  std::string out;
+  auto line = [&](const char* what, unsigned i, const Queue& q, const char* state) {
+    out += fmt::format(
+        "{} {}: sent {} packets ({} bytes), dropped {}, trimmed {}, ECN-marked {}, peak queue "
+        "{} bytes{}\n",
+        what, i, q.stats.packets, q.stats.bytes, q.stats.dropped, q.stats.trimmed,
+        q.stats.ecn_marked, q.stats.peak_bytes, state);
+  };
+  for (unsigned k = 0; k < core_.size(); ++k) {
+    const LinkState st = core_[k].state;
+    line("link", k, core_[k],
+         st == LinkState::kDown        ? " (down)"
+         : st == LinkState::kBlackhole ? " (blackhole)"
+                                       : "");
+  }
+  for (unsigned p = 0; p < egress_.size(); ++p) line("port", p, egress_[p], "");
+  out += fmt::format("frames received {}, flooded {}, refused {}, no buffer {}\n", stats_.received,
+                     stats_.flooded, stats_.refused, stats_.no_buffer);
+  return out;
+}
+
+}  // namespace braid::sw

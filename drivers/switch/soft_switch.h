@@ -1,0 +1,156 @@
+// A software switch for real datapaths, sans-IO: host ports on one side,
+// and between every two of them a set of parallel core links (a leaf-spine
+// fabric folded into one box), chosen per packet by an ECMP hash of the
+// 5-tuple, so a packet's UDP source port (its entropy) picks its path. Each
+// core link and each host port's egress has a queue with a rate, a buffer,
+// WRED ECN marking, drop-tail or trimming, random loss, and a state (up;
+// down: routing stops using it; blackhole: routing keeps using it and it
+// drops everything). What is done to a frame (hash, marking, trimming) is
+// the fabric simulator's (fabric/switch_rules.h).
+//
+// Fed with frames and time, it says which frame leaves which port when: the
+// DPDK app (apps/braid_switch) polls ports and copies frames in and out;
+// tests drive it directly. Frames sit in a pool of fixed-size slots linked
+// through the queues: no allocation per frame.
+//
+// Forwarding is Ethernet learning: a frame goes to the port its destination
+// MAC was last seen on; broadcasts and unknown destinations go to every
+// other port (straight to their egress queues). IPv4 frames between two
+// known ports cross a core link; others go straight to the egress queue.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/types.h"
+
+namespace braid::sw {
+
+struct QueueConfig {
+  uint64_t rate_mbps = 0;            // 0: no limit (a frame leaves as it comes)
+  uint32_t buffer_bytes = 1u << 20;  // per class (data; priority)
+  // WRED on the data class, in bytes queued at arrival; kmin 0: no marking.
+  uint32_t ecn_kmin_bytes = 0;
+  uint32_t ecn_kmax_bytes = 0;
+  double ecn_pmax = 1.0;
+  bool trim = false;  // a full data queue trims a frame to its headers instead of dropping it
+  double loss = 0;    // each data frame dropped with this probability
+};
+
+enum class LinkState : uint8_t {
+  kUp,
+  kDown,       // routing hashes over the other links; what it held is dropped
+  kBlackhole,  // routing still uses it; it drops everything (a silent failure)
+};
+
+struct SoftSwitchConfig {
+  uint16_t ports = 2;            // host ports, 1..64
+  uint16_t core_links = 2;       // parallel paths between every two ports, 1..64
+  uint64_t seed = 1;             // of the ECMP hash and of WRED's and loss's draws
+  uint32_t max_frame = 1518;     // bytes of the largest frame (jumbo: 9018)
+  uint32_t slots = 16384;        // frames held at once, all queues together
+  QueueConfig core;              // every core link's, at first
+  QueueConfig egress;            // every host port's, at first
+  uint32_t trimmed_bytes = 106;  // Ethernet, IP, UDP and 64 bytes of UET headers
+  uint8_t trim_dscp = 0x0b;
+};
+
+struct QueueStats {
+  uint64_t packets = 0;  // sent on
+  uint64_t bytes = 0;
+  uint64_t dropped = 0;  // full queue, loss, or its link down or blackholed
+  uint64_t trimmed = 0;
+  uint64_t ecn_marked = 0;
+  uint64_t queued_bytes = 0;  // now
+  uint64_t peak_bytes = 0;
+};
+
+struct SwitchStats {
+  uint64_t received = 0;
+  uint64_t flooded = 0;    // broadcast or unknown destination
+  uint64_t refused = 0;    // runt, oversized, or back to its own port
+  uint64_t no_buffer = 0;  // the slot pool was empty
+};
+
+class SoftSwitch {
+ public:
+  explicit SoftSwitch(const SoftSwitchConfig& config);
+
+  uint16_t ports() const { return cfg_.ports; }
+  uint16_t core_links() const { return cfg_.core_links; }
+
+  // A frame arrives on host port `port` at `now`.
+  void receive(uint16_t port, const uint8_t* frame, uint32_t len, TimeNs now);
+  // Hands what the core links have finished sending by `now` to the egress
+  // queues. Call before transmit.
+  void advance(TimeNs now);
+  // The next frame host port `port` sends by `now`, copied into buf; 0 when
+  // none is due (or it does not fit cap: then it is dropped and counted).
+  uint32_t transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs now);
+  // The earliest time a queued frame is due somewhere (kNever: none queued).
+  TimeNs next_due() const;
+
+  void set_link_state(uint16_t link, LinkState state);
+  LinkState link_state(uint16_t link) const { return core_[link].state; }
+  QueueConfig& core_config(uint16_t link) { return core_[link].cfg; }
+  QueueConfig& egress_config(uint16_t port) { return egress_[port].cfg; }
+  const QueueStats& core_stats(uint16_t link) const { return core_[link].stats; }
+  const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
+  const SwitchStats& stats() const { return stats_; }
+  // The core link the ECMP hash gives an IPv4 frame now (tests, tools).
+  uint16_t core_link_of(const uint8_t* frame) const;
+
+  // One line per queue: what it sent, dropped, trimmed and marked.
+  std::string describe() const;
+
+ private:
+  static constexpr uint32_t kNil = 0xffffffffu;
+  struct Queue {
+    QueueConfig cfg;
+    LinkState state = LinkState::kUp;
+    uint32_t hi_head = kNil, hi_tail = kNil;  // priority: control, trimmed
+    uint32_t lo_head = kNil, lo_tail = kNil;  // data
+    uint64_t hi_bytes = 0;
+    TimeNs busy_until = 0;  // the link has sent everything before this
+    QueueStats stats;
+  };
+  uint8_t* data(uint32_t s) { return pool_.data() + size_t{s} * slot_bytes_; }
+  uint32_t alloc_slot();
+  void free_slot(uint32_t s) {
+    next_[s] = free_;
+    free_ = s;
+  }
+  // Enqueues slot s (its frame bound for host port out_[s]) on q at now;
+  // drops, trims or marks it by q's rules.
+  void enqueue(Queue& q, uint32_t s, TimeNs now);
+  // The frame at the head of q that leaves by now (the priority class
+  // first), unlinked; kNil if none.
+  uint32_t dequeue(Queue& q, TimeNs now);
+  TimeNs departure(const Queue& q, uint32_t s) const;
+  void drop_all(Queue& q);
+  bool draw(double p);
+  int port_of(const uint8_t* mac) const;
+
+  SoftSwitchConfig cfg_;
+  uint32_t slot_bytes_;
+  std::vector<uint8_t> pool_;
+  std::vector<uint32_t> next_;  // queue link or free list
+  std::vector<uint32_t> len_;
+  std::vector<TimeNs> at_;     // when it joined its queue
+  std::vector<uint16_t> out_;  // the host port it is bound for
+  uint32_t free_ = kNil;
+  std::vector<Queue> core_;
+  std::vector<Queue> egress_;
+  struct MacEntry {
+    std::array<uint8_t, 6> mac;
+    uint16_t port;
+  };
+  std::vector<MacEntry> macs_;
+  std::mt19937_64 rng_;
+  SwitchStats stats_;
+};
+
+}  // namespace braid::sw

@@ -1,0 +1,263 @@
+// The software switch (drivers/switch): learning, ECMP over core links,
+// rates, WRED marking, trimming, loss and link failures, in virtual time.
+#include "switch/soft_switch.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "fabric/switch_rules.h"
+#include "wire/byte_order.h"
+#include "wire/frame.h"
+
+namespace braid::sw {
+namespace {
+
+using Frame = std::vector<uint8_t>;
+
+// Host h has MAC 02:00:00:00:00:h and IP 198.18.0.h.
+Frame udp_frame(uint8_t from, uint8_t to, uint16_t src_port, uint32_t len,
+                uint8_t tos = wire::kEcnEct0) {
+  Frame f(len, 0);
+  const uint8_t dst_mac[6] = {2, 0, 0, 0, 0, to};
+  const uint8_t src_mac[6] = {2, 0, 0, 0, 0, from};
+  std::copy(dst_mac, dst_mac + 6, f.begin());
+  std::copy(src_mac, src_mac + 6, f.begin() + 6);
+  wire::store_be16(f.data() + 12, 0x0800);
+  uint8_t* ip = f.data() + fabric::kIpOff;
+  ip[0] = 0x45;
+  ip[1] = tos;
+  wire::store_be16(ip + 2, static_cast<uint16_t>(len - wire::kEthernetSize));
+  ip[8] = 64;
+  ip[9] = 17;
+  wire::store_be32(ip + 12, 0xc6120000u | from);
+  wire::store_be32(ip + 16, 0xc6120000u | to);
+  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
+  uint8_t* udp = f.data() + fabric::kUdpOff;
+  wire::store_be16(udp, src_port);
+  wire::store_be16(udp + 2, wire::kUetUdpPort);
+  wire::store_be16(udp + 4, static_cast<uint16_t>(len - fabric::kUdpOff));
+  return f;
+}
+
+Frame broadcast_from(uint8_t from) {
+  Frame f = udp_frame(from, 0, 1, 64);
+  std::fill(f.begin(), f.begin() + 6, 0xff);
+  wire::store_be16(f.data() + 12, 0x0806);  // ARP
+  return f;
+}
+
+std::vector<Frame> drain(SoftSwitch& s, uint16_t port, TimeNs now) {
+  s.advance(now);
+  std::vector<Frame> out;
+  Frame buf(2048);
+  uint32_t n;
+  while ((n = s.transmit(port, buf.data(), static_cast<uint32_t>(buf.size()), now)) > 0) {
+    out.emplace_back(buf.begin(), buf.begin() + n);
+  }
+  return out;
+}
+
+// Every host announces itself at time 0: the switch learns where each MAC
+// is. The tests that follow start at kStart, the announcements gone.
+constexpr TimeNs kStart = 1'000'000;
+void learn(SoftSwitch& s, uint8_t hosts) {
+  for (uint8_t h = 1; h <= hosts; ++h) {
+    const Frame b = broadcast_from(h);
+    s.receive(h - 1, b.data(), static_cast<uint32_t>(b.size()), 0);
+  }
+  for (uint16_t p = 0; p < hosts; ++p) ASSERT_EQ(drain(s, p, kStart).size(), hosts - 1u);
+}
+
+TEST(SoftSwitch, FloodsUntilItLearnsThenForwardsToOnePort) {
+  SoftSwitchConfig c;
+  c.ports = 3;
+  SoftSwitch s(c);
+  const Frame b = broadcast_from(1);
+  s.receive(0, b.data(), static_cast<uint32_t>(b.size()), 0);
+  EXPECT_EQ(drain(s, 0, 0).size(), 0u);
+  EXPECT_EQ(drain(s, 1, 0).size(), 1u);
+  EXPECT_EQ(drain(s, 2, 0).size(), 1u);
+  // Host 2 is unknown yet: flooded. Once it has spoken, only its port.
+  Frame f = udp_frame(1, 2, 50000, 200);
+  s.receive(0, f.data(), 200, 0);
+  EXPECT_EQ(drain(s, 1, 0).size(), 1u);
+  EXPECT_EQ(drain(s, 2, 0).size(), 1u);
+  const Frame b2 = broadcast_from(2);
+  s.receive(1, b2.data(), static_cast<uint32_t>(b2.size()), 0);
+  drain(s, 0, 0);
+  drain(s, 2, 0);
+  s.receive(0, f.data(), 200, 0);
+  const auto got = drain(s, 1, 0);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0], f);
+  EXPECT_EQ(drain(s, 2, 0).size(), 0u);
+  EXPECT_EQ(s.stats().flooded, 3u);  // two broadcasts and the unknown destination
+  // Back to the port it came from: refused.
+  Frame self = udp_frame(2, 1, 50000, 200);
+  s.receive(0, self.data(), 200, 0);
+  EXPECT_EQ(s.stats().refused, 1u);
+}
+
+TEST(SoftSwitch, EachEntropyKeepsToOneCoreLinkAndEntropiesSpreadOverAll) {
+  SoftSwitchConfig c;
+  c.core_links = 4;
+  SoftSwitch s(c);
+  learn(s, 2);
+  std::vector<uint64_t> per_link(4);
+  for (uint16_t e = 0; e < 256; ++e) {
+    const Frame f = udp_frame(1, 2, static_cast<uint16_t>(49152 + e), 128);
+    const uint16_t link = s.core_link_of(f.data());
+    for (int i = 0; i < 3; ++i) {
+      s.receive(0, f.data(), 128, 0);
+      EXPECT_EQ(s.core_link_of(f.data()), link);
+    }
+    ++per_link[link];
+  }
+  EXPECT_EQ(drain(s, 1, 0).size(), 3u * 256);
+  for (uint16_t k = 0; k < 4; ++k) {
+    EXPECT_GT(per_link[k], 256u / 4 / 2) << k;  // no link starved
+    EXPECT_EQ(s.core_stats(k).packets, per_link[k] * 3) << k;
+  }
+}
+
+TEST(SoftSwitch, ARateLimitSerialisesFramesAtThatRate) {
+  SoftSwitchConfig c;
+  c.egress.rate_mbps = 1000;  // 1250 B in 10 us
+  SoftSwitch s(c);
+  learn(s, 2);
+  const TimeNs t = kStart;
+  const Frame f = udp_frame(1, 2, 50000, 1250);
+  for (int i = 0; i < 10; ++i) s.receive(0, f.data(), 1250, t);
+  s.advance(t);  // across the core link (no limit there)
+  EXPECT_EQ(s.next_due(), t + 10'000);
+  EXPECT_EQ(drain(s, 1, t + 9'999).size(), 0u);
+  EXPECT_EQ(drain(s, 1, t + 10'000).size(), 1u);
+  EXPECT_EQ(drain(s, 1, t + 45'000).size(), 3u);  // at 20, 30 and 40 us
+  EXPECT_EQ(drain(s, 1, t + 1'000'000).size(), 6u);
+  EXPECT_EQ(s.next_due(), kNever);
+  // Idle, then one frame: it takes its own serialisation time, no more.
+  s.receive(0, f.data(), 1250, t + 2'000'000);
+  EXPECT_EQ(drain(s, 1, t + 2'009'999).size(), 0u);
+  EXPECT_EQ(drain(s, 1, t + 2'010'000).size(), 1u);
+}
+
+TEST(SoftSwitch, WredMarksEcnCapableDataAboveKminAndNeverControl) {
+  SoftSwitchConfig c;
+  c.egress.rate_mbps = 1000;
+  c.egress.ecn_kmin_bytes = 10'000;
+  c.egress.ecn_kmax_bytes = 20'000;
+  c.egress.ecn_pmax = 1.0;
+  SoftSwitch s(c);
+  learn(s, 2);
+  const Frame ect = udp_frame(1, 2, 50000, 1000);
+  const Frame not_ect = udp_frame(1, 2, 50000, 1000, wire::kEcnNotEct);
+  const Frame ack = udp_frame(1, 2, 50000, 100, static_cast<uint8_t>(wire::kDscpAck << 2 | 1));
+  for (int i = 0; i < 30; ++i) s.receive(0, ect.data(), 1000, kStart);  // 30 KB queued
+  for (int i = 0; i < 5; ++i) s.receive(0, not_ect.data(), 1000, kStart);
+  s.receive(0, ack.data(), 100, kStart);
+  const auto out = drain(s, 1, kNever - 1);
+  ASSERT_EQ(out.size(), 36u);
+  // Strict priority: the ACK first, unmarked.
+  EXPECT_EQ(out[0].size(), 100u);
+  EXPECT_EQ(out[0][fabric::kIpOff + 1] & 3, 1);
+  int marked = 0;
+  for (size_t i = 1; i < out.size(); ++i) {
+    const uint8_t ecn = out[i][fabric::kIpOff + 1] & 3;
+    if (i <= 10) {
+      EXPECT_EQ(ecn, wire::kEcnEct0) << i;  // met < 10 KB
+    } else if (i > 20 && i <= 30) {
+      EXPECT_EQ(ecn, wire::kEcnCe) << i;  // met >= 20 KB
+    } else if (i > 30) {
+      EXPECT_EQ(ecn, wire::kEcnNotEct) << i;
+    }
+    marked += ecn == wire::kEcnCe;
+    // Still a valid IPv4 header.
+    EXPECT_EQ(wire::ipv4_checksum(out[i].data() + fabric::kIpOff, wire::kIpv4Size), 0u) << i;
+  }
+  EXPECT_EQ(static_cast<uint64_t>(marked), s.egress_stats(1).ecn_marked);
+  EXPECT_GT(marked, 10);
+  EXPECT_LT(marked, 21);
+}
+
+TEST(SoftSwitch, AFullQueueTrimsToTheHeadersOrDrops) {
+  for (const bool trim : {true, false}) {
+    SoftSwitchConfig c;
+    c.egress.rate_mbps = 1000;
+    c.egress.buffer_bytes = 5'000;
+    c.egress.trim = trim;
+    SoftSwitch s(c);
+    learn(s, 2);
+    const Frame f = udp_frame(1, 2, 50000, 1000);
+    for (int i = 0; i < 8; ++i) s.receive(0, f.data(), 1000, kStart);
+    const auto out = drain(s, 1, kNever - 1);
+    if (!trim) {
+      EXPECT_EQ(out.size(), 5u);
+      EXPECT_EQ(s.egress_stats(1).dropped, 3u);
+      continue;
+    }
+    ASSERT_EQ(out.size(), 8u);
+    EXPECT_EQ(s.egress_stats(1).trimmed, 3u);
+    // The trimmed headers go first, in the priority class.
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(out[i].size(), c.trimmed_bytes);
+      const uint8_t* ip = out[i].data() + fabric::kIpOff;
+      EXPECT_EQ(ip[1] >> 2, c.trim_dscp);
+      EXPECT_EQ(wire::load_be16(ip + 2), c.trimmed_bytes - wire::kEthernetSize);
+      EXPECT_EQ(wire::load_be16(out[i].data() + fabric::kUdpOff + 4),
+                c.trimmed_bytes - fabric::kUdpOff);
+      EXPECT_EQ(wire::ipv4_checksum(ip, wire::kIpv4Size), 0u);
+    }
+    for (int i = 3; i < 8; ++i) EXPECT_EQ(out[i].size(), 1000u);
+  }
+}
+
+TEST(SoftSwitch, ADownLinkIsRoutedAroundAndABlackholedOneSwallowsItsShare) {
+  SoftSwitchConfig c;
+  c.core_links = 2;
+  SoftSwitch s(c);
+  learn(s, 2);
+  // Entropies the hash puts on link 1.
+  std::vector<Frame> on1;
+  for (uint16_t e = 0; on1.size() < 8; ++e) {
+    Frame f = udp_frame(1, 2, static_cast<uint16_t>(49152 + e), 128);
+    if (s.core_link_of(f.data()) == 1) on1.push_back(std::move(f));
+  }
+  s.set_link_state(1, LinkState::kBlackhole);
+  for (const Frame& f : on1) s.receive(0, f.data(), 128, 0);
+  EXPECT_EQ(drain(s, 1, 0).size(), 0u);
+  EXPECT_EQ(s.core_stats(1).dropped, 8u);
+  s.set_link_state(1, LinkState::kDown);
+  for (const Frame& f : on1) {
+    EXPECT_EQ(s.core_link_of(f.data()), 0);
+    s.receive(0, f.data(), 128, 0);
+  }
+  EXPECT_EQ(drain(s, 1, 0).size(), 8u);
+  s.set_link_state(1, LinkState::kUp);
+  EXPECT_EQ(s.core_link_of(on1[0].data()), 1);
+}
+
+TEST(SoftSwitch, LossDropsAboutItsShareOfDataAndNoControl) {
+  SoftSwitchConfig c;
+  c.core.loss = 0.25;
+  SoftSwitch s(c);
+  learn(s, 2);
+  const Frame data = udp_frame(1, 2, 50000, 500);
+  const Frame ack = udp_frame(1, 2, 50000, 100, static_cast<uint8_t>(wire::kDscpAck << 2));
+  std::vector<Frame> out;
+  for (int i = 0; i < 4000; ++i) {
+    s.receive(0, data.data(), 500, kStart);
+    s.receive(0, ack.data(), 100, kStart);
+    for (Frame& f : drain(s, 1, kStart)) out.push_back(std::move(f));
+  }
+  uint64_t acks = 0;
+  for (const Frame& f : out) acks += f.size() == 100;
+  EXPECT_EQ(acks, 4000u);
+  const uint64_t dropped = s.core_stats(0).dropped + s.core_stats(1).dropped;
+  EXPECT_GT(dropped, 800u);
+  EXPECT_LT(dropped, 1200u);
+  EXPECT_EQ(out.size(), 8000u - dropped);
+}
+
+}  // namespace
+}  // namespace braid::sw
