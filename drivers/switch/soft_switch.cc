@@ -26,6 +26,7 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   out_.resize(cfg_.slots);
   for (uint32_t s = cfg_.slots; s-- > 0;) free_slot(s);
   core_.resize(cfg_.core_links);
+  flows_.resize(cfg_.core_links);
   for (Queue& q : core_) q.cfg = cfg_.core;
   egress_.resize(cfg_.ports);
   for (Queue& q : egress_) q.cfg = cfg_.egress;
@@ -116,7 +117,13 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
   len_[s] = len;
   out_[s] = static_cast<uint16_t>(dst);
   const bool ipv4 = wire::load_be16(f + 12) == 0x0800 && len >= kUdpOff + 8;
-  enqueue(ipv4 ? core_[core_link_of(f)] : egress_[dst], s, now);
+  if (!ipv4) {
+    enqueue(egress_[dst], s, now);
+    return;
+  }
+  const uint16_t link = core_link_of(f);
+  flows_[link].insert(fabric::ecmp_key(f, 0));
+  enqueue(core_[link], s, now);
 }
 
 void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
@@ -262,10 +269,11 @@ std::string SoftSwitch::describe() const {
   };
   for (unsigned k = 0; k < core_.size(); ++k) {
     const LinkState st = core_[k].state;
-    line("link", k, core_[k],
-         st == LinkState::kDown        ? " (down)"
-         : st == LinkState::kBlackhole ? " (blackhole)"
-                                       : "");
+    const std::string extra = fmt::format(", {} flows{}", flows_[k].size(),
+                                          st == LinkState::kDown        ? " (down)"
+                                          : st == LinkState::kBlackhole ? " (blackhole)"
+                                                                        : "");
+    line("link", k, core_[k], extra.c_str());
   }
   for (unsigned p = 0; p < egress_.size(); ++p) line("port", p, egress_[p], "");
   out += fmt::format("frames received {}, flooded {}, refused {}, no buffer {}\n", stats_.received,

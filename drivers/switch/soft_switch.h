@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "core/types.h"
@@ -98,6 +99,9 @@ class SoftSwitch {
   QueueConfig& core_config(uint16_t link) { return core_[link].cfg; }
   QueueConfig& egress_config(uint16_t port) { return egress_[port].cfg; }
   const QueueStats& core_stats(uint16_t link) const { return core_[link].stats; }
+  // How many flows (addresses, protocol, ports) the hash has sent over a
+  // core link so far.
+  size_t core_flows(uint16_t link) const { return flows_[link].size(); }
   const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
   const SwitchStats& stats() const { return stats_; }
   // The core link the ECMP hash gives an IPv4 frame now (tests, tools).
@@ -144,6 +148,7 @@ class SoftSwitch {
   uint32_t free_ = kNil;
   std::vector<Queue> core_;
   std::vector<Queue> egress_;
+  std::vector<std::unordered_set<uint64_t>> flows_;  // per core link: 5-tuple keys
   struct MacEntry {
     std::array<uint8_t, 6> mac;
     uint16_t port;

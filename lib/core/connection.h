@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "core/completion_queue.h"
@@ -338,6 +339,7 @@ class Connection {
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
+  uint32_t build_ack_copy(uint8_t* buf, uint32_t cap);
   // An ACK_CC naming `trigger`, with the SACK bitmap of [base, base + 63].
   // `held`: how long the triggering packet waited for this ACK here.
   uint32_t write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags, TimeNs held);
@@ -431,6 +433,27 @@ class Connection {
   TimeNs ack_trigger_at_ = 0;  // when that packet arrived
   bool ack_trigger_ecn_ = false;
   bool ack_trigger_retx_ = false;
+  // ACKs built when a CE-marked packet arrived while the ACK due named an
+  // earlier CE-marked one: every marked packet is named by an ACK of its
+  // own, so its sender knows which entropies are marked (coalesced ACKs
+  // would say it of one packet only). Sent before the next ACK.
+  // Allocated the first time a connection needs it (most never do).
+  static constexpr uint32_t kCeAcks = 64;
+  static constexpr uint32_t kCeAckBytes =
+      wire::kL2L4Size + wire::kAckCcSize + wire::kCrcTrailerSize;
+  struct CeAcks {
+    uint8_t frame[kCeAcks][kCeAckBytes];
+    uint8_t len[kCeAcks];
+  };
+  std::unique_ptr<CeAcks> ce_acks_;
+  // An ACK for a retransmitted packet goes out kRetxAckCopies more times,
+  // each on the next entropy: its sender has already lost an ACK or the
+  // packet, and a path that swallows ACKs must not swallow every answer.
+  static constexpr uint8_t kRetxAckCopies = 2;
+  uint8_t retx_ack_copies_ = 0;
+  uint32_t retx_ack_trigger_ = 0;
+  uint8_t ce_ack_head_ = 0;
+  uint8_t ce_ack_count_ = 0;
   uint32_t rcvd_bytes_ = 0;
   uint32_t sack_top_ = 0;     // base of the last ACK's block: holes below it are reported apart
   uint32_t sack_cursor_ = 0;  // the next hole block to report

@@ -34,6 +34,10 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
       (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
   const TimeNs held = now > ack_trigger_at_ ? now - ack_trigger_at_ : 0;
   const uint32_t len = write_ack(buf, trigger, base, flags, held);
+  if (ack_trigger_retx_) {
+    retx_ack_copies_ = kRetxAckCopies;
+    retx_ack_trigger_ = trigger;
+  }
   ack_due_ = false;
   unacked_packets_ = 0;
   ack_trigger_ecn_ = false;
@@ -45,6 +49,17 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   sack_top_ = base;
   hole_acks_due_ = psn_lt(cack + 1, base) ? kHoleAcksPerAck : 0;
   return len;
+}
+
+uint32_t Connection::build_ack_copy(uint8_t* buf, uint32_t cap) {
+  if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
+  --retx_ack_copies_;
+  const uint32_t cack = rx_.cack();
+  uint32_t trigger = retx_ack_trigger_;
+  const int32_t offset = psn_diff(trigger, cack);
+  if (offset < INT16_MIN || offset > INT16_MAX) trigger = cack;
+  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
+  return write_ack(buf, trigger, base, wire::kAckFlagRetx, 0);
 }
 
 uint32_t Connection::build_hole_ack(uint8_t* buf, uint32_t cap) {

@@ -150,14 +150,25 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     read_progress_at_ = now;
     read_retries_ = 0;
   }
+  // The ACK names one packet. A CE-marked one keeps the name until the ACK
+  // goes out, so the mark is charged to its entropy, not a later packet's.
+  // A second marked packet before then: the ACK naming the first is built
+  // now (without this packet in it), to go out first.
+  const bool ce = pkt.ip.ecn == wire::kEcnCe;
+  if (ce && ack_trigger_ecn_ && unacked_packets_ > 0 && ce_ack_count_ < kCeAcks) {
+    if (!ce_acks_) ce_acks_ = std::make_unique<CeAcks>();
+    const uint32_t slot = (ce_ack_head_ + ce_ack_count_) % kCeAcks;
+    const uint32_t n = build_ack(ce_acks_->frame[slot], kCeAckBytes, now);
+    if (n > 0) {
+      ce_acks_->len[slot] = static_cast<uint8_t>(n);
+      ++ce_ack_count_;
+    }
+  }
   const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
   ++stats_.data_received;
   rcvd_bytes_ += pkt.payload_len;
   ++unacked_packets_;
-  // The ACK names one packet. A CE-marked one keeps the name until the ACK
-  // goes out, so the mark is charged to its entropy, not a later packet's.
-  const bool ce = pkt.ip.ecn == wire::kEcnCe;
   if (ce || !ack_trigger_ecn_) {
     ack_trigger_psn_ = psn;
     ack_trigger_at_ = now;

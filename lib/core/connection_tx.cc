@@ -2,6 +2,7 @@
 // responses into self-describing packets, the per-packet entropy, window and
 // congestion checks, and retransmission of exactly the packets declared lost.
 #include <algorithm>
+#include <cstring>
 
 #include "core/connection.h"
 #include "wire/byte_order.h"
@@ -46,7 +47,8 @@ wire::SesOpcode ses_opcode(Opcode op) {
 
 bool Connection::control_due() const {
   if (!mac_known_) return false;
-  if (nack_count_ > 0 || ack_due_ || cnp_due_) return true;
+  if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0)
+    return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
 }
 
@@ -68,7 +70,16 @@ uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
   if (cnp_due_) return build_cnp(buf, cap);
   if (nack_count_ > 0) return build_nack(buf, cap);
+  if (ce_ack_count_ > 0) {
+    const uint32_t len = ce_acks_->len[ce_ack_head_];
+    if (cap < len) return 0;
+    std::memcpy(buf, ce_acks_->frame[ce_ack_head_], len);
+    ce_ack_head_ = static_cast<uint8_t>((ce_ack_head_ + 1) % kCeAcks);
+    --ce_ack_count_;
+    return len;
+  }
   if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
+  if (retx_ack_copies_ > 0) return build_ack_copy(buf, cap);
   if (state_ != ConnectionState::kActive || hole_acks_due_ == 0) return 0;
   return build_hole_ack(buf, cap);
 }

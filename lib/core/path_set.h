@@ -134,7 +134,7 @@ class PathSet {
       // failed: its ACK, if any, will not say which copy arrived.
       if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
       // Not the path that lost it, if another is known good.
-      for (uint8_t n = ring_count_; n > 0; --n) {
+      for (uint16_t n = ring_count_; n > 0; --n) {
         const uint8_t e = take_recycled();
         if (health_[e].state != PathState::kGood) continue;
         if (e != previous || cfg_.count == 1) return e;
@@ -299,7 +299,7 @@ class PathSet {
     return i;
   }
   // REPS's ring of entropies to use again; the oldest is dropped when full.
-  static constexpr uint8_t kRing = 16;
+  static constexpr uint16_t kRing = 16;
   void recycle(uint8_t i) {
     if (ring_count_ == kRing) {
       ring_head_ = (ring_head_ + 1) % kRing;
@@ -323,7 +323,7 @@ class PathSet {
   // only paths_.
   std::vector<PathHealth> health_;
   uint8_t ring_[kRing] = {};
-  uint8_t ring_head_ = 0, ring_count_ = 0;
+  uint16_t ring_head_ = 0, ring_count_ = 0;
   uint8_t last_good_ = 0;
   bool has_good_ = false;
   uint16_t explored_ = 0;

@@ -160,6 +160,75 @@ TEST(CompletionSemantics, EcnMarkInABurstIsChargedToTheMarkedPacketsEntropy) {
   }
 }
 
+// Several marked packets in one burst (a receiver that ACKs seldom, e.g.
+// behind a busy core): each is named by an ACK of its own, so every mark is
+// charged to its own entropy and none is taken for a clean delivery.
+TEST(CompletionSemantics, EveryEcnMarkInABurstIsChargedToItsOwnEntropy) {
+  ConnectionConfig c;
+  c.entropy.count = 8;
+  c.entropy.policy = PathPolicy::kReps;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(16 * 1024, 1), dst(16 * 1024, 0);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(write_wr(1, src.data(), dst.size(), dst.data(), rkey)), PostError::kOk);
+  auto frames = p.drain(p.a);
+  ASSERT_EQ(frames.size(), 16u);
+  // Entropies 1, 3 and 5 are marked (each carries two of the 16 packets).
+  std::vector<uint32_t> expected(8, 0);
+  for (Frame& f : frames) {
+    for (uint8_t e : {1, 3, 5}) {
+      if (entropy_of(f) == p.qa->paths().entropy(e)) {
+        set_ecn(f, wire::kEcnCe);
+        ++expected[e];
+      }
+    }
+  }
+  ASSERT_EQ(expected[1] + expected[3] + expected[5], 6u);
+  p.deliver(p.b, frames);  // all in one burst, before b sends anything
+  const auto acks = p.drain(p.b);
+  EXPECT_GE(acks.size(), 6u);  // one per marked packet at least
+  p.deliver(p.a, acks);
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  EXPECT_TRUE(src == dst);
+  for (uint8_t e = 0; e < 8; ++e) {
+    EXPECT_EQ(p.qa->paths().stats(e).ecn_marked, expected[e]) << "entropy index " << int{e};
+  }
+}
+
+// The ACK for a retransmitted packet goes out on three entropies: its
+// sender already missed one answer, and a path that swallows ACKs (a silent
+// failure in the ACKs' direction) must not take every copy.
+TEST(CompletionSemantics, AnAckForARetransmissionGoesOutOnThreeEntropies) {
+  ConnectionConfig c;
+  c.entropy.count = 8;
+  DirectPair p(c);
+  std::vector<uint8_t> src(512, 5), dst(512, 0);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(write_wr(1, src.data(), dst.size(), dst.data(), rkey)), PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  ASSERT_EQ(p.drain(p.b).size(), 1u);  // its ACK, lost
+  // The sender resends (a probe or the RTO); the receiver sees a duplicate.
+  std::vector<Frame> again;
+  for (int i = 0; i < 10'000 && again.empty(); ++i) {
+    p.now += 1'000;
+    p.a.advance(p.now);
+    again = p.drain(p.a);
+  }
+  ASSERT_EQ(again.size(), 1u);
+  p.deliver(p.b, again);
+  const auto acks = p.drain(p.b);
+  ASSERT_EQ(acks.size(), 3u);
+  EXPECT_NE(entropy_of(acks[0]), entropy_of(acks[1]));
+  EXPECT_NE(entropy_of(acks[1]), entropy_of(acks[2]));
+  EXPECT_NE(entropy_of(acks[0]), entropy_of(acks[2]));
+  // The last copy alone completes the write.
+  p.deliver(p.a, {acks[2]});
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  EXPECT_TRUE(src == dst);
+}
+
 }  // namespace
 // An InfiniBand responder answers READs while still in RTR, before any send
 // PSN is set (perftest's ib_read_bw server): the requester expects the PSN

@@ -118,6 +118,7 @@ TEST(SoftSwitch, EachEntropyKeepsToOneCoreLinkAndEntropiesSpreadOverAll) {
   for (uint16_t k = 0; k < 4; ++k) {
     EXPECT_GT(per_link[k], 256u / 4 / 2) << k;  // no link starved
     EXPECT_EQ(s.core_stats(k).packets, per_link[k] * 3) << k;
+    EXPECT_EQ(s.core_flows(k), per_link[k]) << k;
   }
 }
 

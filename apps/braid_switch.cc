@@ -1,0 +1,280 @@
+// braid_switch: a software switch on the DPDK datapath, for testing Braid
+// (or any UDP traffic) over a multipath fabric on one host. Each --port is a
+// DPDK port (a memif server or vhost-user socket a host attaches to); between
+// every two ports run --links parallel core links chosen by an ECMP hash of
+// the 5-tuple, so each UDP source port (entropy) keeps to one of them. Core
+// links and ports have a rate, a buffer, WRED ECN marking, trimming and loss
+// (drivers/switch/soft_switch.h); core links can be taken down or made to
+// drop everything silently, mid-run, by commands on a control FIFO:
+//   link K up|down|blackhole      link K rate MBPS     link K loss P
+//   link K ecn KMIN KMAX PMAX     port P rate MBPS     port P ecn KMIN KMAX PMAX
+//   stats                         quit
+// (--set runs them at start, or as '@N command' once N frames have come in.)
+// It prints every queue's counters when it stops (SIGINT, SIGTERM, quit,
+// --duration).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dpdk/eal.h"
+#include "dpdk/ethdev_port.h"
+#include "switch/soft_switch.h"
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+void on_signal(int) {
+  g_stop = true;
+}
+
+braid::TimeNs now_ns() {
+  return static_cast<braid::TimeNs>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+// "KMIN,KMAX,PMAX" (bytes, bytes, probability).
+bool parse_ecn(const std::string& s, braid::sw::QueueConfig* q) {
+  unsigned kmin = 0, kmax = 0;
+  double pmax = 0;
+  if (std::sscanf(s.c_str(), "%u,%u,%lf", &kmin, &kmax, &pmax) != 3 || kmin == 0 || kmax < kmin ||
+      pmax <= 0 || pmax > 1) {
+    return false;
+  }
+  q->ecn_kmin_bytes = kmin;
+  q->ecn_kmax_bytes = kmax;
+  q->ecn_pmax = pmax;
+  return true;
+}
+
+// One command line from the control FIFO; an answer on stdout.
+bool run_command(const std::string& line, braid::sw::SoftSwitch& sw) {
+  std::istringstream in(line);
+  std::string what, verb;
+  unsigned index = 0;
+  in >> what;
+  if (what.empty()) return true;
+  if (what == "quit") return false;
+  if (what == "stats") {
+    std::fputs(sw.describe().c_str(), stdout);
+    std::fflush(stdout);
+    return true;
+  }
+  const bool link = what == "link";
+  if ((!link && what != "port") || !(in >> index >> verb) ||
+      index >= (link ? sw.core_links() : sw.ports())) {
+    std::printf("braid_switch: bad command '%s'\n", line.c_str());
+    std::fflush(stdout);
+    return true;
+  }
+  braid::sw::QueueConfig& q = link ? sw.core_config(static_cast<uint16_t>(index))
+                                   : sw.egress_config(static_cast<uint16_t>(index));
+  bool ok = true;
+  if (link && (verb == "up" || verb == "down" || verb == "blackhole")) {
+    sw.set_link_state(static_cast<uint16_t>(index), verb == "up" ? braid::sw::LinkState::kUp
+                                                    : verb == "down"
+                                                        ? braid::sw::LinkState::kDown
+                                                        : braid::sw::LinkState::kBlackhole);
+  } else if (verb == "rate") {
+    ok = static_cast<bool>(in >> q.rate_mbps);
+  } else if (verb == "loss" && link) {
+    ok = static_cast<bool>(in >> q.loss) && q.loss >= 0 && q.loss <= 1;
+  } else if (verb == "ecn") {
+    unsigned kmin = 0, kmax = 0;
+    double pmax = 0;
+    ok = static_cast<bool>(in >> kmin >> kmax >> pmax) &&
+         parse_ecn(fmt::format("{},{},{}", kmin, kmax, pmax), &q);
+  } else {
+    ok = false;
+  }
+  std::printf("braid_switch: %s '%s'\n", ok ? "done" : "bad command", line.c_str());
+  std::fflush(stdout);
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"braid_switch: a software switch with ECMP core links over DPDK ports"};
+  std::vector<std::string> ports;
+  braid::sw::SoftSwitchConfig cfg;
+  std::string ecn, core_ecn, control;
+  std::vector<std::string> set;
+  int lcore = 0;
+  uint32_t mtu = 1500;
+  double duration = 0;
+  app.add_option("--port", ports,
+                 "a DPDK port a host attaches to, e.g. "
+                 "net_memif0,role=server,id=0,socket=/tmp/p0.sock,socket-abstract=no (repeat)")
+      ->required();
+  app.add_option("--links", cfg.core_links, "parallel core links between every two ports")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--seed", cfg.seed, "the ECMP hash's seed");
+  app.add_option("--rate-mbps", cfg.egress.rate_mbps, "each port's egress rate (0: no limit)");
+  app.add_option("--core-rate-mbps", cfg.core.rate_mbps, "each core link's rate (0: no limit)");
+  app.add_option("--buffer", cfg.egress.buffer_bytes, "bytes per queue and class");
+  app.add_option("--ecn", ecn, "WRED on the ports' egress: KMIN,KMAX,PMAX (bytes, bytes, 0..1]");
+  app.add_option("--core-ecn", core_ecn, "WRED on the core links");
+  app.add_flag("--trim", cfg.egress.trim, "trim instead of dropping when a queue is full");
+  app.add_option("--loss", cfg.core.loss, "drop this share of data frames on every core link")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--mtu", mtu, "the largest IP packet carried")->check(CLI::Range(576, 9000));
+  app.add_option("--set", set,
+                 "a control command to run at start, e.g. 'link 1 ecn 3000 12000 1', or once N "
+                 "frames have come in: '@N link 1 blackhole' (repeat)");
+  app.add_option("--control", control, "a FIFO to read commands from (made if missing)");
+  app.add_option("--lcore", lcore, "the core to run on");
+  app.add_option("--duration", duration, "stop after this many seconds (0: on a signal)");
+  CLI11_PARSE(app, argc, argv);
+  if (ports.size() > 64) {
+    std::fprintf(stderr, "braid_switch: at most 64 ports\n");
+    return 2;
+  }
+  cfg.ports = static_cast<uint16_t>(ports.size());
+  cfg.core.buffer_bytes = cfg.egress.buffer_bytes;
+  cfg.core.trim = cfg.egress.trim;
+  cfg.max_frame = mtu + 18;
+  if ((!ecn.empty() && !parse_ecn(ecn, &cfg.egress)) ||
+      (!core_ecn.empty() && !parse_ecn(core_ecn, &cfg.core))) {
+    std::fprintf(stderr,
+                 "braid_switch: --ecn wants KMIN,KMAX,PMAX with 0 < KMIN <= KMAX, 0 < PMAX <= 1\n");
+    return 2;
+  }
+
+  braid::dpdk::EalConfig eal;
+  eal.lcore = lcore;
+  for (const std::string& p : ports) eal.vdevs.push_back(p);
+  if (const braid::dpdk::Status s = braid::dpdk::Eal::init(eal); !s.ok()) {
+    std::fprintf(stderr, "braid_switch: %s\n", s.error.c_str());
+    return 1;
+  }
+  std::vector<std::unique_ptr<braid::dpdk::EthdevPort>> io;
+  for (const std::string& p : ports) {
+    braid::dpdk::EthdevPortConfig pc;
+    pc.name = p.substr(0, p.find(','));
+    pc.mtu = mtu;
+    pc.promiscuous = true;
+    pc.require_link_up = false;  // hosts attach when they start
+    std::string error;
+    io.push_back(braid::dpdk::EthdevPort::open(pc, &error));
+    if (!io.back()) {
+      std::fprintf(stderr, "braid_switch: %s: %s\n", pc.name.c_str(), error.c_str());
+      io.clear();
+      braid::dpdk::Eal::shutdown();
+      return 1;
+    }
+  }
+  int control_fd = -1;
+  if (!control.empty()) {
+    if (access(control.c_str(), F_OK) != 0 && mkfifo(control.c_str(), 0600) != 0) {
+      std::fprintf(stderr, "braid_switch: cannot make the FIFO %s\n", control.c_str());
+      return 1;
+    }
+    // Read-write: the FIFO never reports end-of-file between writers.
+    control_fd = open(control.c_str(), O_RDWR | O_NONBLOCK);
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+
+  braid::sw::SoftSwitch sw(cfg);
+  // "@N command": once N frames have come in (mid-run, whatever the timing).
+  std::vector<std::pair<uint64_t, std::string>> later;
+  for (const std::string& c : set) {
+    if (!c.empty() && c[0] == '@') {
+      const size_t sp = c.find(' ');
+      later.emplace_back(std::strtoull(c.c_str() + 1, nullptr, 10),
+                         sp == std::string::npos ? "" : c.substr(sp + 1));
+    } else {
+      run_command(c, sw);
+    }
+  }
+  std::printf("braid_switch: %zu ports, %u core links, ready\n", ports.size(), cfg.core_links);
+  std::fflush(stdout);
+  constexpr uint16_t kBurst = 32;
+  braid::RxFrame rx[kBurst];
+  braid::TxFrame tx[kBurst];
+  // Frames taken from the switch that a full TX ring handed back.
+  std::vector<std::vector<braid::TxFrame>> held(ports.size());
+  std::string pending_line;
+  const braid::TimeNs start = now_ns();
+  const auto end =
+      duration > 0 ? start + static_cast<braid::TimeNs>(duration * 1e9) : braid::kNever;
+  bool running = true;
+  for (uint64_t iter = 0; running && !g_stop; ++iter) {
+    const braid::TimeNs now = now_ns();
+    if (now >= end) break;
+    for (uint16_t p = 0; p < io.size(); ++p) {
+      const uint16_t n = io[p]->rx_burst(rx, kBurst);
+      for (uint16_t i = 0; i < n; ++i) sw.receive(p, rx[i].data, rx[i].len, now);
+      if (n > 0) io[p]->rx_release(rx, n);
+    }
+    sw.advance(now);
+    for (uint16_t p = 0; p < io.size(); ++p) {
+      std::vector<braid::TxFrame>& h = held[p];
+      if (!h.empty()) {
+        const uint16_t sent = io[p]->tx_burst(h.data(), static_cast<uint16_t>(h.size()));
+        h.erase(h.begin(), h.begin() + sent);
+        if (!h.empty()) continue;
+      }
+      for (;;) {
+        const uint16_t got = io[p]->tx_alloc(tx, kBurst);
+        uint16_t filled = 0;
+        while (filled < got) {
+          const uint32_t len = sw.transmit(p, tx[filled].data, tx[filled].cap, now);
+          if (len == 0) break;
+          tx[filled++].len = len;
+        }
+        if (got > filled) io[p]->tx_free(tx + filled, static_cast<uint16_t>(got - filled));
+        if (filled == 0) break;
+        const uint16_t sent = io[p]->tx_burst(tx, filled);
+        if (sent < filled) {
+          h.assign(tx + sent, tx + filled);
+          break;
+        }
+        if (filled < got) break;
+      }
+    }
+    for (size_t i = 0; i < later.size();) {
+      if (sw.stats().received >= later[i].first) {
+        running = run_command(later[i].second, sw) && running;
+        later.erase(later.begin() + static_cast<long>(i));
+      } else {
+        ++i;
+      }
+    }
+    if (control_fd >= 0 && iter % 1024 == 0) {
+      char buf[512];
+      const ssize_t r = read(control_fd, buf, sizeof(buf));
+      if (r > 0) {
+        pending_line.append(buf, static_cast<size_t>(r));
+        size_t nl;
+        while (running && (nl = pending_line.find('\n')) != std::string::npos) {
+          running = run_command(pending_line.substr(0, nl), sw);
+          pending_line.erase(0, nl + 1);
+        }
+      }
+    }
+  }
+  std::printf("braid_switch: stopped after %.1f s\n", static_cast<double>(now_ns() - start) / 1e9);
+  std::fputs(sw.describe().c_str(), stdout);
+  std::fflush(stdout);
+  for (uint16_t p = 0; p < io.size(); ++p) {
+    if (!held[p].empty()) io[p]->tx_free(held[p].data(), static_cast<uint16_t>(held[p].size()));
+  }
+  io.clear();
+  if (control_fd >= 0) close(control_fd);
+  braid::dpdk::Eal::shutdown();
+  return 0;
+}

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Runs Braid perftest-style tools across braid_switch, a software switch on
+# the DPDK datapath: N pairs of hosts (a server and a client each), every
+# host on a memif port of the switch, and between them K parallel core links
+# chosen by an ECMP hash of each packet's 5-tuple (its entropy).
+#   scripts/switch-fabric.sh [--pairs N] [--links K] [--switch "ARGS"] \
+#       [--expect-less-on L] [--expect-fair J] <tool> [tool arguments...]
+# e.g. scripts/switch-fabric.sh --links 2 --switch "--set 'link 1 rate 2000'" \
+#        braid_write_bw -s 65536 -D 4 --stats
+# Pair i: server 198.18.0.(2i+1) on switch port 2i, client 198.18.0.(2i+2)
+# on port 2i+1. The switch runs on core 0, servers on core 0 and clients on
+# core 1 (two cores: the timings are the VM's, the counters are exact).
+# Checks, after the run:
+#   --expect-less-on L  core link L carried a smaller share of the packets
+#                       than of the flows the hash put on it (the sender
+#                       moved traffic off it);
+#   --expect-fair J     the clients' goodputs have Jain's index >= J;
+#   --expect-impaired L core link L ended down or blackholed (the command
+#                       took), and if blackholed it dropped frames.
+# Tools come from $BRAID_BUILD_DIR (default build/release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+pairs=1
+links=2
+switch_args=
+expect_less_on=
+expect_fair=
+expect_impaired=
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --pairs) pairs="$2"; shift 2 ;;
+    --links) links="$2"; shift 2 ;;
+    --switch) switch_args="$2"; shift 2 ;;
+    --expect-less-on) expect_less_on="$2"; shift 2 ;;
+    --expect-fair) expect_fair="$2"; shift 2 ;;
+    --expect-impaired) expect_impaired="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+tool="${1:?usage: $0 [--pairs N] [--links K] [--switch ARGS] <tool> [args...]}"
+shift
+build_dir="${BRAID_BUILD_DIR:-build/release}"
+bin="$build_dir/apps/perftest/$tool"
+switch_bin="$build_dir/apps/braid_switch"
+for b in "$bin" "$switch_bin"; do
+  [[ -x "$b" ]] || { echo "switch-fabric: $b not built (cmake --build --preset release)" >&2; exit 1; }
+done
+
+run_dir=$(mktemp -d /tmp/braid-switch.XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  [[ -n "${switch_pid:-}" ]] && kill "$switch_pid" 2>/dev/null || true
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+hosts=$((2 * pairs))
+ports=()
+for ((p = 0; p < hosts; ++p)); do
+  ports+=(--port "net_memif$p,role=server,id=0,socket=$run_dir/p$p.sock,socket-abstract=no")
+done
+eval "extra=($switch_args)"
+"$switch_bin" --lcore 0 --links "$links" "${ports[@]}" "${extra[@]}" --control "$run_dir/ctl" \
+  >"$run_dir/switch.log" 2>&1 &
+switch_pid=$!
+for _ in $(seq 1 400); do
+  grep -q "ready" "$run_dir/switch.log" 2>/dev/null && break
+  kill -0 "$switch_pid" 2>/dev/null || break
+  sleep 0.05
+done
+grep -q "ready" "$run_dir/switch.log" || { echo "switch-fabric: the switch did not start:" >&2; cat "$run_dir/switch.log" >&2; exit 1; }
+
+host_port() {  # <switch port>: the host's side of it
+  printf "net_memif0,role=client,id=0,socket=%s/p%d.sock,socket-abstract=no,mac=02:00:c6:12:00:%02x" \
+    "$run_dir" "$1" $(($1 + 1))
+}
+common=(--timeout 60)
+for ((i = 0; i < pairs; ++i)); do
+  tcp=$((20000 + RANDOM % 20000))
+  "$bin" "${common[@]}" -p "$tcp" --lcore 0 --dev-port "$(host_port $((2 * i)))" \
+    --ip "198.18.0.$((2 * i + 1))" "$@" >"$run_dir/server$i.log" 2>&1 &
+  pids+=($!)
+  echo "$tcp" >"$run_dir/tcp$i"
+done
+# The servers listen before their clients connect (each client retries
+# its TCP connection until --timeout).
+client_pids=()
+for ((i = 0; i < pairs; ++i)); do
+  "$bin" "${common[@]}" -p "$(cat "$run_dir/tcp$i")" --lcore 1 --dev-port "$(host_port $((2 * i + 1)))" \
+    --ip "198.18.0.$((2 * i + 2))" "$@" 127.0.0.1 >"$run_dir/client$i.log" 2>&1 &
+  client_pids+=($!)
+  pids+=($!)
+done
+rc=0
+for p in "${pids[@]}"; do wait "$p" || rc=1; done
+pids=()
+kill -INT "$switch_pid"
+wait "$switch_pid" || rc=1
+switch_pid=
+for ((i = 0; i < pairs; ++i)); do
+  echo "---- pair $i: client (198.18.0.$((2 * i + 2))) ----"
+  cat "$run_dir/client$i.log"
+  echo "---- pair $i: server (198.18.0.$((2 * i + 1))) ----"
+  cat "$run_dir/server$i.log"
+done
+echo "---- switch ----"
+cat "$run_dir/switch.log"
+[[ $rc -eq 0 ]] || { echo "switch-fabric: a tool or the switch failed" >&2; exit 1; }
+
+if [[ -n "$expect_less_on" ]]; then
+  awk -v l="$expect_less_on" '
+    $1 == "link" { sub(":", "", $2); pk[$2] = $4; fl[$2] = $0; sub(/.*, /, "", fl[$2]); sub(/ flows.*/, "", fl[$2]);
+                   tp += $4; tf += fl[$2] }
+    END {
+      if (tp == 0 || tf == 0) { print "switch-fabric: no traffic on the core links"; exit 1 }
+      ps = pk[l] / tp; fs = fl[l] / tf
+      printf "switch-fabric: link %d carried %.1f%% of the packets, with %.1f%% of the flows\n", l, 100 * ps, 100 * fs
+      if (!(ps < fs)) { print "switch-fabric: traffic was not moved off it"; exit 1 }
+    }' "$run_dir/switch.log" || exit 1
+fi
+if [[ -n "$expect_impaired" ]]; then
+  line=$(grep -m1 "^link $expect_impaired:" "$run_dir/switch.log" || true)
+  dropped=$(sed -n 's/.*dropped \([0-9]*\),.*/\1/p' <<<"$line")
+  echo "switch-fabric: link $expect_impaired dropped ${dropped:-0} frames"
+  case "$line" in
+    *"(down)") ;;
+    *"(blackhole)") [[ "${dropped:-0}" -gt 0 ]] || { echo "switch-fabric: the blackhole got nothing" >&2; exit 1; } ;;
+    *) echo "switch-fabric: link $expect_impaired was not impaired" >&2; exit 1 ;;
+  esac
+fi
+if [[ -n "$expect_fair" ]]; then
+  for ((i = 0; i < pairs; ++i)); do
+    awk '$1 ~ /^[0-9]+$/ && NF >= 5 { print $4; exit }' "$run_dir/client$i.log"
+  done | awk -v want="$expect_fair" '
+    { x[NR] = $1; s += $1; q += $1 * $1 }
+    END {
+      if (NR == 0 || q == 0) { print "switch-fabric: no goodput"; exit 1 }
+      j = s * s / (NR * q)
+      printf "switch-fabric: goodputs"; for (i = 1; i <= NR; ++i) printf " %s", x[i]
+      printf " MiB/s, Jain %.4f\n", j
+      if (j < want) { print "switch-fabric: less fair than " want; exit 1 }
+    }' || exit 1
+fi
