@@ -174,7 +174,10 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
     TxRecord& t = rec(trigger);
     if (t.psn == trigger) {
       if (t.state == TxState::kInFlight && t.tx_count == 1) sample = &t;
-      if (a.pro.flags & wire::kAckFlagEcn) paths_.on_ecn(t.entropy);
+      if (ecn) paths_.on_ecn(t.entropy);
+      // Named by the ACK that first covers it (hole ACKs and copies name
+      // packets already acknowledged).
+      if (t.tx_count == 1 && t.state != TxState::kAcked) paths_.on_named(t.entropy, ecn);
     }
   }
   // The receiver says how long the packet waited for its ACK there (a

@@ -64,7 +64,7 @@ void PathSet::reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeN
     --bad_count_;
   }
   h.losses_in_row = 0;
-  if (!marked) {
+  if (!marked && h.mark_rate < kMarkedPersistently) {
     recycle(i);
     last_good_ = i;
     has_good_ = true;

@@ -75,7 +75,7 @@ struct EntropyStats {
   uint32_t late_ns = 0;
 };
 
-// What the adaptive policy knows of an entropy's health; 16 bytes.
+// What the adaptive policy knows of an entropy's health; 24 bytes.
 struct PathHealth {
   PathState state = PathState::kGood;
   uint8_t losses_in_row = 0;  // since the last packet it delivered
@@ -83,6 +83,8 @@ struct PathHealth {
   bool probing = false;       // a probe is out on it
   uint32_t revive_seq = 0;    // a packet it delivers from this path sequence on revives it
   TimeNs probe_at = 0;        // when it may carry its next probe
+  // EWMA (1/8) of ECN-CE among its packets that ACKs named, in 1/32768ths.
+  uint16_t mark_rate = 0;
 };
 
 class PathSet {
@@ -180,6 +182,19 @@ class PathSet {
     return static_cast<int32_t>(paths_[i].acked_seq - 1 - seq);
   }
   void on_ecn(uint8_t i) { ++paths_[i].stats.ecn_marked; }
+  // An ACK named a packet sent once on i, `marked` if it arrived CE. (The
+  // other packets an ACK covers say nothing of their marks: a receiver
+  // names every marked packet, but not every clean one.)
+  void on_named(uint8_t i, bool marked) {
+    if (cfg_.policy != PathPolicy::kReps) return;
+    uint16_t& r = health_[i].mark_rate;
+    r = static_cast<uint16_t>(r - (r >> 3) + (marked ? (kMarkOne >> 3) : 0));
+  }
+  // Marked this often (of the packets ACKs name), an entropy is not
+  // recycled even when a packet on it is acknowledged unmarked: a path that
+  // marks persistently gets only what exploring gives it.
+  static constexpr uint16_t kMarkOne = 1u << 15;
+  static constexpr uint16_t kMarkedPersistently = kMarkOne / 2;
   // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
   // (0: none yet). A trimmed packet says the path is congested, not broken;
   // `blame` false: the loss is not the path's doing (a stall of the whole
@@ -275,18 +290,23 @@ class PathSet {
   // REPS's next entropy to explore, other than `avoid` (-1: none): the
   // next in turn that is good, or bad with its probe due (it carries the
   // probe). If all are bad and none is due, the next in turn.
+  // An entropy that marks persistently is passed over too, and its mark
+  // rate decays by an eighth each time: it is explored about a sixth as
+  // often as the others until a visit finds it clean.
   uint8_t explore(TimeNs now, int avoid = -1) {
-    if (bad_count_ != 0) {
-      for (uint16_t n = 0; n < cfg_.count; ++n) {
-        const uint8_t i = next_in_turn();
-        if (i == avoid) continue;
-        const PathHealth& h = health_[i];
-        if (h.state == PathState::kGood) return i;
-        if (!h.probing && now >= h.probe_at) {
-          start_probe(i);
-          refresh_next_probe();
-          return i;
-        }
+    for (uint16_t n = 0; n < cfg_.count; ++n) {
+      const uint8_t i = next_in_turn();
+      if (i == avoid) continue;
+      PathHealth& h = health_[i];
+      if (h.state == PathState::kGood) {
+        if (h.mark_rate < kMarkedPersistently) return i;
+        h.mark_rate = static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3));
+        continue;
+      }
+      if (!h.probing && now >= h.probe_at) {
+        start_probe(i);
+        refresh_next_probe();
+        return i;
       }
     }
     const uint8_t e = next_in_turn();
