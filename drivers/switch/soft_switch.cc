@@ -122,7 +122,7 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     return;
   }
   const uint16_t link = core_link_of(f);
-  flows_[link].insert(fabric::ecmp_key(f, 0));
+  if (!fabric::is_priority(f, cfg_.trim_dscp)) flows_[link].insert(fabric::ecmp_key(f, 0));
   enqueue(core_[link], s, now);
 }
 
@@ -196,6 +196,7 @@ uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
   q.stats.queued_bytes -= len_[s];
   if (high) q.hi_bytes -= len_[s];
   ++q.stats.packets;
+  if (!high) ++q.stats.data_packets;
   q.stats.bytes += len_[s];
   at_[s] = dep;  // when it reaches the next queue
   return s;
@@ -262,14 +263,14 @@ std::string SoftSwitch::describe() const {
   std::string out;
   auto line = [&](const char* what, unsigned i, const Queue& q, const char* state) {
     out += fmt::format(
-        "{} {}: sent {} packets ({} bytes), dropped {}, trimmed {}, ECN-marked {}, peak queue "
-        "{} bytes{}\n",
-        what, i, q.stats.packets, q.stats.bytes, q.stats.dropped, q.stats.trimmed,
-        q.stats.ecn_marked, q.stats.peak_bytes, state);
+        "{} {}: sent {} packets ({} bytes, {} data), dropped {}, trimmed {}, ECN-marked {}, peak "
+        "queue {} bytes{}\n",
+        what, i, q.stats.packets, q.stats.bytes, q.stats.data_packets, q.stats.dropped,
+        q.stats.trimmed, q.stats.ecn_marked, q.stats.peak_bytes, state);
   };
   for (unsigned k = 0; k < core_.size(); ++k) {
     const LinkState st = core_[k].state;
-    const std::string extra = fmt::format(", {} flows{}", flows_[k].size(),
+    const std::string extra = fmt::format(", {} data flows{}", flows_[k].size(),
                                           st == LinkState::kDown        ? " (down)"
                                           : st == LinkState::kBlackhole ? " (blackhole)"
                                                                         : "");

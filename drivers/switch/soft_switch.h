@@ -60,7 +60,8 @@ struct SoftSwitchConfig {
 };
 
 struct QueueStats {
-  uint64_t packets = 0;  // sent on
+  uint64_t packets = 0;       // sent on
+  uint64_t data_packets = 0;  // of those, not control frames nor trimmed headers
   uint64_t bytes = 0;
   uint64_t dropped = 0;  // full queue, loss, or its link down or blackholed
   uint64_t trimmed = 0;
@@ -99,8 +100,8 @@ class SoftSwitch {
   QueueConfig& core_config(uint16_t link) { return core_[link].cfg; }
   QueueConfig& egress_config(uint16_t port) { return egress_[port].cfg; }
   const QueueStats& core_stats(uint16_t link) const { return core_[link].stats; }
-  // How many flows (addresses, protocol, ports) the hash has sent over a
-  // core link so far.
+  // How many data flows (addresses, protocol, ports; not ACKs or other
+  // control frames) the hash has sent over a core link so far.
   size_t core_flows(uint16_t link) const { return flows_[link].size(); }
   const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
   const SwitchStats& stats() const { return stats_; }
