@@ -38,6 +38,18 @@ uint32_t SoftSwitch::alloc_slot() {
   return s;
 }
 
+uint32_t SoftSwitch::copy_in(const uint8_t* f, uint32_t len, uint16_t out) {
+  const uint32_t s = alloc_slot();
+  if (s == kNil) {
+    ++stats_.no_buffer;
+    return kNil;
+  }
+  std::memcpy(data(s), f, len);
+  len_[s] = len;
+  out_[s] = out;
+  return s;
+}
+
 bool SoftSwitch::draw(double p) {
   return p >= 1.0 || (p > 0 && std::uniform_real_distribution<double>(0, 1)(rng_) < p);
 }
@@ -92,14 +104,8 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     ++stats_.flooded;
     for (uint16_t p = 0; p < cfg_.ports; ++p) {
       if (p == port) continue;
-      const uint32_t s = alloc_slot();
-      if (s == kNil) {
-        ++stats_.no_buffer;
-        return;
-      }
-      std::memcpy(data(s), f, len);
-      len_[s] = len;
-      out_[s] = p;
+      const uint32_t s = copy_in(f, len, p);
+      if (s == kNil) return;
       enqueue(egress_[p], s, now);
     }
     return;
@@ -108,14 +114,8 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     ++stats_.refused;
     return;
   }
-  const uint32_t s = alloc_slot();
-  if (s == kNil) {
-    ++stats_.no_buffer;
-    return;
-  }
-  std::memcpy(data(s), f, len);
-  len_[s] = len;
-  out_[s] = static_cast<uint16_t>(dst);
+  const uint32_t s = copy_in(f, len, static_cast<uint16_t>(dst));
+  if (s == kNil) return;
   const bool ipv4 = wire::load_be16(f + 12) == 0x0800 && len >= kUdpOff + 8;
   if (!ipv4) {
     enqueue(egress_[dst], s, now);

@@ -124,6 +124,9 @@ class SoftSwitch {
   };
   uint8_t* data(uint32_t s) { return pool_.data() + size_t{s} * slot_bytes_; }
   uint32_t alloc_slot();
+  // A slot holding a copy of the frame, bound for host port `out`; kNil
+  // (counted) when the pool is empty.
+  uint32_t copy_in(const uint8_t* frame, uint32_t len, uint16_t out);
   void free_slot(uint32_t s) {
     next_[s] = free_;
     free_ = s;
