@@ -340,6 +340,9 @@ class Connection {
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
   uint32_t build_ack_copy(uint8_t* buf, uint32_t cap);
+  // The PSN an ACK naming *trigger can name (cack if it is out of the
+  // offset's reach), and the base of the 64-PSN SACK block it reports.
+  void ack_block(uint32_t* trigger, uint32_t* base) const;
   // An ACK_CC naming `trigger`, with the SACK bitmap of [base, base + 63].
   // `held`: how long the triggering packet waited for this ACK here.
   uint32_t write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, uint8_t flags, TimeNs held);
@@ -446,14 +449,14 @@ class Connection {
     uint8_t len[kCeAcks];
   };
   std::unique_ptr<CeAcks> ce_acks_;
+  uint8_t ce_ack_head_ = 0;
+  uint8_t ce_ack_count_ = 0;
   // An ACK for a retransmitted packet goes out kRetxAckCopies more times,
   // each on the next entropy: its sender has already lost an ACK or the
   // packet, and a path that swallows ACKs must not swallow every answer.
   static constexpr uint8_t kRetxAckCopies = 2;
   uint8_t retx_ack_copies_ = 0;
   uint32_t retx_ack_trigger_ = 0;
-  uint8_t ce_ack_head_ = 0;
-  uint8_t ce_ack_count_ = 0;
   uint32_t rcvd_bytes_ = 0;
   uint32_t sack_top_ = 0;     // base of the last ACK's block: holes below it are reported apart
   uint32_t sack_cursor_ = 0;  // the next hole block to report

@@ -23,13 +23,8 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
   (void)now;
   if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
   const uint32_t cack = rx_.cack();
-  // The ACK names its triggering packet even when that packet just moved the
-  // cumulative point past itself: Braid reads ack_psn_offset as signed.
-  uint32_t trigger = ack_trigger_psn_;
-  const int32_t offset = psn_diff(trigger, cack);
-  if (offset < INT16_MIN || offset > INT16_MAX) trigger = cack;
-  // The 64 PSNs ending at the triggering packet, or starting just above cack.
-  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
+  uint32_t trigger = ack_trigger_psn_, base = 0;
+  ack_block(&trigger, &base);
   const uint8_t flags =
       (ack_trigger_ecn_ ? wire::kAckFlagEcn : 0) | (ack_trigger_retx_ ? wire::kAckFlagRetx : 0);
   const TimeNs held = now > ack_trigger_at_ ? now - ack_trigger_at_ : 0;
@@ -54,12 +49,19 @@ uint32_t Connection::build_ack(uint8_t* buf, uint32_t cap, TimeNs now) {
 uint32_t Connection::build_ack_copy(uint8_t* buf, uint32_t cap) {
   if (cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
   --retx_ack_copies_;
-  const uint32_t cack = rx_.cack();
-  uint32_t trigger = retx_ack_trigger_;
-  const int32_t offset = psn_diff(trigger, cack);
-  if (offset < INT16_MIN || offset > INT16_MAX) trigger = cack;
-  const uint32_t base = psn_diff(trigger, cack) <= 64 ? cack + 1 : trigger - 63;
+  uint32_t trigger = retx_ack_trigger_, base = 0;
+  ack_block(&trigger, &base);
   return write_ack(buf, trigger, base, wire::kAckFlagRetx, 0);
+}
+
+void Connection::ack_block(uint32_t* trigger, uint32_t* base) const {
+  const uint32_t cack = rx_.cack();
+  // The ACK names its triggering packet even when that packet just moved the
+  // cumulative point past itself: Braid reads ack_psn_offset as signed.
+  const int32_t offset = psn_diff(*trigger, cack);
+  if (offset < INT16_MIN || offset > INT16_MAX) *trigger = cack;
+  // The 64 PSNs ending at the triggering packet, or starting just above cack.
+  *base = psn_diff(*trigger, cack) <= 64 ? cack + 1 : *trigger - 63;
 }
 
 uint32_t Connection::build_hole_ack(uint8_t* buf, uint32_t cap) {
