@@ -187,8 +187,8 @@ class PathSet {
   // names every marked packet, but not every clean one.)
   void on_named(uint8_t i, bool marked) {
     if (cfg_.policy != PathPolicy::kReps) return;
-    uint16_t& r = health_[i].mark_rate;
-    r = static_cast<uint16_t>(r - (r >> 3) + (marked ? (kMarkOne >> 3) : 0));
+    const uint16_t r = health_[i].mark_rate;
+    set_mark_rate(i, static_cast<uint16_t>(r - (r >> 3) + (marked ? (kMarkOne >> 3) : 0)));
   }
   // Marked this often (of the packets ACKs name), an entropy is not
   // recycled even when a packet on it is acknowledged unmarked: a path that
@@ -291,26 +291,34 @@ class PathSet {
   // next in turn that is good, or bad with its probe due (it carries the
   // probe). If all are bad and none is due, the next in turn.
   // An entropy that marks persistently is passed over too, and its mark
-  // rate decays by an eighth each time: it is explored about a sixth as
-  // often as the others until a visit finds it clean.
+  // rate decays by an eighth each time: it is explored again after a few
+  // turns, and passed over again if what it carries comes back marked.
   uint8_t explore(TimeNs now, int avoid = -1) {
-    for (uint16_t n = 0; n < cfg_.count; ++n) {
-      const uint8_t i = next_in_turn();
-      if (i == avoid) continue;
-      PathHealth& h = health_[i];
-      if (h.state == PathState::kGood) {
-        if (h.mark_rate < kMarkedPersistently) return i;
-        h.mark_rate = static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3));
-        continue;
-      }
-      if (!h.probing && now >= h.probe_at) {
-        start_probe(i);
-        refresh_next_probe();
-        return i;
+    if (bad_count_ != 0 || marked_count_ != 0) {
+      for (uint16_t n = 0; n < cfg_.count; ++n) {
+        const uint8_t i = next_in_turn();
+        if (i == avoid) continue;
+        PathHealth& h = health_[i];
+        if (h.state == PathState::kGood) {
+          if (h.mark_rate < kMarkedPersistently) return i;
+          set_mark_rate(i, static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3)));
+          continue;
+        }
+        if (!h.probing && now >= h.probe_at) {
+          start_probe(i);
+          refresh_next_probe();
+          return i;
+        }
       }
     }
     const uint8_t e = next_in_turn();
     return e == avoid ? next_in_turn() : e;
+  }
+  // Keeps marked_count_, the entropies marking persistently, with it.
+  void set_mark_rate(uint8_t i, uint16_t rate) {
+    uint16_t& r = health_[i].mark_rate;
+    marked_count_ += (rate >= kMarkedPersistently) - (r >= kMarkedPersistently);
+    r = rate;
   }
   uint8_t next_in_turn() {
     const uint8_t i = static_cast<uint8_t>(cursor_);
@@ -347,7 +355,8 @@ class PathSet {
   uint8_t last_good_ = 0;
   bool has_good_ = false;
   uint16_t explored_ = 0;
-  uint16_t bad_count_ = 0;  // assumed bad or skipped
+  uint16_t bad_count_ = 0;     // assumed bad or skipped
+  uint16_t marked_count_ = 0;  // mark_rate at kMarkedPersistently or above
   uint32_t median_srtt_ = 0;
   TimeNs next_probe_at_ = kNever;  // no later than any bad path's probe_at
   TimeNs rtt_hint_ = 0;            // the connection's smoothed RTT, as on_lost last gave it
