@@ -8,12 +8,13 @@
 // drop everything silently, mid-run, by commands on a control FIFO:
 //   link K up|down|blackhole      link K rate MBPS     link K loss P
 //   link K ecn KMIN KMAX PMAX     port P rate MBPS     port P ecn KMIN KMAX PMAX
-//   stats                         quit
+//   stats     stats clear (counters start again)     quit
 // (--set runs them at start, or as '@N command' once N frames have come in.)
 // It prints every queue's counters when it stops (SIGINT, SIGTERM, quit,
 // --duration).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -68,6 +69,13 @@ bool run_command(const std::string& line, braid::sw::SoftSwitch& sw) {
   if (what.empty()) return true;
   if (what == "quit") return false;
   if (what == "stats") {
+    std::string sub;
+    if (in >> sub && sub == "clear") {
+      sw.clear_queue_stats();
+      std::printf("braid_switch: done '%s'\n", line.c_str());
+      std::fflush(stdout);
+      return true;
+    }
     std::fputs(sw.describe().c_str(), stdout);
     std::fflush(stdout);
     return true;
@@ -114,6 +122,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> set;
   int lcore = 0;
   uint32_t mtu = 1500;
+  uint32_t idle_yield = 0;
   double duration = 0;
   app.add_option("--port", ports,
                  "a DPDK port a host attaches to, e.g. "
@@ -136,6 +145,9 @@ int main(int argc, char** argv) {
                  "frames have come in: '@N link 1 blackhole' (repeat)");
   app.add_option("--control", control, "a FIFO to read commands from (made if missing)");
   app.add_option("--lcore", lcore, "the core to run on");
+  app.add_option("--idle-yield", idle_yield,
+                 "yield the core after this many passes in a row that moved no frame, for more "
+                 "busy processes than cores (0: never)");
   app.add_option("--duration", duration, "stop after this many seconds (0: on a signal)");
   CLI11_PARSE(app, argc, argv);
   if (ports.size() > 64) {
@@ -212,13 +224,29 @@ int main(int argc, char** argv) {
   const auto end =
       duration > 0 ? start + static_cast<braid::TimeNs>(duration * 1e9) : braid::kNever;
   bool running = true;
+  // --idle-yield: a run of passes that moved no frame yields the core.
+  uint32_t idle = 0;
+  uint64_t moved_before = 0, frames_moved = 0;
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
     if (now >= end) break;
+    {
+      const uint64_t moved = frames_moved;
+      if (moved == moved_before && idle_yield > 0) {
+        if (++idle >= idle_yield) {
+          idle = 0;
+          sched_yield();
+        }
+      } else {
+        idle = 0;
+      }
+      moved_before = moved;
+    }
     for (uint16_t p = 0; p < io.size(); ++p) {
       const uint16_t n = io[p]->rx_burst(rx, kBurst);
       for (uint16_t i = 0; i < n; ++i) sw.receive(p, rx[i].data, rx[i].len, now);
       if (n > 0) io[p]->rx_release(rx, n);
+      frames_moved += n;
     }
     sw.advance(now);
     for (uint16_t p = 0; p < io.size(); ++p) {
@@ -239,6 +267,7 @@ int main(int argc, char** argv) {
         if (got > filled) io[p]->tx_free(tx + filled, static_cast<uint16_t>(got - filled));
         if (filled == 0) break;
         const uint16_t sent = io[p]->tx_burst(tx, filled);
+        frames_moved += sent;
         if (sent < filled) {
           h.assign(tx + sent, tx + filled);
           break;

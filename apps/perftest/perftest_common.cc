@@ -477,6 +477,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
   app.add_option("--base-rtt-us", o.base_rtt_us,
                  "Braid: the RTT NSCC sizes its window by (default: the smallest measured)")
       ->check(CLI::Range(0, 1'000'000));
+  app.add_option("--idle-yield", o.idle_yield,
+                 "Braid: yield the core after this many polls in a row that found no work, for "
+                 "more busy processes than cores (default 0: never)")
+      ->check(CLI::Range(0, 1'000'000));
   app.add_flag("--verify", o.verify, "Braid: check the transferred data byte for byte");
   app.add_flag("--stats", o.stats,
                "Braid: print transport counters (retransmits, losses, drops) after the run");
@@ -699,6 +703,7 @@ int Session::open_device() {
                               : BRAID_CC_NSCC;
   cfg.link_mbps = o_.link_mbps;
   cfg.base_rtt_us = o_.base_rtt_us;
+  cfg.idle_yield = o_.idle_yield;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;
@@ -1065,15 +1070,26 @@ void Session::print_stats() const {
     sum.rnr_nacks_sent += q.rnr_nacks_sent;
     sum.rnr_nacks_received += q.rnr_nacks_received;
     sum.access_errors += q.access_errors;
+    sum.ecn_received += q.ecn_received;
+    sum.cnps_sent += q.cnps_sent;
+    sum.cnps_received += q.cnps_received;
   }
   // The sender's state and its paths, for the first QP.
   braid_qp_stats q0{};
   if (!qps_.empty() && braid_query_qp_stats(qps_[0], &q0) == 0 && q0.data_packets_sent > 0) {
     std::printf(
-        " QP 0: srtt %.1f us, min RTT %.1f us, cwnd %u B, in flight %u B; %u of %u paths "
-        "skipped or assumed bad\n",
+        " QP 0: srtt %.1f us, min RTT %.1f us, cwnd %u B, in flight %u B, rate %s; %u of %u "
+        "paths skipped or assumed bad\n",
         static_cast<double>(q0.srtt_ns) / 1e3, static_cast<double>(q0.min_rtt_ns) / 1e3,
-        q0.cwnd_bytes, q0.inflight_bytes, q0.paths_bad, q0.entropies);
+        q0.cwnd_bytes, q0.inflight_bytes,
+        q0.rate_mbps > 0 ? fmt::format("{} Mb/s", q0.rate_mbps).c_str() : "not paced", q0.paths_bad,
+        q0.entropies);
+    if (q0.base_rtt_ns > 0) {
+      std::printf(
+          " QP 0 NSCC: base RTT %.1f us, target delay %.1f us, max window %u B, %u "
+          "decreases\n",
+          q0.base_rtt_ns / 1e3, q0.target_delay_ns / 1e3, q0.max_cwnd_bytes, q0.decreases);
+    }
     std::printf(" QP 0 paths (port: sent/acked/ECN/lost, srtt/late us, state):");
     for (unsigned i = 0; i < q0.entropies; ++i) {
       braid_path_stats p{};
@@ -1100,6 +1116,9 @@ void Session::print_stats() const {
               sum.lost_inferred, sum.lost_nacked, sum.lost_timeout, sum.timeouts, sum.acks_sent,
               sum.acks_received, sum.nacks_sent, sum.nacks_received, sum.rnr_nacks_sent,
               sum.rnr_nacks_received, sum.access_errors);
+  std::printf(" Congestion: data packets received ECN-marked %" PRIu64 "; CNPs sent %" PRIu64
+              " received %" PRIu64 "\n",
+              sum.ecn_received, sum.cnps_sent, sum.cnps_received);
   std::printf(" Port: frames received %" PRIu64 ", sent %" PRIu64 ", refused by the stack %" PRIu64
               " (bad CRC %" PRIu64 "), missed by the NIC %" PRIu64 ", lost on send %" PRIu64
               "; TX ring full %" PRIu64 " times, no TX buffer %" PRIu64 " times\n",

@@ -63,6 +63,7 @@ struct Options {
   std::string cc = "fixed";
   uint32_t link_mbps = 0;
   uint32_t base_rtt_us = 0;
+  uint32_t idle_yield = 0;
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

@@ -1,6 +1,7 @@
 #include "switch/soft_switch.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -155,6 +156,7 @@ void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
     ++q.stats.trimmed;
     high = true;
   }
+  if (!high) ++q.stats.depth_kib[std::min<uint64_t>(data_bytes >> 10, 4095)];
   if (!high && ipv4 &&
       draw(fabric::wred_probability(q.stats.queued_bytes, q.cfg.ecn_kmin_bytes,
                                     q.cfg.ecn_kmax_bytes, q.cfg.ecn_pmax)) &&
@@ -259,14 +261,38 @@ void SoftSwitch::set_link_state(uint16_t link, LinkState state) {
   if (state != LinkState::kUp) drop_all(core_[link]);
 }
 
+void SoftSwitch::clear_queue_stats() {
+  for (std::vector<Queue>* v : {&core_, &egress_}) {
+    for (Queue& q : *v) {
+      const uint64_t queued = q.stats.queued_bytes;
+      q.stats = QueueStats{};
+      q.stats.queued_bytes = q.stats.peak_bytes = queued;
+    }
+  }
+}
+
+uint64_t QueueStats::depth_percentile(double q) const {
+  uint64_t total = 0;
+  for (uint64_t n : depth_kib) total += n;
+  if (total == 0) return 0;
+  const auto want = static_cast<uint64_t>(std::ceil(q * static_cast<double>(total)));
+  uint64_t seen = 0;
+  for (size_t k = 0; k < depth_kib.size(); ++k) {
+    seen += depth_kib[k];
+    if (seen >= want) return (k + 1) * 1024;
+  }
+  return depth_kib.size() * 1024;
+}
+
 std::string SoftSwitch::describe() const {
   std::string out;
   auto line = [&](const char* what, unsigned i, const Queue& q, const char* state) {
     out += fmt::format(
         "{} {}: sent {} packets ({} bytes, {} data), dropped {}, trimmed {}, ECN-marked {}, peak "
-        "queue {} bytes{}\n",
+        "queue {} bytes, queue found by data p50 {} p99 {} bytes{}\n",
         what, i, q.stats.packets, q.stats.bytes, q.stats.data_packets, q.stats.dropped,
-        q.stats.trimmed, q.stats.ecn_marked, q.stats.peak_bytes, state);
+        q.stats.trimmed, q.stats.ecn_marked, q.stats.peak_bytes, q.stats.depth_percentile(0.5),
+        q.stats.depth_percentile(0.99), state);
   };
   for (unsigned k = 0; k < core_.size(); ++k) {
     const LinkState st = core_[k].state;

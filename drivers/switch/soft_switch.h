@@ -68,6 +68,13 @@ struct QueueStats {
   uint64_t ecn_marked = 0;
   uint64_t queued_bytes = 0;  // now
   uint64_t peak_bytes = 0;
+  // The data queue's depth that each data frame found as it arrived (in
+  // KiB, the last bucket holding everything from 4 MiB up): how long the
+  // queue stays, not only how long it once was.
+  std::vector<uint64_t> depth_kib = std::vector<uint64_t>(4096, 0);
+  // The depth (bytes, to the KiB above) that a share q (0..1] of the
+  // arrivals found at most; 0 before any.
+  uint64_t depth_percentile(double q) const;
 };
 
 struct SwitchStats {
@@ -108,6 +115,9 @@ class SoftSwitch {
   // The core link the ECMP hash gives an IPv4 frame now (tests, tools).
   uint16_t core_link_of(const uint8_t* frame) const;
 
+  // The queues' counters start again (a run's steady state without its
+  // start); what is queued now, and frames received, stay.
+  void clear_queue_stats();
   // One line per queue: what it sent, dropped, trimmed and marked.
   std::string describe() const;
 

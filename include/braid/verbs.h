@@ -78,6 +78,13 @@ struct braid_device_config {
    * in us: default 0, the smallest RTT measured. A software datapath's
    * batching is not in that measure; set it to cover it. */
   uint32_t base_rtt_us;
+  /* For more busy-polling processes than cores (a switch, peers and tools
+   * on one host): after this many calls in a row that found no work
+   * (braid_poll_cq with no completion, braid_progress moving no frame),
+   * the calling thread yields its core (sched_yield), so that whoever it
+   * waits for runs now instead of after its time slice. 0 (default): never;
+   * on a core of its own, yielding adds to latency (docs/benchmarks.md). */
+  uint32_t idle_yield;
 };
 
 enum braid_path_policy {
@@ -389,12 +396,19 @@ struct braid_qp_stats {
   uint64_t access_errors; /* remote accesses refused (this QP the target) */
   uint64_t bytes_placed;  /* payload bytes written into local memory */
   /* The sender's state now (not counters): */
-  uint64_t srtt_ns, min_rtt_ns; /* smoothed and smallest RTT, 0 before a sample */
-  uint32_t cwnd_bytes;          /* congestion window (payload + 64 B per packet) */
-  uint32_t inflight_bytes;      /* counted the same way */
-  uint16_t entropies;           /* paths sprayed over */
-  uint16_t paths_bad;           /* of them, assumed bad now (REPS) */
-  uint32_t reserved;
+  uint64_t srtt_ns, min_rtt_ns;      /* smoothed and smallest RTT, 0 before a sample */
+  uint32_t cwnd_bytes;               /* congestion window (payload + 64 B per packet) */
+  uint32_t inflight_bytes;           /* counted the same way */
+  uint16_t entropies;                /* paths sprayed over */
+  uint16_t paths_bad;                /* of them, assumed bad now (REPS) */
+  uint32_t rate_mbps;                /* pacing rate (DCQCN), 0: not paced */
+  uint64_t ecn_received;             /* data packets that arrived marked ECN-CE */
+  uint64_t cnps_sent, cnps_received; /* DCQCN's congestion notifications */
+  /* NSCC's scale (0 with another algorithm, or before its first RTT): */
+  uint32_t base_rtt_ns;     /* the base RTT it takes the network's to be */
+  uint32_t target_delay_ns; /* queueing delay it aims at */
+  uint32_t max_cwnd_bytes;  /* its largest window (1.5 x BDP) */
+  uint32_t decreases;       /* multiplicative decreases so far */
 };
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 

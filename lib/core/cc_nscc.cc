@@ -71,9 +71,22 @@ void NsccCc::on_ack(const AckEvent& e) {
   if (e.rtt_ns > 0) {
     if (e.rtt_ns < base_rtt_) {
       base_rtt_ = e.rtt_ns;
-      maxwnd_ =
-          std::max(1.5 * static_cast<double>(base_rtt_) * static_cast<double>(cfg_.link_bps) / 8e9,
-                   min_cwnd_);
+      // Measured, not configured: the first sample may have waited behind
+      // the initial window (the scale would then be that queue's). One
+      // under half of it re-derives every parameter; otherwise the largest
+      // window follows. A configured base RTT keeps its scale: it is
+      // what the network is (or, on a software datapath, what the hosts'
+      // batching adds to it), and the delay is still taken from the
+      // smallest RTT seen.
+      if (cfg_.base_rtt_ns == 0) {
+        if (2 * base_rtt_ < net_rtt_) {
+          configure(base_rtt_);
+        } else {
+          maxwnd_ = std::max(
+              1.5 * static_cast<double>(base_rtt_) * static_cast<double>(cfg_.link_bps) / 8e9,
+              min_cwnd_);
+        }
+      }
     }
     delay = static_cast<double>(e.rtt_ns - base_rtt_);
     // A long delay without a mark is not taken for a queue (a host that

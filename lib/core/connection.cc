@@ -428,6 +428,11 @@ void Connection::on_rto(TimeNs now) {
     }
     rto_blames_paths_ = on.count() <= std::max<size_t>(1, paths_.count() / 2);
   }
+  // Our own pacing (a rate cut low) or a full window holding the
+  // retransmissions back is not a stalled port.
+  const bool self_held =
+      now < next_send_at_ || pace_timer_.armed() ||
+      (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cc_.cwnd_bytes());
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
@@ -443,11 +448,11 @@ void Connection::on_rto(TimeNs now) {
       mark_lost(r, LossKind::kTimeout, now);
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now &&
-               !(rnr_wait && r.kind == TxKind::kRequest)) {
+               !(rnr_wait && r.kind == TxKind::kRequest) && !self_held) {
       // Queued for retransmission and still not sent a whole RTO after its
-      // last transmission: the port takes nothing (a stalled TX ring). It
-      // spends the retry budget like a timeout, or the QP would wait on a
-      // dead port forever.
+      // last transmission, though neither pacing nor the window holds it:
+      // the port takes nothing (a stalled TX ring). It spends the retry
+      // budget like a timeout, or the QP would wait on a dead port forever.
       if (!expired) ++stats_.timeouts;
       expired = true;
       if (++r.retries > cfg_.retry_limit) {

@@ -91,6 +91,7 @@ struct ConnectionStats {
   uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
   uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
   uint64_t cnps_received = 0;
+  uint64_t ecn_received = 0;   // data packets that arrived marked ECN-CE
   uint64_t after_refusal = 0;  // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;    // no trailer from a peer that sends them: dropped
   uint64_t bytes_placed = 0;

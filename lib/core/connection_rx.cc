@@ -155,6 +155,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // A second marked packet before then: the ACK naming the first is built
   // now (without this packet in it), to go out first.
   const bool ce = pkt.ip.ecn == wire::kEcnCe;
+  if (ce) ++stats_.ecn_received;
   if (ce && ack_trigger_ecn_ && unacked_packets_ > 0 && ce_ack_count_ < kCeAcks) {
     if (!ce_acks_) ce_acks_ = std::make_unique<CeAcks>();
     const uint32_t slot = (ce_ack_head_ + ce_ack_count_) % kCeAcks;

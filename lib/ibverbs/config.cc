@@ -62,6 +62,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.cc = cc;
   c.link_mbps = link_mbps;
   c.base_rtt_us = base_rtt_us;
+  c.idle_yield = idle_yield;
   return c;
 }
 
@@ -84,10 +85,11 @@ DeviceSettings load_settings(std::string* error) {
     if (error) *error = "BRAID_IBV_CONFIG names " + path + ", which cannot be read";
     return s;
   }
-  static const char* const kKeys[] = {
-      "name",         "port", "ip",        "prefix_len", "gateway",   "neighbors",
-      "eal_args",     "mtu",  "entropies", "udp_port",   "lcore",     "progress_thread",
-      "link_wait_ms", "crc",  "paths",     "cc",         "link_mbps", "base_rtt_us"};
+  static const char* const kKeys[] = {"name",         "port",        "ip",        "prefix_len",
+                                      "gateway",      "neighbors",   "eal_args",  "mtu",
+                                      "entropies",    "udp_port",    "lcore",     "progress_thread",
+                                      "link_wait_ms", "crc",         "paths",     "cc",
+                                      "link_mbps",    "base_rtt_us", "idle_yield"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -168,6 +170,10 @@ DeviceSettings load_settings(std::string* error) {
   if (kv.count("base_rtt_us")) {
     if (!to_number(kv["base_rtt_us"], 0, 1'000'000, &n)) return bad("base_rtt_us");
     s.base_rtt_us = static_cast<uint32_t>(n);
+  }
+  if (kv.count("idle_yield")) {
+    if (!to_number(kv["idle_yield"], 0, 1'000'000, &n)) return bad("idle_yield");
+    s.idle_yield = static_cast<uint32_t>(n);
   }
   // Unmodified programs do not choose a core: two of them on one host must
   // not both be pinned to core 0, so the engine's thread keeps the

@@ -2,6 +2,7 @@
 #include "braid/verbs.h"
 
 #include <arpa/inet.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -81,6 +82,19 @@ int progress_locked(braid_context* c, braid::TimeNs ack_hold_ns = 0) {
   const int n = static_cast<int>(c->engine->poll(ack_hold_ns));
   signal_armed_cqs(c);
   return n;
+}
+
+// With config.idle_yield, a run of that many application calls that found
+// no work yields the core: where more processes poll than there are cores,
+// the others (a peer, a switch) run at once rather than at the end of this
+// one's time slice, which otherwise stands in every round trip.
+void after_progress(braid_context* c, bool worked) {
+  if (worked || c->config.idle_yield == 0) {
+    c->idle_calls = 0;
+  } else if (++c->idle_calls >= c->config.idle_yield) {
+    c->idle_calls = 0;
+    sched_yield();
+  }
 }
 
 // The progress thread drives the device while the application does not.
@@ -375,7 +389,9 @@ int braid_close_device(struct braid_context* c) {
 
 int braid_progress(struct braid_context* c) {
   Guard g(c, Drives::kYes);
-  return progress_locked(c);
+  const int n = progress_locked(c);
+  after_progress(c, n > 0);
+  return n;
 }
 
 int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
@@ -566,7 +582,7 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   braid_context* c = cq->context;
   Guard g(c, Drives::kYes);
-  if (cq->ring.size() == 0) progress_locked(c);
+  if (cq->ring.size() == 0) after_progress(c, progress_locked(c) > 0 || cq->ring.size() > 0);
   braid::WorkCompletion wc[64];
   int got = 0;
   while (got < n) {
@@ -873,6 +889,16 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   out->inflight_bytes = c.inflight_bytes();
   out->entropies = c.paths().count();
   out->paths_bad = c.paths().bad_count();
+  out->rate_mbps = static_cast<uint32_t>(c.cc().pacing_rate_bps() / 1'000'000);
+  out->ecn_received = s.ecn_received;
+  out->cnps_sent = s.cnps_sent;
+  out->cnps_received = s.cnps_received;
+  if (const braid::NsccCc* n = c.cc().nscc(); n != nullptr && n->configured()) {
+    out->base_rtt_ns = static_cast<uint32_t>(n->base_rtt_ns());
+    out->target_delay_ns = static_cast<uint32_t>(n->target_delay_ns());
+    out->max_cwnd_bytes = static_cast<uint32_t>(n->max_window());
+    out->decreases = static_cast<uint32_t>(n->decreases());
+  }
   return 0;
 }
 

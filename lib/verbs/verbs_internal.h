@@ -43,7 +43,8 @@ struct braid_context {
   uint32_t next_qpn = 1;  // where the search for a free QP number starts
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
-  int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
+  uint32_t idle_calls = 0;  // calls in a row that found no work (idle_yield)
+  int open_objects = 0;     // PDs, CQs, QPs, MRs, channels not yet destroyed
 };
 
 namespace braid {

@@ -171,6 +171,43 @@ TEST(RcSemantics, LongRnrWaitIsNotChargedToTheRetryBudget) {
   EXPECT_GT(p.qa->stats().rnr_nacks_received, 0u);
 }
 
+// A retransmission that waits for the connection's own pacing (a DCQCN rate
+// cut low, here a fixed 1 Mb/s: a packet every 8 ms, longer than the RTO) is
+// not a stalled port: the wait is not charged to the retry budget.
+TEST(RcSemantics, RetransmissionsHeldByPacingAreNotChargedToTheRetryBudget) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.retry_limit = 1;  // one timeout per packet allowed, no more
+  c.cc.pacing_rate_bps = 1'000'000;
+  DirectPair p(c);
+  std::vector<uint8_t> src(6 * 1024), dst(6 * 1024, 0);
+  fill_pattern(src.data(), src.size(), 3);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(),
+                                    static_cast<uint32_t>(src.size()), dst.data(), rkey)),
+            PostError::kOk);
+  // Every first transmission is lost: each times out (its one allowed
+  // timeout) 2 ms after it left, and its retransmission waits for the next
+  // pacing slot, up to 6 ms more: longer than the RTO.
+  const bool done = p.run_for(
+      2'000'000'000, 100'000, [&] { return p.a_scq.size() > 0; },
+      [&](const Frame& f, bool a_to_b) {
+        wire::ParsedPacket pkt;
+        if (!a_to_b || wire::decode_frame(f.data(), f.size(), wire::DecodeOptions{}, &pkt) !=
+                           wire::DropReason::kNone) {
+          return false;
+        }
+        const bool request = pkt.pro.type == static_cast<uint8_t>(wire::PdsType::kRudReq);
+        return request && !(pkt.req.pro.flags & wire::kReqFlagRetx);
+      });
+  ASSERT_TRUE(done);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess) << wc_status_name(wcs[0].status);
+  EXPECT_EQ(dst, src);
+  EXPECT_GE(p.qa->stats().retransmits, 6u);
+}
+
 // An RNR wait holds back the waiting side's requests, not its answers to the
 // peer's READs.
 TEST(RcSemantics, RnrWaitDoesNotHoldBackReadResponses) {

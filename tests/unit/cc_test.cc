@@ -82,6 +82,50 @@ TEST(Nscc, LearnsTheBaseRttFromTheFirstSampleWhenNotGivenOne) {
   EXPECT_EQ(cc.base_rtt_ns(), 10'000);
 }
 
+TEST(Nscc, ASampleUnderHalfTheFirstRescalesEverything) {
+  // The first sample waited behind the initial window (4x the network's
+  // RTT): target and largest window are that queue's, until an RTT under
+  // half of it shows the network's.
+  NsccCc cc(nscc(0, 50'000), kPacket);
+  AckEvent e;
+  e.now = 60'000;
+  e.acked_bytes = kPacket;
+  e.rtt_ns = 4 * kRtt;
+  cc.on_ack(e);
+  EXPECT_DOUBLE_EQ(cc.target_delay_ns(), 0.75 * 4 * kRtt);
+  EXPECT_DOUBLE_EQ(cc.max_window(), 4 * 225'000);
+  e.now += 1'000;
+  e.rtt_ns = 3 * kRtt;  // not under half: only the largest window follows
+  cc.on_ack(e);
+  EXPECT_DOUBLE_EQ(cc.target_delay_ns(), 0.75 * 4 * kRtt);
+  EXPECT_DOUBLE_EQ(cc.max_window(), 3 * 225'000);
+  e.now += 1'000;
+  e.rtt_ns = kRtt;
+  cc.on_ack(e);
+  EXPECT_EQ(cc.base_rtt_ns(), kRtt);
+  EXPECT_DOUBLE_EQ(cc.target_delay_ns(), 0.75 * kRtt);
+  EXPECT_DOUBLE_EQ(cc.max_window(), 225'000);
+  EXPECT_LE(cc.cwnd_bytes(), 225'000u);
+}
+
+TEST(Nscc, AConfiguredBaseRttKeepsItsScale) {
+  // A software datapath: configured for 200 us, while a lucky packet comes
+  // back in 20. The delay is measured from 20; the window stays 200's.
+  CcConfig c = nscc(200'000);
+  c.link_bps = 1'000'000'000;
+  NsccCc cc(c, kPacket);
+  const double max = cc.max_window();
+  EXPECT_DOUBLE_EQ(max, 1.5 * 200'000 * 1e9 / 8e9);
+  AckEvent e;
+  e.now = 1'000;
+  e.acked_bytes = kPacket;
+  e.rtt_ns = 20'000;
+  cc.on_ack(e);
+  EXPECT_EQ(cc.base_rtt_ns(), 20'000);
+  EXPECT_DOUBLE_EQ(cc.max_window(), max);
+  EXPECT_DOUBLE_EQ(cc.target_delay_ns(), 150'000);
+}
+
 TEST(Nscc, GrowsMoreTheLowerTheDelayBelowTarget) {
   NsccCc low(nscc(0, 60'000), kPacket), high(nscc(0, 60'000), kPacket);
   // Configure both from a sample at the base RTT, then a few RTTs of
