@@ -226,22 +226,10 @@ int main(int argc, char** argv) {
   bool running = true;
   // --idle-yield: a run of passes that moved no frame yields the core.
   uint32_t idle = 0;
-  uint64_t moved_before = 0, frames_moved = 0;
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
     if (now >= end) break;
-    {
-      const uint64_t moved = frames_moved;
-      if (moved == moved_before && idle_yield > 0) {
-        if (++idle >= idle_yield) {
-          idle = 0;
-          sched_yield();
-        }
-      } else {
-        idle = 0;
-      }
-      moved_before = moved;
-    }
+    uint32_t frames_moved = 0;
     // A port whose peer went away is not polled: DPDK's memif PMD unmaps
     // the shared regions from its control thread, with nothing to wait for
     // a burst under way (docs/benchmarks.md). Its link reads down before
@@ -260,6 +248,7 @@ int main(int argc, char** argv) {
       std::vector<braid::TxFrame>& h = held[p];
       if (!h.empty()) {
         const uint16_t sent = io[p]->tx_burst(h.data(), static_cast<uint16_t>(h.size()));
+        frames_moved += sent;
         h.erase(h.begin(), h.begin() + sent);
         if (!h.empty()) continue;
       }
@@ -281,6 +270,12 @@ int main(int argc, char** argv) {
         }
         if (filled < got) break;
       }
+    }
+    if (frames_moved > 0 || idle_yield == 0) {
+      idle = 0;
+    } else if (++idle >= idle_yield) {
+      idle = 0;
+      sched_yield();
     }
     for (size_t i = 0; i < later.size();) {
       if (sw.stats().received >= later[i].first) {

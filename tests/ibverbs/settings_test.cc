@@ -39,4 +39,20 @@ TEST(IbvSettings, PathsAndCongestionControlAreReadByName) {
   }
 }
 
+// The idle yield, for more busy programs than cores: a count of fruitless
+// calls, 0 (never) when unset; anything not a count is refused by name.
+TEST(IbvSettings, IdleYieldIsACount) {
+  std::string error;
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().idle_yield, 0u);
+  setenv("BRAID_IBV_IDLE_YIELD", "16", 1);
+  error.clear();
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().idle_yield, 16u);
+  EXPECT_TRUE(error.empty()) << error;
+  setenv("BRAID_IBV_IDLE_YIELD", "often", 1);
+  error.clear();
+  braid::ibv::load_settings(&error);
+  EXPECT_NE(error.find("for idle_yield"), std::string::npos) << error;
+  unsetenv("BRAID_IBV_IDLE_YIELD");
+}
+
 }  // namespace
