@@ -14,7 +14,6 @@
 // --duration).
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +30,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
+#include "idle_yield.h"
 #include "switch/soft_switch.h"
 
 namespace {
@@ -224,8 +224,7 @@ int main(int argc, char** argv) {
   const auto end =
       duration > 0 ? start + static_cast<braid::TimeNs>(duration * 1e9) : braid::kNever;
   bool running = true;
-  // --idle-yield: a run of passes that moved no frame yields the core.
-  uint32_t idle = 0;
+  braid::IdleYield idle(idle_yield);  // passes that moved no frame
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
     if (now >= end) break;
@@ -271,12 +270,7 @@ int main(int argc, char** argv) {
         if (filled < got) break;
       }
     }
-    if (frames_moved > 0 || idle_yield == 0) {
-      idle = 0;
-    } else if (++idle >= idle_yield) {
-      idle = 0;
-      sched_yield();
-    }
+    idle.pass(frames_moved > 0);
     for (size_t i = 0; i < later.size();) {
       if (sw.stats().received >= later[i].first) {
         running = run_command(later[i].second, sw) && running;

@@ -1166,7 +1166,10 @@ int run_bw_main(Verb verb, int argc, char** argv) {
     }
     // Receives are posted (SEND) and both directions start together (-b).
     if ((!rdma || o.bidirectional) && s.barrier()) return 1;
-    if (run_bw(s, size, sending, receiving, pre_posted, &mine)) return 1;
+    if (run_bw(s, size, sending, receiving, pre_posted, &mine)) {
+      if (o.stats) s.print_stats();  // what the transport saw up to the failure
+      return 1;
+    }
 
     if (o.bidirectional) {
       std::string text;

@@ -44,6 +44,7 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   if (config == nullptr) return fail(EINVAL, "open_device: no configuration");
   auto c = std::make_unique<braid_context>();
   c->config = *config;
+  c->idle = braid::IdleYield(config->idle_yield);
   auto own = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   c->port_spec = own(config->port);
   c->ipv4 = own(config->ipv4);

@@ -2,7 +2,6 @@
 #include "braid/verbs.h"
 
 #include <arpa/inet.h>
-#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -84,19 +83,6 @@ int progress_locked(braid_context* c, braid::TimeNs ack_hold_ns = 0) {
   return n;
 }
 
-// With config.idle_yield, a run of that many application calls that found
-// no work yields the core: where more processes poll than there are cores,
-// the others (a peer, a switch) run at once rather than at the end of this
-// one's time slice, which otherwise stands in every round trip.
-void after_progress(braid_context* c, bool worked) {
-  if (worked || c->config.idle_yield == 0) {
-    c->idle_calls = 0;
-  } else if (++c->idle_calls >= c->config.idle_yield) {
-    c->idle_calls = 0;
-    sched_yield();
-  }
-}
-
 // The progress thread drives the device while the application does not.
 // While the application calls into the device (polling a CQ, posting) it
 // drives the engine itself and the thread sleeps instead of fighting it for
@@ -129,7 +115,8 @@ void progress_loop(braid_context* c) {
   uint64_t seen = c->calls.load(std::memory_order_relaxed);
   uint64_t last_active_ns = steady_ns();
   bool may_answer = true;
-  uint32_t idle = 0, polls = 0;
+  braid::IdleYield idle(kIdlePolls);
+  uint32_t polls = 0;
   while (!c->stop.load(std::memory_order_relaxed)) {
     const uint64_t calls = c->calls.load(std::memory_order_relaxed);
     auto waits_for_events = [c] { return c->armed.load(std::memory_order_relaxed) > 0; };
@@ -153,13 +140,7 @@ void progress_loop(braid_context* c) {
       std::unique_lock<std::mutex> g(c->lock, std::try_to_lock);
       if (g.owns_lock()) moved = progress_locked(c, may_answer ? kAckHoldNs : 0);
     }
-    if (moved > 0) {
-      idle = 0;
-      continue;
-    }
-    if (++idle < kIdlePolls) continue;
-    idle = 0;
-    std::this_thread::yield();
+    idle.pass(moved > 0);
   }
   c->engine->io().detach_thread();
 }
@@ -390,7 +371,7 @@ int braid_close_device(struct braid_context* c) {
 int braid_progress(struct braid_context* c) {
   Guard g(c, Drives::kYes);
   const int n = progress_locked(c);
-  after_progress(c, n > 0);
+  c->idle.pass(n > 0);
   return n;
 }
 
@@ -582,7 +563,7 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   braid_context* c = cq->context;
   Guard g(c, Drives::kYes);
-  if (cq->ring.size() == 0) after_progress(c, progress_locked(c) > 0 || cq->ring.size() > 0);
+  if (cq->ring.size() == 0) c->idle.pass(progress_locked(c) > 0 || cq->ring.size() > 0);
   braid::WorkCompletion wc[64];
   int got = 0;
   while (got < n) {

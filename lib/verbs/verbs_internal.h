@@ -14,6 +14,7 @@
 #include "core/completion_queue.h"
 #include "core/connection.h"
 #include "engine/engine.h"
+#include "idle_yield.h"
 
 struct braid_context {
   braid_device_config config{};
@@ -43,8 +44,8 @@ struct braid_context {
   uint32_t next_qpn = 1;  // where the search for a free QP number starts
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
-  uint32_t idle_calls = 0;  // calls in a row that found no work (idle_yield)
-  int open_objects = 0;     // PDs, CQs, QPs, MRs, channels not yet destroyed
+  braid::IdleYield idle;  // config.idle_yield: application calls that found no work
+  int open_objects = 0;   // PDs, CQs, QPs, MRs, channels not yet destroyed
 };
 
 namespace braid {
