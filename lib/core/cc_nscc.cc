@@ -34,8 +34,13 @@ void NsccCc::configure(TimeNs net_rtt) {
   eta_ = 0.15 * mss * a;
   fast_scale_ = 0.25 * a;
   min_cwnd_ = pkt_;
-  maxwnd_ = std::max(1.5 * bdp, min_cwnd_);
+  maxwnd_ = max_window_for(net_rtt_);
   clamp();
+}
+
+double NsccCc::max_window_for(TimeNs rtt) const {
+  return std::max(1.5 * (static_cast<double>(rtt) * static_cast<double>(cfg_.link_bps) / 8e9),
+                  min_cwnd_);
 }
 
 void NsccCc::clamp() {
@@ -82,9 +87,7 @@ void NsccCc::on_ack(const AckEvent& e) {
         if (2 * base_rtt_ < net_rtt_) {
           configure(base_rtt_);
         } else {
-          maxwnd_ = std::max(
-              1.5 * static_cast<double>(base_rtt_) * static_cast<double>(cfg_.link_bps) / 8e9,
-              min_cwnd_);
+          maxwnd_ = max_window_for(base_rtt_);
         }
       }
     }

@@ -51,6 +51,8 @@ class NsccCc {
   // Derives the parameters from the network's RTT (once: from the
   // configuration, or from the first RTT sample).
   void configure(TimeNs net_rtt);
+  // 1.5 x the link's BDP at `rtt`, at least one packet.
+  double max_window_for(TimeNs rtt) const;
   void clamp();
   // QuickAdapt; true when this event is to leave the window alone.
   bool quick_adapt(bool loss, bool ecn, double delay, TimeNs now, uint32_t inflight);

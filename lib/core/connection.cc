@@ -430,9 +430,7 @@ void Connection::on_rto(TimeNs now) {
   }
   // Our own pacing (a rate cut low) or a full window holding the
   // retransmissions back is not a stalled port.
-  const bool self_held =
-      now < next_send_at_ || pace_timer_.armed() ||
-      (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cc_.cwnd_bytes());
+  const bool self_held = now < next_send_at_ || pace_timer_.armed() || !window_takes_full_packet();
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {

@@ -150,6 +150,11 @@ class Connection {
   // False for data while pacing holds it back: a timer ends the wait.
   bool control_due() const;
   bool data_ready() const;
+  // The congestion window has room for a full packet (or nothing is in
+  // flight: one packet always goes).
+  bool window_takes_full_packet() const {
+    return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
+  }
   bool wants_to_send() const { return control_due() || data_ready(); }
   // Queues the connection puts its id on whenever it may have become ready
   // to send (a post, a packet, a timer, an error): its owner's transmit

@@ -63,7 +63,7 @@ bool Connection::data_ready() const {
     }
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
-  return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
+  return window_takes_full_packet();
 }
 
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
@@ -216,9 +216,8 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
 }
 
 uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
-  const uint32_t cwnd = cc_.cwnd_bytes();
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
-  if (inflight_bytes_ > 0 && inflight_bytes_ + cfg_.mtu + kPacketCharge > cwnd) return 0;
+  if (!window_takes_full_packet()) return 0;
   if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + next_payload_len() +
                 trailer()) {
     return 0;  // the caller's buffer is too small for this packet
