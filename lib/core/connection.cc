@@ -416,18 +416,27 @@ void Connection::on_rto(TimeNs now) {
   // first that will be, without backing off.
   bool expired = false;
   TimeNs earliest = kNever;
-  // Packets that time out on most of the paths at once say the connection
-  // stalled (a peer or a host that stopped for a while), not that those
-  // paths failed: then no path is blamed for them. A dead path shows as
-  // losses on it alone, inferred long before the timer.
+  // Whose fault is a timeout? Packets that time out on most of the paths
+  // at once, with nothing sent after them acknowledged, say the connection
+  // stalled (a peer or a host that stopped for a while): no path is blamed
+  // for them. Otherwise a packet's path is blamed unless it delivered a
+  // packet sent after it: then the path works and this packet (or every
+  // ACK that reported it: a link dead in both directions also loses ACKs)
+  // was lost on its own. A dead path shows as losses on it alone, mostly
+  // inferred long before the timer.
+  bool many_paths = false;
   if (paths_.policy() != PathPolicy::kRoundRobin) {
     std::bitset<256> on;
     for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
       const TxRecord& r = rec(psn);
       if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) on.set(r.entropy);
     }
-    rto_blames_paths_ = on.count() <= std::max<size_t>(1, paths_.count() / 2);
+    many_paths = on.count() > std::max<size_t>(1, paths_.count() / 2);
   }
+  const auto blames_path = [&](const TxRecord& r) {
+    if (many_paths && latest_acked_sent_ <= r.sent_at) return false;  // a stall
+    return paths_.overtaken_by(r.entropy, r.path_seq) < 0;
+  };
   // Our own pacing (a rate cut low) or a full window holding the
   // retransmissions back is not a stalled port.
   const bool self_held = now < next_send_at_ || pace_timer_.armed() || !window_takes_full_packet();
@@ -436,14 +445,14 @@ void Connection::on_rto(TimeNs now) {
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
       if (!expired) ++stats_.timeouts;
       expired = true;
-      mark_lost(r, LossKind::kTimeout, now);
+      mark_lost(r, LossKind::kTimeout, now, blames_path(r));
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kInFlight) {
       earliest = std::min(earliest, r.sent_at + rto_);
     } else if (r.state == TxState::kLost && !r.queued_for_retx) {
       r.state = TxState::kInFlight;  // re-enter the queue through mark_lost
       inflight_bytes_ += charge(r);
-      mark_lost(r, LossKind::kTimeout, now);
+      mark_lost(r, LossKind::kTimeout, now, false);  // blamed when it was lost
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now &&
                !(rnr_wait && r.kind == TxKind::kRequest) && !self_held) {
@@ -463,7 +472,6 @@ void Connection::on_rto(TimeNs now) {
     wheel_->schedule(&rto_timer_, earliest == kNever ? now + rto_ : earliest);
     return;
   }
-  rto_blames_paths_ = true;
   rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
   wheel_->schedule(&rto_timer_, now + rto_);
 }

@@ -325,7 +325,8 @@ class Connection {
   uint32_t produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now);
   // The next new packet (a READ response first), window and CC allowing.
   uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
-  void mark_lost(TxRecord& r, LossKind why, TimeNs now);
+  // `blame` false: the loss is not its path's fault (PathSet::on_lost).
+  void mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame = true);
   void queue_retransmit(TxRecord& r);
   // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
   // the frame length. `body` bytes of UDP payload are already in place.
@@ -405,8 +406,7 @@ class Connection {
   PathSet paths_;
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
-  TimeNs min_rtt_ = 0;            // smallest RTT sample on any entropy
-  bool rto_blames_paths_ = true;  // this RTO's losses count against their paths
+  TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received

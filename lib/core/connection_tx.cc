@@ -362,11 +362,11 @@ uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, u
   return static_cast<uint32_t>(wire::kL2L4Size + udp_payload);
 }
 
-void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now) {
+void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
   inflight_bytes_ -= charge(r);
-  paths_.on_lost(r.entropy, why, now, srtt_, why != LossKind::kTimeout || rto_blames_paths_);
+  paths_.on_lost(r.entropy, why, now, srtt_, blame);
   switch (why) {
     case LossKind::kInferred:
       ++stats_.lost_inferred;
