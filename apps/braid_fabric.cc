@@ -482,7 +482,8 @@ int main(int argc, char** argv) {
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
   app.add_option("--profile", o.profiles,
                  "transport profiles run side by side: braid (64 entropies round robin, fixed "
-                 "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), "
+                 "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), nscc-bitmap "
+                 "(NSCC and bitmap-penalty path selection), "
                  "single-path (one entropy), pfc (one entropy, lossless fabric), rocev2-like (one "
                  "entropy, DCQCN, lossless fabric)")
       ->capture_default_str();

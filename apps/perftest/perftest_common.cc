@@ -466,8 +466,9 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
       ->check(CLI::IsMember({"auto", "on", "off"}));
   app.add_option("--paths", o.paths,
                  "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
-                 "back unmarked) or round-robin (default reps)")
-      ->check(CLI::IsMember({"reps", "round-robin"}));
+                 "back unmarked), bitmap (in turn, passing over the ones penalised by ECN, NACK "
+                 "or loss) or round-robin (default reps)")
+      ->check(CLI::IsMember({"reps", "bitmap", "round-robin"}));
   app.add_option("--cc", o.cc,
                  "Braid: congestion control: fixed (a 1 MiB window, the default), nscc or dcqcn")
       ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
@@ -697,7 +698,9 @@ int Session::open_device() {
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
-  cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN : BRAID_PATHS_REPS;
+  cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
+              : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
+                                        : BRAID_PATHS_REPS;
   cfg.cc = o_.cc == "fixed"   ? BRAID_CC_FIXED_WINDOW
            : o_.cc == "dcqcn" ? BRAID_CC_DCQCN
                               : BRAID_CC_NSCC;

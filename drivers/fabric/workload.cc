@@ -46,18 +46,20 @@ Profile profile_named(const std::string& name) {
   p.name = name;
   if (name == "braid") {
     p.entropies = 64;
-  } else if (name == "nscc" || name == "nscc-reps") {
+  } else if (name == "nscc" || name == "nscc-reps" || name == "nscc-bitmap") {
     p.entropies = 64;
     p.cc = CcAlgorithm::kNscc;
     if (name == "nscc-reps") p.paths = PathPolicy::kReps;
+    if (name == "nscc-bitmap") p.paths = PathPolicy::kBitmap;
   } else if (name == "single-path" || name == "pfc") {
     p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
   } else if (name == "rocev2-like") {
     p.entropies = 1;  // and PFC, as pfc
     p.cc = CcAlgorithm::kDcqcn;
   } else {
-    throw std::invalid_argument("unknown profile '" + name +
-                                "' (braid, nscc, nscc-reps, single-path, pfc, rocev2-like)");
+    throw std::invalid_argument(
+        "unknown profile '" + name +
+        "' (braid, nscc, nscc-reps, nscc-bitmap, single-path, pfc, rocev2-like)");
   }
   return p;
 }

@@ -44,8 +44,9 @@ struct Profile {
 
 // The transport profiles: braid (64 entropies round robin, fixed window),
 // single-path and pfc (1 entropy, fixed window), nscc (64 entropies round
-// robin, NSCC), nscc-reps (64 entropies by REPS, NSCC), rocev2-like (1
-// entropy, DCQCN, over PFC).
+// robin, NSCC), nscc-reps (64 entropies by REPS, NSCC), nscc-bitmap (64
+// entropies by bitmap penalty, NSCC), rocev2-like (1 entropy, DCQCN, over
+// PFC).
 Profile profile_named(const std::string& name);
 
 // Round-trip time between hosts furthest apart (other pods or leaves): a

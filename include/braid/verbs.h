@@ -91,6 +91,7 @@ enum braid_path_policy {
   BRAID_PATHS_DEFAULT = 0,
   BRAID_PATHS_ROUND_ROBIN = 1, /* oblivious: every entropy in turn */
   BRAID_PATHS_REPS = 2,        /* recycle entropies that came back unmarked */
+  BRAID_PATHS_BITMAP = 3,      /* in turn, passing over ones penalised by ECN, NACK, loss */
 };
 
 enum braid_cc {
@@ -415,7 +416,7 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 /* One entropy (path) of a QP: what was sent on it and came back. */
 struct braid_path_stats {
   uint16_t udp_src_port; /* the entropy */
-  uint8_t state;         /* 0 good, 1 skipped (slow), 2 assumed bad (REPS) */
+  uint8_t state;         /* 0 good, 1 skipped (slow), 2 assumed bad (REPS, bitmap) */
   uint8_t losses_in_row;
   uint32_t sent, acked, ecn_marked, lost;
   uint32_t srtt_ns, min_rtt_ns; /* 0 before a sample */

@@ -7,7 +7,7 @@ namespace braid {
 PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
   cfg_.count = std::clamp<uint16_t>(cfg_.count, 1, 256);
   paths_.resize(cfg_.count);
-  if (cfg_.policy == PathPolicy::kReps) health_.resize(cfg_.count);
+  if (adaptive()) health_.resize(cfg_.count);
   // Keep every entropy inside the dynamic port range 49152..65535.
   for (uint16_t i = 0; i < cfg_.count; ++i) {
     const uint32_t off = (uint32_t{cfg_.base_port} + uint32_t{i} * cfg_.stride) & 0x3fff;
@@ -23,7 +23,7 @@ void PathSet::on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now, TimeNs late_ns) {
   s.srtt_ns = s.rtt_samples == 0 ? r : s.srtt_ns - (s.srtt_ns >> 3) + (r >> 3);
   s.min_rtt_ns = (s.min_rtt_ns == 0 || r < s.min_rtt_ns) ? r : s.min_rtt_ns;
   ++s.rtt_samples;
-  if (cfg_.policy != PathPolicy::kReps) return;
+  if (!adaptive()) return;
   if (--samples_to_median_ == 0) update_median();
   // Far slower than the connection's typical path: skip it.
   if (health_[i].state == PathState::kGood && median_srtt_ != 0 && s.rtt_samples >= 8 &&
@@ -47,7 +47,7 @@ void PathSet::update_median() {
   median_srtt_ = v[n / 2];
 }
 
-void PathSet::reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay) {
+void PathSet::adaptive_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay) {
   PathHealth& h = health_[i];
   if (h.state != PathState::kGood) {
     // Only a packet sent after it went bad says how it is now.
@@ -64,7 +64,7 @@ void PathSet::reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeN
     --bad_count_;
   }
   h.losses_in_row = 0;
-  if (!marked && h.mark_rate < kMarkedPersistently) {
+  if (cfg_.policy == PathPolicy::kReps && !marked && h.mark_rate < kMarkedPersistently) {
     recycle(i);
     last_good_ = i;
     has_good_ = true;

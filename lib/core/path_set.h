@@ -24,6 +24,14 @@
 //   others do not); its probe revives it if delivered within half that.
 //   When every entropy is bad or skipped, they are used in turn anyway (the
 //   backup: a connection never stops sending for want of a path).
+// - bitmap penalty: every entropy in turn, but one with a penalty is passed
+//   over, and each pass takes one off it. An ECN-marked packet adds 1, a
+//   trimmed one (NACK) 2, a loss inferred on it 4, up to 15: a path that
+//   marks everything it carries gets about half its share, one that trims
+//   or loses much less. Timeouts, dead and slow paths, and probes work as
+//   REPS's path states do. Unlike REPS it remembers no good entropy: it
+//   spreads over every path not penalised, where REPS concentrates on the
+//   entropies that came back clean.
 #pragma once
 
 #include <algorithm>
@@ -38,6 +46,7 @@ namespace braid {
 enum class PathPolicy : uint8_t {
   kRoundRobin,  // oblivious: every entropy in turn
   kReps,        // recycle entropies that came back unmarked
+  kBitmap,      // in turn, passing over entropies penalised by ECN, NACK, loss
 };
 
 struct EntropyConfig {
@@ -85,6 +94,8 @@ struct PathHealth {
   TimeNs probe_at = 0;        // when it may carry its next probe
   // EWMA (1/8) of ECN-CE among its packets that ACKs named, in 1/32768ths.
   uint16_t mark_rate = 0;
+  // Bitmap penalty: how many more turns it is passed over.
+  uint8_t penalty = 0;
 };
 
 class PathSet {
@@ -93,6 +104,8 @@ class PathSet {
 
   uint16_t count() const { return cfg_.count; }
   PathPolicy policy() const { return cfg_.policy; }
+  // REPS and bitmap penalty keep path states; round robin keeps none.
+  bool adaptive() const { return cfg_.policy != PathPolicy::kRoundRobin; }
   // The UDP source port of entropy i.
   uint16_t entropy(uint8_t i) const { return paths_[i].port; }
   const EntropyStats& stats(uint8_t i) const { return paths_[i].stats; }
@@ -114,6 +127,13 @@ class PathSet {
   // The entropy of a new packet, and of a retransmission of a packet last
   // sent on `previous`.
   uint8_t choose(TimeNs now) {
+    if (cfg_.policy == PathPolicy::kBitmap) {
+      if (now >= next_probe_at_) {
+        const int e = take_due_probe(now);
+        if (e >= 0) return static_cast<uint8_t>(e);
+      }
+      return explore(now);
+    }
     if (cfg_.policy == PathPolicy::kReps) {
       // A probe that is due goes first: with a full ring REPS may never
       // explore, and a path must get its chance to come back.
@@ -131,6 +151,10 @@ class PathSet {
     return next_in_turn();
   }
   uint8_t choose_retransmit(uint8_t previous, TimeNs now) {
+    if (cfg_.policy == PathPolicy::kBitmap) {
+      if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
+      return explore(now, cfg_.count > 1 ? previous : -1);
+    }
     if (cfg_.policy == PathPolicy::kReps) {
       // A probe resent (a tail-loss probe does not declare it lost first)
       // failed: its ACK, if any, will not say which copy arrived.
@@ -173,7 +197,7 @@ class PathSet {
     ++p.stats.acked;
     if (!sent_once) return;
     if (static_cast<int32_t>(seq + 1 - p.acked_seq) > 0) p.acked_seq = seq + 1;
-    if (cfg_.policy == PathPolicy::kReps) reps_acked(i, seq, marked, now, delay);
+    if (adaptive()) adaptive_acked(i, seq, marked, now, delay);
   }
   // How far the packet with path sequence `seq` on i has been overtaken:
   // the packets sent on i after it, up to the latest one acknowledged
@@ -186,6 +210,10 @@ class PathSet {
   // other packets an ACK covers say nothing of their marks: a receiver
   // names every marked packet, but not every clean one.)
   void on_named(uint8_t i, bool marked) {
+    if (cfg_.policy == PathPolicy::kBitmap) {
+      if (marked) penalize(i, kEcnPenalty);
+      return;
+    }
     if (cfg_.policy != PathPolicy::kReps) return;
     const uint16_t r = health_[i].mark_rate;
     set_mark_rate(i, static_cast<uint16_t>(r - (r >> 3) + (marked ? (kMarkOne >> 3) : 0)));
@@ -195,14 +223,19 @@ class PathSet {
   // marks persistently gets only what exploring gives it.
   static constexpr uint16_t kMarkOne = 1u << 15;
   static constexpr uint16_t kMarkedPersistently = kMarkOne / 2;
+  // Bitmap penalty: turns passed over for a mark, a trim, an inferred loss.
+  static constexpr uint8_t kEcnPenalty = 1, kTrimPenalty = 2, kLossPenalty = 4;
+  static constexpr uint8_t kMaxPenalty = 15;
   // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
   // (0: none yet). A trimmed packet says the path is congested, not broken;
   // `blame` false: the loss is not the path's doing (a stall of the whole
   // connection), only counted.
   void on_lost(uint8_t i, LossKind why, TimeNs now, TimeNs rtt_ns = 0, bool blame = true) {
     ++paths_[i].stats.lost;
-    if (cfg_.policy != PathPolicy::kReps) return;
-    if (why == LossKind::kTrimmed || !blame) return;
+    if (!adaptive() || !blame) return;
+    if (cfg_.policy == PathPolicy::kBitmap && why != LossKind::kTimeout)
+      penalize(i, why == LossKind::kTrimmed ? kTrimPenalty : kLossPenalty);
+    if (why == LossKind::kTrimmed) return;
     if (why == LossKind::kTimeout) {
       frozen_until_ = now + cfg_.freeze_ns;
       if (has_good_ && last_good_ == i) has_good_ = false;
@@ -221,8 +254,11 @@ class PathSet {
   // An RTT sample from the packet an ACK named, sent on i; `late_ns` is its
   // lateness (EntropyStats::late_ns).
   void on_rtt(uint8_t i, uint64_t rtt_ns, TimeNs now = 0, TimeNs late_ns = 0);
-  // REPS's part of on_acked, out of line: round robin's ACKs stay small.
-  void reps_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay);
+  // The adaptive policies' part of on_acked, out of line: round robin's
+  // ACKs stay small.
+  void adaptive_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay);
+  // How many entropies have a bitmap penalty now.
+  uint16_t penalized_count() const { return penalized_count_; }
 
   // Bytes of per-entropy state (for the connection's memory footprint).
   size_t memory_footprint() const {
@@ -294,12 +330,16 @@ class PathSet {
   // rate decays by an eighth each time: it is explored again after a few
   // turns, and passed over again if what it carries comes back marked.
   uint8_t explore(TimeNs now, int avoid = -1) {
-    if (bad_count_ != 0 || marked_count_ != 0) {
+    if (bad_count_ != 0 || marked_count_ != 0 || penalized_count_ != 0) {
       for (uint16_t n = 0; n < cfg_.count; ++n) {
         const uint8_t i = next_in_turn();
         if (i == avoid) continue;
         PathHealth& h = health_[i];
         if (h.state == PathState::kGood) {
+          if (h.penalty != 0) {
+            if (--h.penalty == 0) --penalized_count_;
+            continue;
+          }
           if (h.mark_rate < kMarkedPersistently) return i;
           set_mark_rate(i, static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3)));
           continue;
@@ -313,6 +353,11 @@ class PathSet {
     }
     const uint8_t e = next_in_turn();
     return e == avoid ? next_in_turn() : e;
+  }
+  void penalize(uint8_t i, uint8_t by) {
+    uint8_t& p = health_[i].penalty;
+    if (p == 0) ++penalized_count_;
+    p = static_cast<uint8_t>(std::min<uint32_t>(kMaxPenalty, uint32_t{p} + by));
   }
   // Keeps marked_count_, the entropies marking persistently, with it.
   void set_mark_rate(uint8_t i, uint16_t rate) {
@@ -355,8 +400,9 @@ class PathSet {
   uint8_t last_good_ = 0;
   bool has_good_ = false;
   uint16_t explored_ = 0;
-  uint16_t bad_count_ = 0;     // assumed bad or skipped
-  uint16_t marked_count_ = 0;  // mark_rate at kMarkedPersistently or above
+  uint16_t bad_count_ = 0;        // assumed bad or skipped
+  uint16_t marked_count_ = 0;     // mark_rate at kMarkedPersistently or above
+  uint16_t penalized_count_ = 0;  // penalty above 0
   uint32_t median_srtt_ = 0;
   TimeNs next_probe_at_ = kNever;  // no later than any bad path's probe_at
   TimeNs rtt_hint_ = 0;            // the connection's smoothed RTT, as on_lost last gave it

@@ -154,7 +154,10 @@ DeviceSettings load_settings(std::string* error) {
     }
     return false;
   };
-  if (!named("paths", {{"round-robin", BRAID_PATHS_ROUND_ROBIN}, {"reps", BRAID_PATHS_REPS}},
+  if (!named("paths",
+             {{"round-robin", BRAID_PATHS_ROUND_ROBIN},
+              {"reps", BRAID_PATHS_REPS},
+              {"bitmap", BRAID_PATHS_BITMAP}},
              &s.paths)) {
     return bad("paths");
   }

@@ -748,6 +748,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.rq_depth = qp->init.cap.max_recv_wr;
   cc.entropy.count = c->config.entropies;
   cc.entropy.policy = c->config.paths == BRAID_PATHS_ROUND_ROBIN ? braid::PathPolicy::kRoundRobin
+                      : c->config.paths == BRAID_PATHS_BITMAP    ? braid::PathPolicy::kBitmap
                                                                  : braid::PathPolicy::kReps;
   cc.cc.algorithm = c->config.cc == BRAID_CC_FIXED_WINDOW ? braid::CcAlgorithm::kFixedWindow
                     : c->config.cc == BRAID_CC_DCQCN      ? braid::CcAlgorithm::kDcqcn

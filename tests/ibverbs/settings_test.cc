@@ -29,6 +29,9 @@ TEST(IbvSettings, PathsAndCongestionControlAreReadByName) {
   braid::ibv::load_settings(&error);
   EXPECT_NE(error.find("for cc"), std::string::npos) << error;
   setenv("BRAID_IBV_CC", "nscc", 1);
+  setenv("BRAID_IBV_PATHS", "bitmap", 1);
+  error.clear();
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().paths, BRAID_PATHS_BITMAP) << error;
   setenv("BRAID_IBV_PATHS", "ecmp", 1);
   error.clear();
   braid::ibv::load_settings(&error);

@@ -560,6 +560,70 @@ TEST(PathSet, RepsSkipsAPathFarSlowerThanTheOthersUntilAProbeIsFast) {
   EXPECT_EQ(s.bad_count(), 0);
 }
 
+EntropyConfig bitmap_config() {
+  EntropyConfig c = reps_config();
+  c.policy = PathPolicy::kBitmap;
+  return c;
+}
+
+// Bitmap penalty: every entropy in turn while nothing is penalised, even
+// those acknowledged clean (REPS would use those again and again).
+TEST(PathSet, BitmapUsesEveryEntropyInTurnWhileNoneIsPenalised) {
+  PathSet s(bitmap_config());
+  s.on_sent(3);
+  s.on_acked(3, 0, true, false);
+  s.on_named(3, false);
+  const std::vector<int> seen = explore_counts(s, 80, 0);
+  for (int e = 0; e < 8; ++e) EXPECT_EQ(seen[e], 10) << "entropy " << e;
+  EXPECT_EQ(s.penalized_count(), 0);
+}
+
+// Each mark named on an entropy passes it over once more; trims twice,
+// inferred losses four times, up to 15. A loss that is not the path's
+// fault (blame false), and a timeout, add nothing.
+TEST(PathSet, BitmapPassesOverAPenalisedEntropyOnceForEachTurnOfPenalty) {
+  PathSet s(bitmap_config());
+  s.on_named(5, true);
+  s.on_named(5, true);
+  EXPECT_EQ(s.health(5).penalty, 2);
+  EXPECT_EQ(s.penalized_count(), 1);
+  // 80 choices visit 82 entropies in turn: 0 and 1 eleven times, the others
+  // ten, and 5 is passed over on its first two visits.
+  const std::vector<int> seen = explore_counts(s, 80, 0);
+  EXPECT_EQ(seen, (std::vector<int>{11, 11, 10, 10, 10, 8, 10, 10}));
+  EXPECT_EQ(s.health(5).penalty, 0);
+  EXPECT_EQ(s.penalized_count(), 0);
+  s.on_lost(2, LossKind::kTrimmed, 0);
+  EXPECT_EQ(s.health(2).penalty, PathSet::kTrimPenalty);
+  s.on_lost(4, LossKind::kInferred, 0);
+  EXPECT_EQ(s.health(4).penalty, PathSet::kLossPenalty);
+  for (int i = 0; i < 20; ++i) s.on_named(4, true);
+  EXPECT_EQ(s.health(4).penalty, PathSet::kMaxPenalty);
+  s.on_lost(6, LossKind::kInferred, 0, 0, /*blame=*/false);
+  EXPECT_EQ(s.health(6).penalty, 0);
+  s.on_named(7, false);
+  EXPECT_EQ(s.health(7).penalty, 0);
+  EXPECT_EQ(s.penalized_count(), 2);
+  // A retransmission avoids the path that lost it and penalised paths.
+  EXPECT_NE(s.choose_retransmit(3, 0), 3);
+}
+
+// Timeouts and dead paths are handled by the same path states as REPS: a
+// timeout sets the path aside, its probe revives it.
+TEST(PathSet, BitmapSetsATimedOutPathAsideAndRevivesItByProbe) {
+  PathSet s(bitmap_config());  // probe_after_ns 100 us
+  send_on(s, 2, 2);
+  s.on_lost(2, LossKind::kTimeout, 0);
+  EXPECT_EQ(s.health(2).state, PathState::kAssumedBad);
+  EXPECT_EQ(s.health(2).penalty, 0);
+  EXPECT_EQ(explore_counts(s, 70, 50'000)[2], 0);
+  EXPECT_EQ(explore_counts(s, 16, 100'000)[2], 1);  // the probe
+  const uint32_t probe = s.on_sent(2);
+  s.on_acked(2, probe, true, false);
+  EXPECT_EQ(s.health(2).state, PathState::kGood);
+  EXPECT_EQ(s.bad_count(), 0);
+}
+
 TEST(PathSet, RoundRobinIgnoresWhatComesBack) {
   EntropyConfig c;
   c.count = 4;

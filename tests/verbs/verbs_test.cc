@@ -456,7 +456,7 @@ TEST_P(VerbsPipe, QpAndPathStatsAccountForEveryPacketSent) {
 TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
   const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
   for (const auto& [paths, cc] :
-       {std::pair{3, 0}, std::pair{-1, 0}, std::pair{0, 4}, std::pair{0, -2}}) {
+       {std::pair{4, 0}, std::pair{-1, 0}, std::pair{0, 4}, std::pair{0, -2}}) {
     braid_device_config c{};
     c.ipv4 = "198.18.0.1";
     c.paths = paths;
@@ -469,7 +469,8 @@ TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
   for (const auto& [paths, cc] :
        {std::pair<int, int>{BRAID_PATHS_ROUND_ROBIN, BRAID_CC_NSCC},
         std::pair<int, int>{BRAID_PATHS_REPS, BRAID_CC_FIXED_WINDOW},
-        std::pair<int, int>{BRAID_PATHS_REPS, BRAID_CC_DCQCN}, std::pair<int, int>{0, 0}}) {
+        std::pair<int, int>{BRAID_PATHS_REPS, BRAID_CC_DCQCN},
+        std::pair<int, int>{BRAID_PATHS_BITMAP, BRAID_CC_NSCC}, std::pair<int, int>{0, 0}}) {
     braid_device_config c{};
     c.ipv4 = "198.18.0.1";
     c.paths = paths;
