@@ -26,10 +26,12 @@
 //   backup: a connection never stops sending for want of a path).
 // - bitmap penalty: every entropy in turn, but one with a penalty is passed
 //   over, and each pass takes one off it. An ECN-marked packet adds 1, a
-//   trimmed one (NACK) 2, a loss inferred on it 4, up to 15: a path that
-//   marks everything it carries gets about half its share, one that trims
-//   or loses much less. Timeouts, dead and slow paths, and probes work as
-//   REPS's path states do. Unlike REPS it remembers no good entropy: it
+//   trimmed one (NACK) 4, as UET's bitmap does, and a loss inferred on it
+//   4 (Braid's sender infers what a UET receiver would NACK), up to 15: a
+//   path that marks everything it carries gets about half its share, one
+//   that trims or loses much less. Where UET adds 15 for a timeout, the
+//   path is set aside as REPS's path states do (and so are dead and slow
+//   paths, with probes). Unlike REPS it remembers no good entropy: it
 //   spreads over every path not penalised, where REPS concentrates on the
 //   entropies that came back clean.
 #pragma once
@@ -224,7 +226,7 @@ class PathSet {
   static constexpr uint16_t kMarkOne = 1u << 15;
   static constexpr uint16_t kMarkedPersistently = kMarkOne / 2;
   // Bitmap penalty: turns passed over for a mark, a trim, an inferred loss.
-  static constexpr uint8_t kEcnPenalty = 1, kTrimPenalty = 2, kLossPenalty = 4;
+  static constexpr uint8_t kEcnPenalty = 1, kTrimPenalty = 4, kLossPenalty = 4;
   static constexpr uint8_t kMaxPenalty = 15;
   // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
   // (0: none yet). A trimmed packet says the path is congested, not broken;
