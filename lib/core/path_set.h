@@ -129,38 +129,28 @@ class PathSet {
   // The entropy of a new packet, and of a retransmission of a packet last
   // sent on `previous`.
   uint8_t choose(TimeNs now) {
-    if (cfg_.policy == PathPolicy::kBitmap) {
-      if (now >= next_probe_at_) {
-        const int e = take_due_probe(now);
-        if (e >= 0) return static_cast<uint8_t>(e);
-      }
-      return explore(now);
+    if (!adaptive()) return next_in_turn();
+    // A probe that is due goes first: with a full ring REPS may never
+    // explore, and a path must get its chance to come back.
+    if (now >= next_probe_at_) {
+      const int e = take_due_probe(now);
+      if (e >= 0) return static_cast<uint8_t>(e);
     }
     if (cfg_.policy == PathPolicy::kReps) {
-      // A probe that is due goes first: with a full ring REPS may never
-      // explore, and a path must get its chance to come back.
-      if (now >= next_probe_at_) {
-        const int e = take_due_probe(now);
-        if (e >= 0) return static_cast<uint8_t>(e);
-      }
       while (ring_count_ > 0) {
         const uint8_t e = take_recycled();
         if (health_[e].state == PathState::kGood) return e;  // not gone bad since
       }
       if (now < frozen_until_ && has_good_) return last_good_;
-      return explore(now);
     }
-    return next_in_turn();
+    return explore(now);
   }
   uint8_t choose_retransmit(uint8_t previous, TimeNs now) {
-    if (cfg_.policy == PathPolicy::kBitmap) {
-      if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
-      return explore(now, cfg_.count > 1 ? previous : -1);
-    }
+    if (!adaptive()) return next_in_turn();
+    // A probe resent (a tail-loss probe does not declare it lost first)
+    // failed: its ACK, if any, will not say which copy arrived.
+    if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
     if (cfg_.policy == PathPolicy::kReps) {
-      // A probe resent (a tail-loss probe does not declare it lost first)
-      // failed: its ACK, if any, will not say which copy arrived.
-      if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
       // Not the path that lost it, if another is known good.
       for (uint16_t n = ring_count_; n > 0; --n) {
         const uint8_t e = take_recycled();
@@ -169,9 +159,8 @@ class PathSet {
         recycle(e);
       }
       if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
-      return explore(now, cfg_.count > 1 ? previous : -1);
     }
-    return next_in_turn();
+    return explore(now, cfg_.count > 1 ? previous : -1);
   }
   uint16_t explored() const { return explored_; }
   // The UDP source port of the next ACK or NACK: spread over the entropies
