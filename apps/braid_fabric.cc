@@ -42,6 +42,7 @@ struct Options {
   bool ecn = true;
   uint64_t seed = 42;
   double time_limit_ms = 1000;
+  uint32_t credit_speculative = 0;  // 0: one BDP
   std::string csv;
   // Events.
   double loss_pct = 0;
@@ -483,9 +484,14 @@ int main(int argc, char** argv) {
   app.add_option("--profile", o.profiles,
                  "transport profiles run side by side: braid (64 entropies round robin, fixed "
                  "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), nscc-bitmap "
-                 "(NSCC and bitmap-penalty path selection), "
+                 "(NSCC and bitmap-penalty path selection), credit (REPS and receiver-driven "
+                 "credit), nscc-credit (NSCC, REPS and receiver-driven credit), "
                  "single-path (one entropy), pfc (one entropy, lossless fabric), rocev2-like (one "
                  "entropy, DCQCN, lossless fabric)")
+      ->capture_default_str();
+  app.add_option("--credit-speculative", o.credit_speculative,
+                 "receiver-driven credit: bytes a sender may send from idle before credit comes "
+                 "(0: one BDP)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--queue-bdp", o.queue_bdp,
@@ -590,6 +596,7 @@ int main(int argc, char** argv) {
     ExperimentConfig ec;
     try {
       ec.profile = profile_named(name);
+      ec.profile.credit_speculative_bytes = o.credit_speculative;
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());
       return 2;

@@ -52,8 +52,8 @@ braid::wire::MacAddr mac(uint8_t b) {
 Result run_size(const Options& o, uint64_t size, uint64_t iters, braid::ConnectionStats* stats_out,
                 std::vector<braid::EntropyStats>* paths_out, braid::sim::LinkStats* link_out) {
   using namespace braid;
-  Endpoint a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000});
-  Endpoint b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000});
+  Endpoint a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000, {}});
+  Endpoint b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000, {}});
   sim::SimNetwork net(o.seed);
   const int ha = net.add_host(&a), hb = net.add_host(&b);
   sim::LinkConfig link;

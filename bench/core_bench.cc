@@ -111,8 +111,8 @@ struct Pair {
   // `idle`: connections on each side besides the measured pair, which
   // never send (as on a server with many QPs, few of them busy).
   Pair(uint32_t mtu, uint16_t entropies, uint16_t idle = 0)
-      : a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000}),
-        b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000}),
+      : a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000, {}}),
+        b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000, {}}),
         scq(1024),
         rcq(16),
         bscq(16),

@@ -472,6 +472,9 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
   app.add_option("--cc", o.cc,
                  "Braid: congestion control: fixed (a 1 MiB window, the default), nscc or dcqcn")
       ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
+  app.add_flag("--credit", o.credit,
+               "Braid: receiver-driven credit on top of --cc: a BDP from idle, then only what "
+               "the receiver grants at its link rate (for many-to-one incasts)");
   app.add_option("--link-mbps", o.link_mbps,
                  "Braid: link rate congestion control scales by (default: the port's)")
       ->check(CLI::Range(1, 1'000'000));
@@ -707,6 +710,7 @@ int Session::open_device() {
   cfg.link_mbps = o_.link_mbps;
   cfg.base_rtt_us = o_.base_rtt_us;
   cfg.idle_yield = o_.idle_yield;
+  cfg.credit = o_.credit ? 1 : 0;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;
@@ -1076,6 +1080,13 @@ void Session::print_stats() const {
     sum.ecn_received += q.ecn_received;
     sum.cnps_sent += q.cnps_sent;
     sum.cnps_received += q.cnps_received;
+    sum.credit_requests_sent += q.credit_requests_sent;
+    sum.credit_requests_received += q.credit_requests_received;
+    sum.credits_sent += q.credits_sent;
+    sum.credits_received += q.credits_received;
+    sum.credit_bytes_granted += q.credit_bytes_granted;
+    sum.unscheduled_sent += q.unscheduled_sent;
+    sum.credit_stalls += q.credit_stalls;
   }
   // The sender's state and its paths, for the first QP.
   braid_qp_stats q0{};
@@ -1122,6 +1133,14 @@ void Session::print_stats() const {
   std::printf(" Congestion: data packets received ECN-marked %" PRIu64 "; CNPs sent %" PRIu64
               " received %" PRIu64 "\n",
               sum.ecn_received, sum.cnps_sent, sum.cnps_received);
+  if (o_.credit) {
+    std::printf(" Credit: requests sent %" PRIu64 " received %" PRIu64 "; grants sent %" PRIu64
+                " (%" PRIu64 " B) received %" PRIu64 "; data packets sent unscheduled %" PRIu64
+                "; asked again %" PRIu64 " times\n",
+                sum.credit_requests_sent, sum.credit_requests_received, sum.credits_sent,
+                sum.credit_bytes_granted, sum.credits_received, sum.unscheduled_sent,
+                sum.credit_stalls);
+  }
   std::printf(" Port: frames received %" PRIu64 ", sent %" PRIu64 ", refused by the stack %" PRIu64
               " (bad CRC %" PRIu64 "), missed by the NIC %" PRIu64 ", lost on send %" PRIu64
               "; TX ring full %" PRIu64 " times, no TX buffer %" PRIu64 " times\n",

@@ -64,6 +64,7 @@ struct Options {
   uint32_t link_mbps = 0;
   uint32_t base_rtt_us = 0;
   uint32_t idle_yield = 0;
+  bool credit = false;
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

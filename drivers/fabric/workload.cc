@@ -51,6 +51,11 @@ Profile profile_named(const std::string& name) {
     p.cc = CcAlgorithm::kNscc;
     if (name == "nscc-reps") p.paths = PathPolicy::kReps;
     if (name == "nscc-bitmap") p.paths = PathPolicy::kBitmap;
+  } else if (name == "credit" || name == "nscc-credit") {
+    p.entropies = 64;
+    p.paths = PathPolicy::kReps;
+    p.credit = true;
+    if (name == "nscc-credit") p.cc = CcAlgorithm::kNscc;
   } else if (name == "single-path" || name == "pfc") {
     p.entropies = 1;  // pfc: over a lossless fabric (the switch settings)
   } else if (name == "rocev2-like") {
@@ -59,7 +64,8 @@ Profile profile_named(const std::string& name) {
   } else {
     throw std::invalid_argument(
         "unknown profile '" + name +
-        "' (braid, nscc, nscc-reps, nscc-bitmap, single-path, pfc, rocev2-like)");
+        "' (braid, nscc, nscc-reps, nscc-bitmap, credit, nscc-credit, single-path, pfc, "
+        "rocev2-like)");
   }
   return p;
 }
@@ -74,6 +80,7 @@ Experiment::Experiment(const ExperimentConfig& cfg)
     ec.mac = mac_of(h);
     ec.ip = kIpBase + static_cast<uint32_t>(h);
     ec.trim_dscp = cfg.topo.sw.trim ? kTrimDscp : 0xff;
+    ec.credit.rate_bps = static_cast<uint64_t>(cfg.topo.host_link.gbps * 1e9);
     endpoints_.push_back(std::make_unique<Endpoint>(ec));
     fabric_.add_host(endpoints_.back().get());
   }
@@ -123,6 +130,8 @@ void Experiment::add_flow(const FlowSpec& f) {
     c.cc.base_rtt_ns = base_rtt_ns();
     c.cc.link_bps = static_cast<uint64_t>(cfg_.topo.host_link.gbps * 1e9);
     c.cc.trimming = cfg_.topo.sw.trim;
+    c.cc.credit = p.credit;
+    c.cc.credit_speculative_bytes = p.credit_speculative_bytes;
     c.ack_every = p.ack_every;
     const TimeNs rto =
         p.rto_min_ns != 0 ? p.rto_min_ns : std::max<TimeNs>(100'000, 8 * base_rtt_ns());

@@ -38,14 +38,18 @@ struct Profile {
   uint32_t window_bytes = 0;                   // 0: the core's default fixed window
   CcAlgorithm cc = CcAlgorithm::kFixedWindow;  // NSCC is given the fabric's base RTT and rate
   PathPolicy paths = PathPolicy::kRoundRobin;
-  TimeNs rto_min_ns = 0;  // 0: scaled from the base RTT
+  bool credit = false;  // receiver-driven credit on top of `cc` (receivers pace at their link)
+  uint32_t credit_speculative_bytes = 0;  // 0: one BDP
+  TimeNs rto_min_ns = 0;                  // 0: scaled from the base RTT
   uint32_t ack_every = 8;
 };
 
 // The transport profiles: braid (64 entropies round robin, fixed window),
 // single-path and pfc (1 entropy, fixed window), nscc (64 entropies round
 // robin, NSCC), nscc-reps (64 entropies by REPS, NSCC), nscc-bitmap (64
-// entropies by bitmap penalty, NSCC), rocev2-like (1 entropy, DCQCN, over
+// entropies by bitmap penalty, NSCC), credit (64 entropies by REPS,
+// receiver-driven credit, fixed window), nscc-credit (64 entropies by REPS,
+// NSCC and receiver-driven credit), rocev2-like (1 entropy, DCQCN, over
 // PFC).
 Profile profile_named(const std::string& name);
 

@@ -85,6 +85,12 @@ struct braid_device_config {
    * waits for runs now instead of after its time slice. 0 (default): never;
    * on a core of its own, yielding adds to latency (docs/benchmarks.md). */
   uint32_t idle_yield;
+  /* Receiver-driven credit on each QP, on top of `cc` (docs/congestion.md):
+   * 1 on, 0 (default) off. A sender sends a BDP from idle, then only what
+   * its receiver grants; each port's receiver grants at link_mbps in turns
+   * among the QPs that ask, so a many-to-one incast arrives at the link's
+   * rate instead of as a queue. Both ends of a QP should agree. */
+  int credit;
 };
 
 enum braid_path_policy {
@@ -410,6 +416,12 @@ struct braid_qp_stats {
   uint32_t target_delay_ns; /* queueing delay it aims at */
   uint32_t max_cwnd_bytes;  /* its largest window (1.5 x BDP) */
   uint32_t decreases;       /* multiplicative decreases so far */
+  /* Receiver-driven credit (braid_device_config.credit): */
+  uint64_t credit_requests_sent, credit_requests_received; /* CREDIT_REQs (demand) */
+  uint64_t credits_sent, credits_received;                 /* CREDITs (grants) */
+  uint64_t credit_bytes_granted;                           /* by this QP, to its peer */
+  uint64_t unscheduled_sent; /* data packets sent without credit (from idle) */
+  uint64_t credit_stalls;    /* times it asked again after waiting for credit */
 };
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 

@@ -38,6 +38,12 @@ struct CcConfig {
   // The network trims instead of dropping: a lower delay target.
   bool trimming = true;
   DcqcnConfig dcqcn;
+  // Receiver-driven credit (credit.h), on top of the algorithm above: data
+  // goes only with credit the receiver granted, or from a speculative
+  // allowance after an idle spell (0: one BDP, base_rtt_ns x link_bps;
+  // 64 KiB when the base RTT is not configured).
+  bool credit = false;
+  uint32_t credit_speculative_bytes = 0;
 };
 
 // What one ACK says.

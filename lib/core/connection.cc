@@ -1,6 +1,7 @@
 // Connection: construction, posting work requests, completions in RC order,
 // the error state and the retransmission timer.
 #include "core/connection.h"
+#include "wire/byte_order.h"
 
 #include <algorithm>
 #include <bit>
@@ -79,6 +80,17 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   pace_timer_.owner = this;
   probe_timer_.fn = &Connection::probe_thunk;
   probe_timer_.owner = this;
+  credit_timer_.fn = &Connection::credit_thunk;
+  credit_timer_.owner = this;
+  credit_on_ = cfg.cc.credit;
+  if (credit_on_) {
+    uint64_t spec = cfg.cc.credit_speculative_bytes;
+    if (spec == 0) {
+      spec = cfg.cc.base_rtt_ns > 0 ? cfg.cc.link_bps / 8 * cfg.cc.base_rtt_ns / 1'000'000'000ull
+                                    : 64 * 1024;
+    }
+    credit_ = CreditSender(static_cast<uint32_t>(std::clamp<uint64_t>(spec, 1, 1u << 30)));
+  }
 }
 
 Connection::~Connection() {
@@ -87,6 +99,7 @@ Connection::~Connection() {
   wheel_->cancel(&hold_timer_);
   wheel_->cancel(&pace_timer_);
   wheel_->cancel(&probe_timer_);
+  wheel_->cancel(&credit_timer_);
 }
 
 size_t Connection::memory_footprint() const {
@@ -130,6 +143,16 @@ PostError Connection::post_send(const SendRequest& wr) {
   if (wr.local.num > kMaxSge) return PostError::kInvalid;
   const uint64_t length = wr.local.total_length();
   if (length > 0xffffffffu) return PostError::kInvalid;  // SES request_length is 32 bits
+  if (credit_on_) {
+    // From idle, a burst may start on the speculative allowance.
+    if (snd_una_ == snd_nxt_ && sq_tx_ == sq_tail_ && retx_count_ == 0 && rr_tx_ == rr_tail_) {
+      unsent_credit_ = retx_credit_ = 0;
+      credit_.on_idle();
+    }
+    const uint64_t payload = wr.opcode == Opcode::kRead ? 0 : length;
+    const uint64_t packets = std::max<uint64_t>(1, (payload + cfg_.mtu - 1) / cfg_.mtu);
+    unsent_credit_ += payload + packets * credit_header();
+  }
   SendWqe& w = sq_[sq_tail_ & sq_mask_];
   w = SendWqe{};
   w.wr = wr;
@@ -382,6 +405,87 @@ void Connection::pace_thunk(Timer* t, TimeNs) {
   static_cast<Connection*>(t->owner)->poke();  // the next data packet's time has come
 }
 
+void Connection::credit_thunk(Timer* t, TimeNs now) {
+  Connection* c = static_cast<Connection*>(t->owner);
+  if (c->state_ != ConnectionState::kActive) return;
+  // Credit asked for and not all granted: the timer keeps watch. If the
+  // connection is held up for want of it, a CREDIT_REQ or the CREDIT that
+  // answered it may have been lost (both carry cumulative counts, so
+  // asking again is safe): it asks again, and the wait doubles each time,
+  // up to the RTO's maximum.
+  if (!credit_after(c->credit_.last_asked(), c->credit_.granted())) return;
+  const bool backlog = c->unsent_credit_ > 0 || c->retx_count_ > 0;
+  if (backlog && c->credit_.available() <= 0) {
+    c->credit_req_forced_ = true;
+    ++c->stats_.credit_stalls;
+    c->credit_wait_ =
+        std::min(std::max(c->credit_wait_ * 2, c->first_credit_wait()), c->cfg_.rto_max_ns);
+  }
+  c->wheel_->schedule(&c->credit_timer_, now + std::max(c->credit_wait_, c->first_credit_wait()));
+  c->poke();
+}
+
+void Connection::credit_check() {
+  if (state_ != ConnectionState::kActive || credit_req_due_) return;
+  if (credit_req_forced_) {
+    credit_req_due_ = true;
+    return;
+  }
+  const uint32_t target = credit_.target(unsent_credit_, retx_credit_);
+  if (credit_.request_due(target, 2 * (cfg_.mtu + credit_header()))) credit_req_due_ = true;
+}
+
+void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
+  if (pkt.payload_len < 4) {
+    ++stats_.malformed_ctrl;
+    return;
+  }
+  const uint32_t value = wire::load_be32(pkt.payload);
+  if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kCredit)) {
+    if (!credit_on_) return;  // we never asked
+    if (credit_.on_grant(value)) {
+      ++stats_.credits_received;
+      credit_wait_ = 0;
+      credit_req_forced_ = false;
+    }
+    return;
+  }
+  // A CREDIT_REQ: the peer's cumulative demand.
+  ++stats_.credit_requests_received;
+  peer_credit_ = true;
+  if (credit_after(value, peer_target_)) peer_target_ = value;
+  if (credit_after(peer_target_, peer_granted_)) {
+    if (pacer_ != nullptr) {
+      pacer_->want(cfg_.local_id, cfg_.cc.link_bps, now);
+    } else {
+      stats_.credit_bytes_granted += peer_target_ - peer_granted_;
+      peer_granted_ = peer_target_;  // nothing paces: grant it all
+      credit_due_ = true;
+    }
+  } else {
+    credit_due_ = true;  // all granted already: our CREDIT may have been lost
+  }
+}
+
+uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more) {
+  *more = false;
+  if (state_ != ConnectionState::kActive) return 0;
+  const int32_t want = static_cast<int32_t>(peer_target_ - peer_granted_);
+  if (want <= 0) return 0;
+  // Whole packets: a turn's time on the link is what its packets take (a
+  // quantum that is not a multiple of them leaves a gap in one turn and a
+  // queue in another, the same turns for every sender).
+  const uint32_t frame = cfg_.mtu + credit_header();
+  const uint32_t packets = std::max<uint32_t>(1, (max_bytes + frame / 2) / frame);
+  const uint32_t g = std::min<uint32_t>(packets * frame, static_cast<uint32_t>(want));
+  peer_granted_ += g;
+  stats_.credit_bytes_granted += g;
+  *more = static_cast<uint32_t>(want) > g;
+  credit_due_ = true;
+  poke();
+  return g;
+}
+
 void Connection::on_read_timeout(TimeNs now) {
   // No response data for a whole RTO since the last: the responder may be
   // gone. Spent like a packet's retries (the responder resends lost
@@ -439,7 +543,8 @@ void Connection::on_rto(TimeNs now) {
   };
   // Our own pacing (a rate cut low) or a full window holding the
   // retransmissions back is not a stalled port.
-  const bool self_held = now < next_send_at_ || pace_timer_.armed() || !window_takes_full_packet();
+  const bool self_held = now < next_send_at_ || pace_timer_.armed() ||
+                         !window_takes_full_packet() || (credit_on_ && credit_.available() <= 0);
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {

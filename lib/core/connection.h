@@ -10,12 +10,14 @@
 // generation, ACK/NACK processing, loss detection).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
 #include "core/completion_queue.h"
 #include "core/congestion_control.h"
+#include "core/credit.h"
 #include "core/memory_table.h"
 #include "core/path_set.h"
 #include "core/ready_queue.h"
@@ -91,9 +93,18 @@ struct ConnectionStats {
   uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
   uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
   uint64_t cnps_received = 0;
-  uint64_t ecn_received = 0;   // data packets that arrived marked ECN-CE
-  uint64_t after_refusal = 0;  // packets at or after a refused one, not placed
-  uint64_t missing_crc = 0;    // no trailer from a peer that sends them: dropped
+  uint64_t ecn_received = 0;  // data packets that arrived marked ECN-CE
+  // Receiver-driven credit (credit.h).
+  uint64_t credit_requests_sent = 0;      // CREDIT_REQs we sent (our demand)
+  uint64_t credit_requests_received = 0;  // ... the peer's
+  uint64_t credits_sent = 0;              // CREDITs we sent (grants, or repeats)
+  uint64_t credits_received = 0;          // ... that granted something new
+  uint64_t credit_bytes_granted = 0;      // by us, to the peer
+  uint64_t unscheduled_sent = 0;          // data packets sent without credit (speculative)
+  uint64_t credit_stalls = 0;             // times we asked again after waiting for credit
+  uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
+  uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
+  uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
   uint64_t bytes_placed = 0;
 };
 
@@ -163,6 +174,14 @@ class Connection {
     control_q_ = control;
     data_q_ = data;
   }
+  // Receiver-driven credit: the pacer of the endpoint this connection
+  // receives on (its turns are the endpoint's), and one of its turns: take
+  // up to max_bytes of the peer's demand as credit. Returns what was
+  // granted; *more says whether demand is left.
+  void set_credit_pacer(CreditPacer* p) { pacer_ = p; }
+  uint32_t grant_credit(uint32_t max_bytes, bool* more);
+  const CreditSender& credit() const { return credit_; }
+  bool uses_credit() const { return credit_on_; }
   // Earliest time pacing lets the next data packet leave (0: not paced).
   TimeNs next_send_at() const { return next_send_at_; }
 
@@ -291,6 +310,7 @@ class Connection {
   static void hold_thunk(Timer* t, TimeNs now);
   static void pace_thunk(Timer* t, TimeNs now);
   static void probe_thunk(Timer* t, TimeNs now);
+  static void credit_thunk(Timer* t, TimeNs now);
   // Tail-loss probe: two smoothed RTTs plus twice the variation after the
   // last new packet, and the receiver's ACK delay (the packets before a
   // lost last one are ACKed only then), packets sent once and still
@@ -299,11 +319,28 @@ class Connection {
   TimeNs probe_timeout() const { return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns; }
   void on_probe(TimeNs now);
   void poke() {
+    if (credit_on_) credit_check();
     if (control_q_ == nullptr) return;
     const uint16_t id = cfg_.local_id;
     if (!control_q_->contains(id) && control_due()) control_q_->push(id);
     if (!data_q_->contains(id) && data_ready()) data_q_->push(id);
   }
+  // Receiver-driven credit, sender's half: a CREDIT_REQ is due when the
+  // demand grew (connection.cc).
+  void credit_check();
+  TimeNs first_credit_wait() const { return std::max<TimeNs>(4 * srtt_, 50'000); }
+  // A packet's frame on the wire, as credit counts it, before its payload.
+  uint32_t credit_header() const {
+    return static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
+                                 trailer());
+  }
+  // Credit stops a packet of this kind now (a retransmission needs credit,
+  // a new packet credit or speculative allowance; READ responses none).
+  bool credit_holds(const TxRecord& r, bool retx) const {
+    return credit_on_ && r.kind == TxKind::kRequest && !credit_.may_send(retx);
+  }
+  void on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now);
+  uint32_t build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type, uint32_t value);
   // Pacing (only with a rate): the next data packet waits for next_send_at_.
   bool pacing_holds(TimeNs now);
   void paced(uint32_t frame_len, TimeNs now);
@@ -328,6 +365,7 @@ class Connection {
   // `blame` false: the loss is not its path's fault (PathSet::on_lost).
   void mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame = true);
   void queue_retransmit(TxRecord& r);
+  void unqueue_retx_credit(const TxRecord& r);
   // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
   // the frame length. `body` bytes of UDP payload are already in place.
   uint32_t finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const;
@@ -368,6 +406,7 @@ class Connection {
   void judge_loss(TxRecord& r, uint32_t thresh, TimeNs now);
 
   TxRecord& rec(uint32_t psn) { return tx_[psn & tx_mask_]; }
+  const TxRecord& rec(uint32_t psn) const { return tx_[psn & tx_mask_]; }
 
   ConnectionConfig cfg_;
   MemoryRegionTable* mrs_;
@@ -423,6 +462,21 @@ class Connection {
   TimeNs next_send_at_ = 0;
   ReadyQueue* control_q_ = nullptr;
   ReadyQueue* data_q_ = nullptr;
+  // Receiver-driven credit, the sender's half.
+  bool credit_on_ = false;
+  CreditSender credit_;
+  uint64_t unsent_credit_ = 0;  // frame bytes of requests posted and not yet segmented
+  uint64_t retx_credit_ = 0;    // ... of requests queued for retransmission
+  bool credit_req_due_ = false;
+  bool credit_req_forced_ = false;  // ask again though nothing changed (credit is late)
+  TimeNs credit_wait_ = 0;          // how long to wait for credit before asking again
+  Timer credit_timer_;
+  // ... the receiver's half.
+  CreditPacer* pacer_ = nullptr;
+  uint32_t peer_target_ = 0;   // what the peer asked for, cumulative
+  uint32_t peer_granted_ = 0;  // what we granted it, cumulative
+  bool credit_due_ = false;    // a CREDIT is to go out
+  bool peer_credit_ = false;   // the peer asks for credit
 
   // Receive state.
   ReceiveWindow rx_;

@@ -59,10 +59,18 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
       if (state_ == ConnectionState::kActive) on_nack(pkt, now);
       break;
     case wire::PdsType::kCtrl:
-      if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kCnp) &&
-          state_ == ConnectionState::kActive) {
-        ++stats_.cnps_received;
-        cc_.on_cnp(now);
+      if (state_ != ConnectionState::kActive) break;
+      switch (static_cast<wire::CtrlType>(pkt.ctrl.pro.next_hdr)) {
+        case wire::CtrlType::kCnp:
+          ++stats_.cnps_received;
+          cc_.on_cnp(now);
+          break;
+        case wire::CtrlType::kCredit:
+        case wire::CtrlType::kCreditReq:
+          on_credit_ctrl(pkt, now);
+          break;
+        default:
+          break;  // UET's other control packets: Braid sets PDCs up out of band
       }
       break;
     default:
@@ -75,6 +83,20 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t psn = pkt.req.psn;
   if (stats_.data_received == 0 && pkt.has_ses_response && !pkt.trimmed) learn_responder_psn(pkt);
   const ReceiveWindow::Verdict v = rx_.check(psn);
+  if (peer_credit_ && pacer_ != nullptr) {
+    // What the receiver's link carried for this peer tells its pacer.
+    const size_t ses = pkt.has_ses_response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
+    const auto frame = static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + ses +
+                                             (pkt.trimmed ? cfg_.mtu : pkt.payload_len) +
+                                             (pkt.crc_checked ? wire::kCrcTrailerSize : 0));
+    if (pkt.req.pro.flags & wire::kReqFlagUnscheduled) {
+      // Sent on a speculative allowance: it took the link's time that a
+      // grant would have, so the next grant waits.
+      if (!pkt.trimmed) pacer_->on_unscheduled(frame, now);
+    } else if (pkt.trimmed || pkt.ip.ecn == wire::kEcnCe) {
+      pacer_->on_congestion(frame, pkt.trimmed, now);
+    }
+  }
   if (pkt.trimmed) {
     ++stats_.trimmed_received;
     if (v == ReceiveWindow::Verdict::kNew) {

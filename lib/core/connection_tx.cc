@@ -47,14 +47,24 @@ wire::SesOpcode ses_opcode(Opcode op) {
 
 bool Connection::control_due() const {
   if (!mac_known_) return false;
-  if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0)
+  if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0 ||
+      credit_due_)
     return true;
+  if (credit_req_due_ && state_ == ConnectionState::kActive) return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
 }
 
 bool Connection::data_ready() const {
   if (!mac_known_ || state_ != ConnectionState::kActive || pace_timer_.armed()) return false;
-  if (retx_count_ > 0) return true;
+  if (retx_count_ > 0) {
+    if (!credit_on_) return true;
+    // A retransmission waits for credit; an entry already acknowledged or
+    // resent is popped by produce_data.
+    const uint32_t psn = retx_queue_[retx_head_];
+    const TxRecord& r = rec(psn);
+    return r.psn != psn || r.state != TxState::kLost || !credit_holds(r, true);
+  }
+  if (credit_on_ && !credit_.may_send(false) && rr_tx_ == rr_tail_) return false;
   if (rr_tx_ == rr_tail_) {
     if (sq_tx_ == sq_tail_) return false;
     if (reads_outstanding_ > 0) {  // a fenced request waits for them
@@ -68,6 +78,27 @@ bool Connection::data_ready() const {
 
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
+  if (credit_due_) {
+    const uint32_t n = build_credit_ctrl(buf, cap, wire::CtrlType::kCredit, peer_granted_);
+    if (n > 0) {
+      credit_due_ = false;
+      ++stats_.credits_sent;
+    }
+    return n;
+  }
+  if (credit_req_due_ && state_ == ConnectionState::kActive) {
+    const uint32_t target = credit_.target(unsent_credit_, retx_credit_);
+    const uint32_t n = build_credit_ctrl(buf, cap, wire::CtrlType::kCreditReq, target);
+    if (n == 0) return 0;
+    credit_req_due_ = credit_req_forced_ = false;
+    credit_.asked(target);
+    ++stats_.credit_requests_sent;
+    if (!credit_timer_.armed()) {
+      if (credit_wait_ == 0) credit_wait_ = first_credit_wait();
+      wheel_->schedule(&credit_timer_, now + credit_wait_);
+    }
+    return n;
+  }
   if (cnp_due_) return build_cnp(buf, cap);
   if (nack_count_ > 0) return build_nack(buf, cap);
   if (ce_ack_count_ > 0) {
@@ -199,14 +230,17 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
     TxRecord& r = rec(psn);
     if (r.psn != psn || r.state != TxState::kLost || psn_lt(psn, snd_una_)) {
       if (r.psn == psn) r.queued_for_retx = false;
+      unqueue_retx_credit(r);
       retx_head_ = (retx_head_ + 1) & retx_mask_;
       --retx_count_;
       continue;
     }
     if (inflight_bytes_ > 0 && inflight_bytes_ + charge(r) > cwnd) return 0;
+    if (credit_holds(r, true)) return 0;
     const uint32_t n = build_data(buf, cap, r, true, now);
     if (n == 0) return 0;
     r.queued_for_retx = false;
+    unqueue_retx_credit(r);
     retx_head_ = (retx_head_ + 1) & retx_mask_;
     --retx_count_;
     ++stats_.retransmits;
@@ -218,6 +252,7 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
 uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (!window_takes_full_packet()) return 0;
+  if (credit_on_ && rr_tx_ == rr_tail_ && !credit_.may_send(false)) return 0;
   if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + next_payload_len() +
                 trailer()) {
     return 0;  // the caller's buffer is too small for this packet
@@ -226,6 +261,9 @@ uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);
   if (!next_new_packet(&r)) return 0;
+  if (credit_on_ && r.kind == TxKind::kRequest) {
+    unsent_credit_ -= std::min<uint64_t>(unsent_credit_, r.len + credit_header());
+  }
   r.psn = snd_nxt_;
   r.retries = 0;
   r.tx_count = 0;
@@ -260,6 +298,11 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   const size_t udp_payload =
       wire::kRequestSize + ses_size + payload_len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
   if (wire::kL2L4Size + udp_payload > cap) return 0;
+  // Credit pays for the whole frame; without credit it goes unscheduled,
+  // and says so.
+  const bool unscheduled = credit_on_ && !response &&
+                           credit_.spend(static_cast<uint32_t>(wire::kL2L4Size + udp_payload));
+  if (unscheduled) ++stats_.unscheduled_sent;
 
   const uint8_t e = retx ? paths_.choose_retransmit(r.entropy, now) : paths_.choose(now);
   r.entropy = e;
@@ -270,7 +313,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   pds.pro.type = static_cast<uint8_t>(wire::PdsType::kRudReq);
   pds.pro.next_hdr = static_cast<uint8_t>(response ? wire::NextHeader::kSesResponseData
                                                    : wire::NextHeader::kSesStandard);
-  pds.pro.flags = retx ? wire::kReqFlagRetx : 0;
+  pds.pro.flags = (retx ? wire::kReqFlagRetx : 0) | (unscheduled ? wire::kReqFlagUnscheduled : 0);
   pds.psn = r.psn;
   pds.spdcid = cfg_.local_id;
   pds.dpdcid = cfg_.remote_id;
@@ -393,12 +436,38 @@ void Connection::queue_retransmit(TxRecord& r) {
   while (retx_count_ > retx_mask_) {
     TxRecord& old = rec(retx_queue_[retx_head_]);
     if (old.psn == retx_queue_[retx_head_]) old.queued_for_retx = false;
+    unqueue_retx_credit(old);
     retx_head_ = (retx_head_ + 1) & retx_mask_;
     --retx_count_;
   }
   r.queued_for_retx = true;
+  if (credit_on_ && r.kind == TxKind::kRequest) retx_credit_ += r.len + credit_header();
   retx_queue_[(retx_head_ + retx_count_) & retx_mask_] = r.psn;
   ++retx_count_;
+}
+
+void Connection::unqueue_retx_credit(const TxRecord& r) {
+  if (!credit_on_ || r.kind != TxKind::kRequest) return;
+  // An entry whose slot was reused counts the new packet's size: the sum
+  // may drift a little, never below zero, and is reset when the queue empties.
+  retx_credit_ -= std::min<uint64_t>(retx_credit_, r.len + credit_header());
+  if (retx_count_ <= 1) retx_credit_ = 0;
+}
+
+uint32_t Connection::build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type,
+                                       uint32_t value) {
+  if (cap < wire::kL2L4Size + wire::kCtrlSize + 4 + trailer()) return 0;
+  wire::CtrlHeader h;
+  h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
+  h.pro.next_hdr = static_cast<uint8_t>(type);
+  h.psn = rx_.cack();
+  h.spdcid = cfg_.local_id;
+  h.dpdcid = cfg_.remote_id;
+  uint8_t* p = buf + wire::kL2L4Size;
+  wire::encode_ctrl(p, h);
+  wire::store_be32(p + wire::kCtrlSize, value);  // UET's 4-byte CTRL payload
+  return finish_frame(buf, wire::kCtrlSize + 4, paths_.control_port(),
+                      static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
 }  // namespace braid

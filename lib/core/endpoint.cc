@@ -5,7 +5,10 @@
 
 namespace braid {
 
-Endpoint::Endpoint(const EndpointConfig& cfg) : cfg_(cfg), wheel_(cfg.timer_tick_ns, 4096) {
+Endpoint::Endpoint(const EndpointConfig& cfg)
+    : cfg_(cfg),
+      wheel_(cfg.timer_tick_ns, 4096),
+      pacer_(cfg.credit, &wheel_, &Endpoint::grant_thunk, this) {
   decode_.udp_port = cfg.udp_port;
   // A trailer is checked wherever a packet carries one; peers that send
   // none are not refused (each sender chooses).
@@ -14,6 +17,12 @@ Endpoint::Endpoint(const EndpointConfig& cfg) : cfg_(cfg), wheel_(cfg.timer_tick
 }
 
 Endpoint::~Endpoint() = default;
+
+uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs) {
+  Connection* c = static_cast<Endpoint*>(owner)->connection(id);
+  *more = false;
+  return c == nullptr ? 0 : c->grant_credit(max_bytes, more);
+}
 
 Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
                                         CompletionQueue* recv_cq) {
@@ -26,11 +35,13 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   if (conns_.size() <= cfg.local_id) conns_.resize(size_t{cfg.local_id} + 1);
   control_.reserve_ids(conns_.size());
   data_.reserve_ids(conns_.size());
+  pacer_.reserve_ids(conns_.size());
   Connection* c =
       (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, &mrs_, send_cq, recv_cq, &wheel_))
           .get();
   c->set_immediate_ack_counter(&stats_.immediate_acks);
   c->set_ready_queues(&control_, &data_);
+  c->set_credit_pacer(&pacer_);
   return c;
 }
 
@@ -39,6 +50,7 @@ void Endpoint::destroy_connection(uint16_t local_id) {
   conns_[local_id].reset();
   control_.remove(local_id);
   data_.remove(local_id);
+  pacer_.remove(local_id);
 }
 
 void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {

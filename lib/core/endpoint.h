@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/connection.h"
+#include "core/credit.h"
 #include "core/memory_table.h"
 #include "core/ready_queue.h"
 #include "core/timing_wheel.h"
@@ -28,6 +29,9 @@ struct EndpointConfig {
   bool crc_trailer = false;
   uint8_t trim_dscp = 0xff;
   TimeNs timer_tick_ns = 1000;
+  // Receiver-driven credit: the pacer that grants this endpoint's senders
+  // their turns on its link (used only by peers that ask for credit).
+  CreditPacerConfig credit;
 };
 
 struct EndpointStats {
@@ -72,8 +76,10 @@ class Endpoint {
   TimingWheel& wheel() { return wheel_; }
   const EndpointConfig& config() const { return cfg_; }
   const EndpointStats& stats() const { return stats_; }
+  const CreditPacer& credit_pacer() const { return pacer_; }
 
  private:
+  static uint32_t grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs now);
   void drop(wire::DropReason r) { ++stats_.drops[static_cast<size_t>(r)]; }
 
   EndpointConfig cfg_;
@@ -83,6 +89,7 @@ class Endpoint {
   std::vector<std::unique_ptr<Connection>> conns_;
   ReadyQueue control_;  // connections with an ACK or NACK due
   ReadyQueue data_;     // connections that may have data to send
+  CreditPacer pacer_;
   EndpointStats stats_;
   wire::ParsedPacket pkt_;  // scratch
 };

@@ -17,7 +17,15 @@ struct Engine::Arp {
 Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
     : io_(std::move(io)),
       cfg_(cfg),
-      endpoint_(EndpointConfig{io_->mac(), cfg.ip, cfg.udp_port, cfg.crc_trailer, 0xff, 1000}),
+      endpoint_([&] {
+        EndpointConfig ec;
+        ec.mac = io_->mac();
+        ec.ip = cfg.ip;
+        ec.udp_port = cfg.udp_port;
+        ec.crc_trailer = cfg.crc_trailer;
+        ec.credit.rate_bps = cfg.credit_rate_bps;
+        return ec;
+      }()),
       rx_(cfg.burst),
       tx_(cfg.burst) {
   net::ArpConfig ac;

@@ -22,6 +22,9 @@ struct EngineConfig {
   uint32_t gateway = 0;  // 0: none
   bool crc_trailer = false;
   uint16_t burst = 32;
+  // Receiver-driven credit: the rate this port's credit pacer grants at
+  // (0: the link rate of the first connection that asks).
+  uint64_t credit_rate_bps = 0;
 };
 
 struct EngineStats {

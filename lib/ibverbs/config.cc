@@ -63,6 +63,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.link_mbps = link_mbps;
   c.base_rtt_us = base_rtt_us;
   c.idle_yield = idle_yield;
+  c.credit = credit;
   return c;
 }
 
@@ -85,11 +86,11 @@ DeviceSettings load_settings(std::string* error) {
     if (error) *error = "BRAID_IBV_CONFIG names " + path + ", which cannot be read";
     return s;
   }
-  static const char* const kKeys[] = {"name",         "port",        "ip",        "prefix_len",
-                                      "gateway",      "neighbors",   "eal_args",  "mtu",
-                                      "entropies",    "udp_port",    "lcore",     "progress_thread",
-                                      "link_wait_ms", "crc",         "paths",     "cc",
-                                      "link_mbps",    "base_rtt_us", "idle_yield"};
+  static const char* const kKeys[] = {
+      "name",         "port",  "ip",        "prefix_len", "gateway",   "neighbors",
+      "eal_args",     "mtu",   "entropies", "udp_port",   "lcore",     "progress_thread",
+      "link_wait_ms", "crc",   "paths",     "cc",         "link_mbps", "base_rtt_us",
+      "idle_yield",   "credit"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -173,6 +174,10 @@ DeviceSettings load_settings(std::string* error) {
   if (kv.count("base_rtt_us")) {
     if (!to_number(kv["base_rtt_us"], 0, 1'000'000, &n)) return bad("base_rtt_us");
     s.base_rtt_us = static_cast<uint32_t>(n);
+  }
+  if (kv.count("credit")) {
+    if (!to_number(kv["credit"], 0, 1, &n)) return bad("credit");
+    s.credit = static_cast<int>(n);
   }
   if (kv.count("idle_yield")) {
     if (!to_number(kv["idle_yield"], 0, 1'000'000, &n)) return bad("idle_yield");

@@ -41,6 +41,7 @@ struct DeviceSettings {
   uint32_t link_mbps = 0;    // braid_device_config.link_mbps
   uint32_t base_rtt_us = 0;  // braid_device_config.base_rtt_us
   uint32_t idle_yield = 0;   // braid_device_config.idle_yield
+  int credit = 0;            // braid_device_config.credit
   int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
   std::string source;        // where the settings came from, for messages
 

@@ -70,6 +70,9 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
       c->config.cc != BRAID_CC_DCQCN) {
     return fail(EINVAL, "open_device: cc must be a braid_cc");
   }
+  if (c->config.credit != 0 && c->config.credit != 1) {
+    return fail(EINVAL, "open_device: credit must be 0 (off) or 1 (on)");
+  }
   if (c->config.prefix_len == 0) c->config.prefix_len = 24;
   if (!parse_ipv4(config->ipv4, &c->ip)) {
     return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
@@ -92,6 +95,7 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   ec.gateway = gateway;
   ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
   c->crc = ec.crc_trailer;
+  ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000;
   c->engine = std::make_unique<Engine>(std::move(io), ec);
   // Static neighbours: "ip=mac,ip=mac".
   std::stringstream ss(c->neighbors);

@@ -757,6 +757,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;
   cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;
   cc.cc.trimming = false;
+  cc.cc.credit = c->config.credit == 1;
   cc.max_rd_atomic = 16;
   qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring, &qp->recv_cq->ring);
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
@@ -875,6 +876,13 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   out->ecn_received = s.ecn_received;
   out->cnps_sent = s.cnps_sent;
   out->cnps_received = s.cnps_received;
+  out->credit_requests_sent = s.credit_requests_sent;
+  out->credit_requests_received = s.credit_requests_received;
+  out->credits_sent = s.credits_sent;
+  out->credits_received = s.credits_received;
+  out->credit_bytes_granted = s.credit_bytes_granted;
+  out->unscheduled_sent = s.unscheduled_sent;
+  out->credit_stalls = s.credit_stalls;
   if (const braid::NsccCc* n = c.cc().nscc(); n != nullptr && n->configured()) {
     out->base_rtt_ns = static_cast<uint32_t>(n->base_rtt_ns());
     out->target_delay_ns = static_cast<uint32_t>(n->target_delay_ns());

@@ -47,6 +47,11 @@ inline constexpr uint8_t kReqFlagSyn = 0x04;
 // makes the trailer self-describing: each sender chooses, every receiver
 // checks what carries one.
 inline constexpr uint8_t kFlagCrcTrailer = 0x40;
+// Braid's extension in a request's flags (a bit UET leaves reserved): the
+// packet went without the receiver's credit (a speculative allowance of
+// receiver-driven credit), so the receiver's credit pacer leaves its time on
+// the link to it. Only senders that use credit set it.
+inline constexpr uint8_t kReqFlagUnscheduled = 0x01;
 // ACK and NACK flags.
 inline constexpr uint8_t kAckFlagEcn = 0x20;  // "M": an ECN-CE mark was seen
 inline constexpr uint8_t kAckFlagRetx = 0x10;

@@ -17,8 +17,8 @@ class DirectPair {
  public:
   // crc: both endpoints put CRC-32C trailers on what they send.
   explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false)
-      : a(EndpointConfig{mac_of(1), kIpA, wire::kUetUdpPort, crc}),
-        b(EndpointConfig{mac_of(2), kIpB, wire::kUetUdpPort, crc}),
+      : a(EndpointConfig{mac_of(1), kIpA, wire::kUetUdpPort, crc, 0xff, 1000, {}}),
+        b(EndpointConfig{mac_of(2), kIpB, wire::kUetUdpPort, crc, 0xff, 1000, {}}),
         a_scq(cq_depth),
         a_rcq(cq_depth),
         b_scq(cq_depth),

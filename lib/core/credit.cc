@@ -1,0 +1,66 @@
+#include "core/credit.h"
+
+namespace braid {
+
+CreditPacer::CreditPacer(const CreditPacerConfig& cfg, TimingWheel* wheel, GrantFn fn, void* owner)
+    : cfg_(cfg), wheel_(wheel), grant_(fn), owner_(owner), rate_(cfg.rate_bps) {
+  if (cfg_.quantum_bytes == 0) cfg_.quantum_bytes = 8192;
+  timer_.fn = &CreditPacer::thunk;
+  timer_.owner = this;
+}
+
+CreditPacer::~CreditPacer() {
+  if (timer_.armed()) wheel_->cancel(&timer_);
+}
+
+void CreditPacer::thunk(Timer* t, TimeNs now) {
+  static_cast<CreditPacer*>(t->owner)->run(now);
+}
+
+void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
+  if (rate_ == 0) rate_ = link_bps;
+  active_.push(id);
+  // An idle pacer banks no turns: it starts from now (or from when the
+  // unscheduled data it has seen has left the link).
+  if (!timer_.armed()) {
+    next_at_ = std::max(next_at_, now);
+    if (next_at_ <= now) {
+      run(now);
+    } else {
+      wheel_->schedule(&timer_, next_at_);
+    }
+  }
+}
+
+void CreditPacer::on_unscheduled(uint32_t frame_bytes, TimeNs now) {
+  stats_.unscheduled_bytes += frame_bytes;
+  next_at_ = std::max(next_at_, now) + time_of(frame_bytes);
+  if (timer_.armed() && timer_.deadline < next_at_) wheel_->schedule(&timer_, next_at_);
+}
+
+void CreditPacer::on_congestion(uint32_t frame_bytes, bool trimmed, TimeNs now) {
+  ++(trimmed ? stats_.trimmed : stats_.marked);
+  next_at_ = std::max(next_at_, now) + time_of(trimmed ? frame_bytes : frame_bytes / 16);
+  if (timer_.armed() && timer_.deadline < next_at_) wheel_->schedule(&timer_, next_at_);
+}
+
+void CreditPacer::run(TimeNs now) {
+  // A timer fires up to a tick late: the turns due meanwhile are granted
+  // now, but an idle spell is not made up for (at most two quanta).
+  const TimeNs slack = 2 * time_of(cfg_.quantum_bytes);
+  if (next_at_ + slack < now) next_at_ = now - slack;
+  while (next_at_ <= now && !active_.empty()) {
+    const uint16_t id = active_.front();
+    active_.pop();
+    bool more = false;
+    const uint32_t g = grant_(owner_, id, cfg_.quantum_bytes, &more, now);
+    if (more) active_.push(id);
+    if (g == 0) continue;
+    ++stats_.grants;
+    stats_.granted_bytes += g;
+    next_at_ += time_of(g);
+  }
+  if (!active_.empty()) wheel_->schedule(&timer_, next_at_);
+}
+
+}  // namespace braid

@@ -1,0 +1,162 @@
+// Receiver-driven credit (EQDS-like): a receiver paces the data its senders
+// may send at the rate of its own link, so an incast of any width arrives at
+// that rate instead of as a queue.
+//
+// - The sender's half (CreditSender, one per connection): the credit the
+//   peer granted and what it spent, the speculative allowance a connection
+//   may send from idle before any credit comes back (one BDP: the first RTT
+//   is not wasted), and what it has asked for. Data and retransmissions are
+//   charged their whole frame. READ responses need none: the READ asked
+//   for them.
+// - The receiver's half (CreditPacer, one per endpoint: its link is shared
+//   by every connection on it): connections with demand take turns, a
+//   quantum each, at the link's rate. Data that arrives unscheduled (sent
+//   from a speculative allowance) pushes the next grant back by its own
+//   time on the link, so speculation and grants together fill the link and
+//   no more.
+//
+// Counters on the wire are cumulative bytes modulo 2^32 (CREDIT and
+// CREDIT_REQ carry them in the CTRL payload), so a lost or duplicated
+// control packet is repaired by the next one.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/ready_queue.h"
+#include "core/timing_wheel.h"
+#include "core/types.h"
+
+namespace braid {
+
+// a is after b, modulo 2^32.
+inline bool credit_after(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) > 0;
+}
+
+class CreditSender {
+ public:
+  explicit CreditSender(uint32_t speculative_bytes = 0)
+      : speculative_(speculative_bytes), spec_left_(speculative_bytes) {}
+
+  // Credit granted and not yet spent (negative: spent ahead, one packet
+  // may overdraw).
+  int64_t available() const { return static_cast<int32_t>(granted_ - used_); }
+  uint32_t speculative_left() const { return spec_left_; }
+  // A retransmission needs credit; a new packet may also go speculatively.
+  bool may_send(bool retx) const { return available() > 0 || (!retx && spec_left_ > 0); }
+  // Charges a packet of `bytes` on the wire. Returns true when it went
+  // unscheduled (from the speculative allowance): the receiver must know.
+  bool spend(uint32_t bytes) {
+    if (available() > 0) {
+      used_ += bytes;
+      return false;
+    }
+    spec_left_ = bytes >= spec_left_ ? 0 : spec_left_ - bytes;
+    return true;
+  }
+  // A CREDIT from the receiver: its cumulative grant. False if it says
+  // nothing new (a duplicate or one overtaken).
+  bool on_grant(uint32_t cumulative) {
+    if (!credit_after(cumulative, granted_)) return false;
+    granted_ = cumulative;
+    return true;
+  }
+  // The connection went idle (nothing in flight or queued): credit left
+  // over is given back (it was for a backlog that is gone) and the
+  // speculative allowance is restored for the next burst.
+  void on_idle() {
+    if (available() > 0) used_ = granted_;
+    spec_left_ = speculative_;
+  }
+  // What to ask the receiver for: everything spent, plus the bytes queued
+  // for retransmission, plus new bytes beyond the speculative allowance.
+  uint32_t target(uint64_t new_bytes, uint64_t retx_bytes) const {
+    const uint64_t beyond = new_bytes > spec_left_ ? new_bytes - spec_left_ : 0;
+    return used_ + static_cast<uint32_t>(std::min<uint64_t>(beyond + retx_bytes, 1u << 30));
+  }
+  // A CREDIT_REQ is due: the target moved at least `min_step` beyond what
+  // was last asked, or by anything once all that was asked is granted.
+  bool request_due(uint32_t target, uint32_t min_step) const {
+    if (!credit_after(target, asked_)) return false;
+    return target - asked_ >= min_step || !credit_after(asked_, granted_);
+  }
+  void asked(uint32_t target) { asked_ = target; }
+  uint32_t granted() const { return granted_; }
+  uint32_t used() const { return used_; }
+  uint32_t last_asked() const { return asked_; }
+
+ private:
+  uint32_t speculative_;
+  uint32_t spec_left_;
+  uint32_t granted_ = 0;
+  uint32_t used_ = 0;
+  uint32_t asked_ = 0;
+};
+
+// Settings of an endpoint's credit pacer.
+struct CreditPacerConfig {
+  uint64_t rate_bps = 0;          // the receiver's link (frame bits); 0: the first requester's
+  uint32_t quantum_bytes = 8192;  // granted per turn
+};
+
+struct CreditPacerStats {
+  uint64_t grants = 0;  // turns that granted something
+  uint64_t granted_bytes = 0;
+  uint64_t unscheduled_bytes = 0;  // arrived without credit: pushed grants back
+  uint64_t marked = 0;             // credited data that arrived CE-marked
+  uint64_t trimmed = 0;            // ... or trimmed
+};
+
+class CreditPacer {
+ public:
+  // grant(owner, id, max_bytes, now): connection `id` takes up to max_bytes
+  // of credit; returns what it took (0: it wants none) and whether it still
+  // wants more (`more`).
+  using GrantFn = uint32_t (*)(void* owner, uint16_t id, uint32_t max_bytes, bool* more,
+                               TimeNs now);
+
+  CreditPacer(const CreditPacerConfig& cfg, TimingWheel* wheel, GrantFn fn, void* owner);
+  CreditPacer(const CreditPacer&) = delete;
+  CreditPacer& operator=(const CreditPacer&) = delete;
+  ~CreditPacer();
+
+  void reserve_ids(size_t ids) { active_.reserve_ids(ids); }
+  // Connection `id` has demand: it joins the turns; the pacer starts if idle.
+  // `link_bps`: its link's rate, used when the pacer has none configured.
+  void want(uint16_t id, uint64_t link_bps, TimeNs now);
+  void remove(uint16_t id) { active_.remove(id); }
+  // Data that was sent without credit arrived: the link carried it, so the
+  // next grant waits for its time.
+  void on_unscheduled(uint32_t frame_bytes, TimeNs now);
+  // Credited data arrived marked ECN-CE, or trimmed: a queue stands before
+  // this link (grants and speculation overlapped, or other traffic shares
+  // it). The next grant waits a quarter of a marked packet's time, a whole
+  // trimmed packet's, so the queue drains instead of standing forever at
+  // a rate that matches the link exactly.
+  void on_congestion(uint32_t frame_bytes, bool trimmed, TimeNs now);
+  // Grants every turn due by now (called by the timer).
+  void run(TimeNs now);
+
+  bool active() const { return !active_.empty(); }
+  uint64_t rate_bps() const { return rate_; }
+  const CreditPacerStats& stats() const { return stats_; }
+
+ private:
+  static void thunk(Timer* t, TimeNs now);
+  TimeNs time_of(uint64_t bytes) const {
+    return rate_ == 0 ? 0 : static_cast<TimeNs>(bytes * 8'000'000'000ull / rate_);
+  }
+
+  CreditPacerConfig cfg_;
+  TimingWheel* wheel_;
+  GrantFn grant_;
+  void* owner_;
+  uint64_t rate_;
+  ReadyQueue active_;
+  Timer timer_;
+  TimeNs next_at_ = 0;  // the next grant may go at this time
+  CreditPacerStats stats_;
+};
+
+}  // namespace braid

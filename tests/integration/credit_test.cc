@@ -1,0 +1,199 @@
+// Receiver-driven credit between two endpoints (lib/core/credit.h): a
+// sender sends its speculative allowance, then only what the receiver
+// grants; grants survive lost control packets; a receiver's pacer shares
+// its turns among the connections that ask. Virtual time.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "direct_pair.h"
+
+namespace braid::test {
+namespace {
+
+constexpr uint32_t kSpeculative = 16 * 1024;
+
+ConnectionConfig credit_config() {
+  ConnectionConfig c;
+  c.mtu = 4096;
+  c.cc.credit = true;
+  c.cc.credit_speculative_bytes = kSpeculative;
+  c.cc.link_bps = 10'000'000'000;  // the receiver grants 10 Gb/s
+  return c;
+}
+
+wire::ParsedPacket parse(const Frame& f) {
+  wire::ParsedPacket pkt;
+  EXPECT_EQ(wire::decode_frame(f.data(), f.size(), wire::DecodeOptions{}, &pkt),
+            wire::DropReason::kNone);
+  return pkt;
+}
+
+bool is_data(const wire::ParsedPacket& p) {
+  return static_cast<wire::PdsType>(p.pro.type) == wire::PdsType::kRudReq;
+}
+
+bool is_ctrl(const Frame& f, wire::CtrlType t) {
+  const wire::ParsedPacket p = parse(f);
+  return static_cast<wire::PdsType>(p.pro.type) == wire::PdsType::kCtrl &&
+         p.ctrl.pro.next_hdr == static_cast<uint8_t>(t);
+}
+
+struct Transfer {
+  explicit Transfer(ConnectionConfig c, uint32_t bytes) : p(c), src(bytes), dst(bytes, 0) {
+    for (uint32_t i = 0; i < bytes; ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+    rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  }
+  void post() {
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(),
+                                      static_cast<uint32_t>(src.size()), dst.data(), rkey)),
+              PostError::kOk);
+  }
+  bool done() {
+    WorkCompletion wc[4];
+    const uint32_t n = p.a_scq.poll(wc, 4);
+    for (uint32_t i = 0; i < n; ++i) {
+      EXPECT_EQ(wc[i].status, WcStatus::kSuccess);
+      completed = true;
+    }
+    return completed;
+  }
+  DirectPair p;
+  std::vector<uint8_t> src, dst;
+  uint32_t rkey = 0;
+  bool completed = false;
+};
+
+TEST(Credit, AWriteBeyondTheAllowanceWaitsForGrantsAndArrivesIntact) {
+  Transfer t(credit_config(), 1 << 20);
+  t.post();
+  // Before any answer from the receiver: the allowance and a request.
+  const std::vector<Frame> first = t.p.drain(t.p.a);
+  uint32_t data = 0, unscheduled = 0, requests = 0;
+  for (const Frame& f : first) {
+    const wire::ParsedPacket pkt = parse(f);
+    if (is_data(pkt)) {
+      ++data;
+      if (pkt.req.pro.flags & wire::kReqFlagUnscheduled) ++unscheduled;
+    }
+    if (is_ctrl(f, wire::CtrlType::kCreditReq)) ++requests;
+  }
+  const uint32_t frame = 4096 + wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize;
+  EXPECT_EQ(data, (kSpeculative + frame - 1) / frame);  // the allowance, no more
+  EXPECT_EQ(unscheduled, data);
+  EXPECT_EQ(requests, 1u);
+  t.p.deliver(t.p.b, first);
+  ASSERT_TRUE(t.p.run_for(100'000'000, 1000, [&] { return t.done(); }));
+  EXPECT_EQ(t.src, t.dst);
+  const ConnectionStats& s = t.p.qa->stats();
+  const ConnectionStats& r = t.p.qb->stats();
+  EXPECT_EQ(s.unscheduled_sent, data);  // everything after went with credit
+  EXPECT_GT(s.credits_received, 0u);
+  EXPECT_GE(r.credit_bytes_granted, (1u << 20) - kSpeculative);
+  // The grants paid for what was sent, and no more than a packet beyond.
+  EXPECT_GE(t.p.qa->credit().used() + kSpeculative, (1u << 20));
+  EXPECT_LE(t.p.qa->credit().used(), t.p.qa->credit().granted() + frame);
+  EXPECT_EQ(s.retransmits, 0u);
+  EXPECT_EQ(t.p.b.credit_pacer().stats().granted_bytes, r.credit_bytes_granted);
+}
+
+TEST(Credit, GrantsPaceTheSenderAtTheReceiversRate) {
+  Transfer t(credit_config(), 4 << 20);
+  t.post();
+  ASSERT_TRUE(t.p.run_for(100'000'000, 1000, [&] { return t.done(); }));
+  EXPECT_EQ(t.src, t.dst);
+  // 4 MiB and its headers at 10 Gb/s take 3.4 ms of the receiver's link;
+  // direct wires would take a few rounds. Within a round trip's slack
+  // either way.
+  const double wire_ns = (4.0 * 1024 * 1024 * (4096 + 98) / 4096) * 8 / 10;
+  EXPECT_GT(static_cast<double>(t.p.now), 0.95 * wire_ns);
+  EXPECT_LT(static_cast<double>(t.p.now), 1.05 * wire_ns);
+}
+
+TEST(Credit, LostRequestsAndGrantsAreAskedForAgain) {
+  Transfer t(credit_config(), 1 << 20);
+  t.post();
+  int dropped_requests = 0, dropped_grants = 0, n = 0, m = 0;
+  // Every third CREDIT_REQ and every second CREDIT is lost: the counts are
+  // cumulative, so the next one repairs, and a sender left waiting asks
+  // again after its timer.
+  ASSERT_TRUE(t.p.run_for(
+      500'000'000, 1000, [&] { return t.done(); },
+      [&](const Frame& f, bool a_to_b) {
+        if (a_to_b && is_ctrl(f, wire::CtrlType::kCreditReq)) {
+          if (++n % 3 == 1) return ++dropped_requests, true;
+        }
+        if (!a_to_b && is_ctrl(f, wire::CtrlType::kCredit)) {
+          if (++m % 2 == 0) return ++dropped_grants, true;
+        }
+        return false;
+      }));
+  EXPECT_EQ(t.src, t.dst);
+  EXPECT_GT(dropped_requests, 0);
+  EXPECT_GT(dropped_grants, 0);
+  EXPECT_EQ(t.p.qa->state(), ConnectionState::kActive);
+}
+
+TEST(Credit, TheOnlyGrantLostLeavesTheSenderAskingUntilItComes) {
+  Transfer t(credit_config(), 256 * 1024);
+  t.post();
+  // The first CREDIT_REQ and the first CREDIT are lost: nothing else would
+  // ever move the sender after its allowance.
+  int reqs = 0, grants = 0;
+  ASSERT_TRUE(t.p.run_for(
+      500'000'000, 1000, [&] { return t.done(); },
+      [&](const Frame& f, bool a_to_b) {
+        if (a_to_b && is_ctrl(f, wire::CtrlType::kCreditReq)) return ++reqs == 1;
+        if (!a_to_b && is_ctrl(f, wire::CtrlType::kCredit)) return ++grants == 1;
+        return false;
+      }));
+  EXPECT_EQ(t.src, t.dst);
+  EXPECT_GE(t.p.qa->stats().credit_stalls, 1u);
+}
+
+TEST(Credit, AReceiverSharesItsTurnsAmongTheConnectionsThatAsk) {
+  // b's three connections each WRITE 512 KiB into a: a's pacer grants in
+  // turns, so when the first finishes the others are within a few turns.
+  ConnectionConfig c = credit_config();
+  DirectPair p(c);
+  auto [qa3, qb4] = p.add_pair(c, c, 3, 4);
+  auto [qa5, qb6] = p.add_pair(c, c, 5, 6);
+  Connection* senders[3] = {p.qb, qb4, qb6};
+  Connection* receivers[3] = {p.qa, qa3, qa5};
+  constexpr uint32_t kBytes = 512 * 1024;
+  std::vector<uint8_t> src(kBytes, 0x5a), dst(3 * kBytes, 0);
+  const uint32_t rkey = p.a.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_EQ(senders[i]->post_send(
+                  request(i, Opcode::kWrite, src.data(), kBytes, dst.data() + i * kBytes, rkey)),
+              PostError::kOk);
+  }
+  ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.b_scq.size() > 0; }));
+  uint64_t placed[3];
+  for (int i = 0; i < 3; ++i) placed[i] = receivers[i]->stats().bytes_placed;
+  const uint64_t lo = *std::min_element(placed, placed + 3);
+  const uint64_t hi = *std::max_element(placed, placed + 3);
+  EXPECT_EQ(hi, kBytes);
+  // A turn is two packets; a few turns may be under way.
+  EXPECT_GE(lo + 8 * 4096, hi) << placed[0] << " " << placed[1] << " " << placed[2];
+  ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.b_scq.size() == 3; }));
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t x) { return x == 0x5a; }));
+  for (int i = 0; i < 3; ++i) EXPECT_GT(receivers[i]->stats().credit_bytes_granted, 0u);
+}
+
+TEST(Credit, AConnectionWithoutCreditIsNotHeldBack) {
+  // Credit is the sender's choice: a receiver answers whoever asks, and a
+  // sender that does not ask sends as before.
+  ConnectionConfig off;
+  Transfer t(off, 1 << 20);
+  t.post();
+  ASSERT_TRUE(t.p.run_for(100'000'000, 1000, [&] { return t.done(); }));
+  EXPECT_EQ(t.src, t.dst);
+  EXPECT_EQ(t.p.qa->stats().credit_requests_sent, 0u);
+  EXPECT_EQ(t.p.qa->stats().unscheduled_sent, 0u);
+  EXPECT_EQ(t.p.qb->stats().credits_sent, 0u);
+}
+
+}  // namespace
+}  // namespace braid::test

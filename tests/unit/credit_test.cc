@@ -1,0 +1,192 @@
+// Receiver-driven credit's two halves alone (lib/core/credit.h): the
+// sender's accounting (speculative allowance, cumulative grants, what it
+// asks for) and the receiver's pacer (turns at the link's rate, unscheduled
+// data and congestion pushing grants back, no banked turns).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "core/credit.h"
+
+namespace braid {
+namespace {
+
+TEST(CreditSender, SpendsTheSpeculativeAllowanceOnNewPacketsOnly) {
+  CreditSender s(10000);
+  EXPECT_TRUE(s.may_send(false));
+  EXPECT_FALSE(s.may_send(true));  // a retransmission waits for credit
+  EXPECT_TRUE(s.spend(4000));      // unscheduled
+  EXPECT_TRUE(s.spend(4000));
+  EXPECT_EQ(s.speculative_left(), 2000u);
+  EXPECT_TRUE(s.spend(4000));  // the last one may take what is left
+  EXPECT_EQ(s.speculative_left(), 0u);
+  EXPECT_FALSE(s.may_send(false));
+  EXPECT_EQ(s.used(), 0u);  // speculation is not charged to credit
+}
+
+TEST(CreditSender, GrantsAreCumulativeSoDuplicatesAndOldOnesAreIgnored) {
+  CreditSender s(0);
+  EXPECT_FALSE(s.may_send(false));
+  EXPECT_TRUE(s.on_grant(8000));
+  EXPECT_FALSE(s.on_grant(8000));  // a duplicate
+  EXPECT_FALSE(s.on_grant(4000));  // overtaken
+  EXPECT_EQ(s.available(), 8000);
+  EXPECT_FALSE(s.spend(5000));  // scheduled
+  EXPECT_TRUE(s.may_send(true));
+  EXPECT_FALSE(s.spend(5000));  // overdraws by one packet
+  EXPECT_EQ(s.available(), -2000);
+  EXPECT_FALSE(s.may_send(true));
+  EXPECT_TRUE(s.on_grant(12000));
+  EXPECT_EQ(s.available(), 2000);
+}
+
+TEST(CreditSender, CountersWrapAround) {
+  CreditSender s(0);
+  // Far along (each grant less than 2^31 ahead of the last): the counters
+  // wrap past 2^32.
+  ASSERT_TRUE(s.on_grant(0x60000000u));
+  s.spend(0x60000000u);
+  ASSERT_TRUE(s.on_grant(0xc0000000u));
+  s.spend(0x60000000u);
+  ASSERT_TRUE(s.on_grant(0xfffff000u));
+  s.spend(0x3fffe000u);
+  EXPECT_EQ(s.available(), 0x1000);
+  EXPECT_TRUE(s.on_grant(0x00001000u));  // 8 KiB more, past the wrap
+  EXPECT_EQ(s.available(), 0x3000);
+  EXPECT_FALSE(s.on_grant(0xfffff800u));  // from before the wrap: old
+}
+
+TEST(CreditSender, AsksForWhatSpeculationDoesNotCover) {
+  CreditSender s(10000);
+  // 50000 new bytes, none queued for retransmission: 40000 beyond the allowance.
+  uint32_t t = s.target(50000, 0);
+  EXPECT_EQ(t, 40000u);
+  EXPECT_TRUE(s.request_due(t, 8000));
+  s.asked(t);
+  EXPECT_FALSE(s.request_due(t, 8000));
+  // A retransmission's 4000 bytes: less than the step, and the last request
+  // is not granted yet, so it waits to be asked with more.
+  EXPECT_FALSE(s.request_due(s.target(50000, 4000), 8000));
+  EXPECT_TRUE(s.request_due(s.target(50000, 9000), 8000));
+  // Once everything asked is granted, any new demand is asked for at once.
+  s.on_grant(40000);
+  EXPECT_TRUE(s.request_due(s.target(50000, 100), 8000));
+}
+
+TEST(CreditSender, GoingIdleGivesCreditBackAndRestoresTheAllowance) {
+  CreditSender s(10000);
+  s.spend(10000);
+  s.on_grant(30000);
+  s.spend(4000);
+  EXPECT_EQ(s.available(), 26000);
+  s.on_idle();
+  EXPECT_EQ(s.available(), 0);
+  EXPECT_EQ(s.speculative_left(), 10000u);
+  EXPECT_EQ(s.used(), 30000u);  // the receiver is told: target counts from here
+  EXPECT_EQ(s.target(10000, 0), 30000u);
+}
+
+// A pacer over a fake endpoint: connection id -> demand left.
+struct Harness {
+  explicit Harness(uint64_t rate_bps, uint32_t quantum = 8000)
+      : wheel(100, 1024), pacer(CreditPacerConfig{rate_bps, quantum}, &wheel, &grant, this) {
+    pacer.reserve_ids(16);
+  }
+  static uint32_t grant(void* owner, uint16_t id, uint32_t max, bool* more, TimeNs now) {
+    auto* h = static_cast<Harness*>(owner);
+    uint64_t& d = h->demand[id];
+    const auto g = static_cast<uint32_t>(std::min<uint64_t>(d, max));
+    d -= g;
+    *more = d > 0;
+    if (g > 0) h->log.push_back({now, id, g});
+    return g;
+  }
+  void run_until(TimeNs t) {
+    for (TimeNs x = now; x <= t; x += 100) wheel.advance(x);
+    now = t;
+  }
+  struct Grant {
+    TimeNs at;
+    uint16_t id;
+    uint32_t bytes;
+  };
+  TimeNs now = 0;
+  TimingWheel wheel;
+  CreditPacer pacer;
+  std::map<uint16_t, uint64_t> demand;
+  std::vector<Grant> log;
+};
+
+TEST(CreditPacer, GrantsInTurnsAtTheLinkRate) {
+  Harness h(8'000'000'000);  // 1 byte per ns: a quantum of 8000 bytes each 8 us
+  h.demand = {{1, 80000}, {2, 80000}, {3, 80000}};
+  for (uint16_t id : {1, 2, 3}) h.pacer.want(id, 0, 0);
+  h.run_until(1'000'000);
+  ASSERT_EQ(h.log.size(), 30u);
+  // The first asks and is granted at once; from then on, round robin.
+  for (size_t i = 0; i < h.log.size(); ++i) {
+    if (i > 0 && i < 28) {
+      EXPECT_EQ(h.log[i].id, 1 + (i - 1) % 3) << i;  // 1 has had its 10 by then
+    }
+    EXPECT_EQ(h.log[i].bytes, 8000u);
+    // The i-th grant goes once the i grants before it have had their time,
+    // within one tick of the wheel.
+    EXPECT_GE(h.log[i].at, i * 8000);
+    EXPECT_LE(h.log[i].at, i * 8000 + 100);
+  }
+  EXPECT_FALSE(h.pacer.active());
+  EXPECT_EQ(h.pacer.stats().granted_bytes, 240000u);
+}
+
+TEST(CreditPacer, UnscheduledDataAndCongestionPushTheNextGrantBack) {
+  Harness h(8'000'000'000);
+  h.demand = {{1, 16000}};
+  // 40000 bytes arrived speculatively before anyone asked: the first grant
+  // waits for their time on the link.
+  h.pacer.on_unscheduled(40000, 0);
+  h.pacer.want(1, 0, 0);
+  h.run_until(100'000);
+  ASSERT_EQ(h.log.size(), 2u);
+  EXPECT_GE(h.log[0].at, 40000u);
+  EXPECT_LE(h.log[0].at, 40100u);
+  // A trimmed packet costs its whole time, a CE-marked one a sixteenth.
+  h.demand[1] = 16000;
+  h.pacer.on_congestion(16000, true, h.now);
+  h.pacer.on_congestion(16000, false, h.now);
+  h.pacer.want(1, 0, h.now);
+  h.run_until(200'000);
+  ASSERT_EQ(h.log.size(), 4u);
+  EXPECT_GE(h.log[2].at, 100'000u + 16000 + 1000);
+  EXPECT_LE(h.log[2].at, 100'000u + 16000 + 1000 + 100);
+  EXPECT_EQ(h.pacer.stats().trimmed, 1u);
+  EXPECT_EQ(h.pacer.stats().marked, 1u);
+}
+
+TEST(CreditPacer, AnIdlePacerBanksNoTurns) {
+  Harness h(8'000'000'000);
+  h.demand = {{1, 8000}};
+  h.pacer.want(1, 0, 0);
+  h.run_until(1'000'000);  // a long idle spell after one grant
+  h.demand = {{1, 80000}, {2, 80000}};
+  h.pacer.want(1, 0, h.now);
+  h.pacer.want(2, 0, h.now);
+  h.run_until(h.now + 40'000);
+  // 40 us at 8000 bytes per 8 us: 5 or 6 grants (the first at once), not
+  // the 20 the idle millisecond would have paid for.
+  EXPECT_GE(h.log.size(), 1u + 5u);
+  EXPECT_LE(h.log.size(), 1u + 6u);
+}
+
+TEST(CreditPacer, TakesItsRateFromTheFirstRequesterWhenNoneIsConfigured) {
+  Harness h(0);
+  h.demand = {{1, 16000}};
+  h.pacer.want(1, 8'000'000'000, 0);
+  EXPECT_EQ(h.pacer.rate_bps(), 8'000'000'000u);
+  h.run_until(100'000);
+  ASSERT_EQ(h.log.size(), 2u);
+  EXPECT_GE(h.log[1].at, 8000u);
+}
+
+}  // namespace
+}  // namespace braid
