@@ -415,7 +415,7 @@ void Connection::credit_thunk(Timer* t, TimeNs now) {
   // up to the RTO's maximum.
   if (!credit_after(c->credit_.last_asked(), c->credit_.granted())) return;
   const bool backlog = c->unsent_credit_ > 0 || c->retx_count_ > 0;
-  if (backlog && c->credit_.available() <= 0) {
+  if (backlog && c->credit_.available() <= 0 && now - c->last_grant_at_ >= c->first_credit_wait()) {
     c->credit_req_forced_ = true;
     ++c->stats_.credit_stalls;
     c->credit_wait_ =
@@ -432,7 +432,10 @@ void Connection::credit_check() {
     return;
   }
   const uint32_t target = credit_.target(unsent_credit_, retx_credit_);
-  if (credit_.request_due(target, 2 * (cfg_.mtu + credit_header()))) credit_req_due_ = true;
+  // New data is asked for two packets at a time; a retransmission at once
+  // (it holds back completion of everything after it).
+  const uint32_t step = retx_credit_ > 0 ? 1 : 2 * (cfg_.mtu + credit_header());
+  if (credit_.request_due(target, step)) credit_req_due_ = true;
 }
 
 void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -445,6 +448,8 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
     if (!credit_on_) return;  // we never asked
     if (credit_.on_grant(value)) {
       ++stats_.credits_received;
+      if (last_grant_at_ != 0) grant_gap_ = (7 * grant_gap_ + (now - last_grant_at_)) / 8;
+      last_grant_at_ = now;
       credit_wait_ = 0;
       credit_req_forced_ = false;
     }

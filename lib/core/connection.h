@@ -328,7 +328,10 @@ class Connection {
   // Receiver-driven credit, sender's half: a CREDIT_REQ is due when the
   // demand grew (connection.cc).
   void credit_check();
-  TimeNs first_credit_wait() const { return std::max<TimeNs>(4 * srtt_, 50'000); }
+  // How long a connection waits for credit before asking again: a few
+  // round trips, and a few of the gaps at which grants have been coming
+  // (a receiver shared by many senders grants each one seldom).
+  TimeNs first_credit_wait() const { return std::max<TimeNs>({4 * srtt_, 50'000, 4 * grant_gap_}); }
   // A packet's frame on the wire, as credit counts it, before its payload.
   uint32_t credit_header() const {
     return static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
@@ -470,6 +473,8 @@ class Connection {
   bool credit_req_due_ = false;
   bool credit_req_forced_ = false;  // ask again though nothing changed (credit is late)
   TimeNs credit_wait_ = 0;          // how long to wait for credit before asking again
+  TimeNs last_grant_at_ = 0;        // when the last new grant arrived
+  TimeNs grant_gap_ = 0;            // smoothed time between grants
   Timer credit_timer_;
   // ... the receiver's half.
   CreditPacer* pacer_ = nullptr;

@@ -32,8 +32,9 @@ void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
   }
 }
 
-void CreditPacer::on_unscheduled(uint32_t frame_bytes, TimeNs now) {
+void CreditPacer::on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now) {
   stats_.unscheduled_bytes += frame_bytes;
+  if (active_.size() <= (active_.contains(id) ? 1u : 0u)) return;
   next_at_ = std::max(next_at_, now) + time_of(frame_bytes);
   if (timer_.armed() && timer_.deadline < next_at_) wheel_->schedule(&timer_, next_at_);
 }

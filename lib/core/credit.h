@@ -126,9 +126,12 @@ class CreditPacer {
   // `link_bps`: its link's rate, used when the pacer has none configured.
   void want(uint16_t id, uint64_t link_bps, TimeNs now);
   void remove(uint16_t id) { active_.remove(id); }
-  // Data that was sent without credit arrived: the link carried it, so the
-  // next grant waits for its time.
-  void on_unscheduled(uint32_t frame_bytes, TimeNs now);
+  // Data that connection `id`'s peer sent without credit arrived. When
+  // other connections are waiting for turns, the link carried it in their
+  // place, so the next grant waits for its time. A lone sender's
+  // speculation covers the round trip before its first grant arrives: its
+  // grants collide with nothing, and holding them back would leave a gap.
+  void on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now);
   // Credited data arrived marked ECN-CE, or trimmed: a queue stands before
   // this link (grants and speculation overlapped, or other traffic shares
   // it). The next grant waits a quarter of a marked packet's time, a whole

@@ -141,26 +141,41 @@ TEST(CreditPacer, GrantsInTurnsAtTheLinkRate) {
 
 TEST(CreditPacer, UnscheduledDataAndCongestionPushTheNextGrantBack) {
   Harness h(8'000'000'000);
-  h.demand = {{1, 16000}};
-  // 40000 bytes arrived speculatively before anyone asked: the first grant
-  // waits for their time on the link.
-  h.pacer.on_unscheduled(40000, 0);
+  h.demand = {{1, 16000}, {2, 16000}};
+  h.pacer.want(2, 0, 0);  // granted 8000 at once, and waits for its next turn
+  // While 2 waits, 40000 bytes from 1's peer arrive without credit: the
+  // link carried them in 2's place, so 2's turn waits for their time.
+  h.pacer.on_unscheduled(1, 40000, 0);
   h.pacer.want(1, 0, 0);
   h.run_until(100'000);
-  ASSERT_EQ(h.log.size(), 2u);
-  EXPECT_GE(h.log[0].at, 40000u);
-  EXPECT_LE(h.log[0].at, 40100u);
+  ASSERT_EQ(h.log.size(), 4u);
+  EXPECT_EQ(h.log[0].at, 0u);
+  EXPECT_GE(h.log[1].at, 48000u);
+  EXPECT_LE(h.log[1].at, 48100u);
   // A trimmed packet costs its whole time, a CE-marked one a sixteenth.
   h.demand[1] = 16000;
   h.pacer.on_congestion(16000, true, h.now);
   h.pacer.on_congestion(16000, false, h.now);
   h.pacer.want(1, 0, h.now);
   h.run_until(200'000);
-  ASSERT_EQ(h.log.size(), 4u);
-  EXPECT_GE(h.log[2].at, 100'000u + 16000 + 1000);
-  EXPECT_LE(h.log[2].at, 100'000u + 16000 + 1000 + 100);
+  ASSERT_EQ(h.log.size(), 6u);
+  EXPECT_GE(h.log[4].at, 100'000u + 16000 + 1000);
+  EXPECT_LE(h.log[4].at, 100'000u + 16000 + 1000 + 100);
   EXPECT_EQ(h.pacer.stats().trimmed, 1u);
   EXPECT_EQ(h.pacer.stats().marked, 1u);
+}
+
+TEST(CreditPacer, ALoneSendersSpeculationDoesNotHoldItsGrantsBack) {
+  // Its speculation covers the round trip before its first grant arrives.
+  Harness h(8'000'000'000);
+  h.demand = {{1, 16000}};
+  h.pacer.on_unscheduled(1, 40000, 0);
+  h.pacer.want(1, 0, 0);
+  h.run_until(100'000);
+  ASSERT_EQ(h.log.size(), 2u);
+  EXPECT_EQ(h.log[0].at, 0u);
+  EXPECT_LE(h.log[1].at, 8100u);
+  EXPECT_EQ(h.pacer.stats().unscheduled_bytes, 40000u);
 }
 
 TEST(CreditPacer, AnIdlePacerBanksNoTurns) {
