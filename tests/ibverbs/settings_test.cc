@@ -58,4 +58,20 @@ TEST(IbvSettings, IdleYieldIsACount) {
   unsetenv("BRAID_IBV_IDLE_YIELD");
 }
 
+// Receiver-driven credit: off when unset, 1 turns it on, anything else is
+// refused by name.
+TEST(IbvSettings, CreditIsOnOrOff) {
+  std::string error;
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().credit, 0);
+  setenv("BRAID_IBV_CREDIT", "1", 1);
+  error.clear();
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().credit, 1);
+  EXPECT_TRUE(error.empty()) << error;
+  setenv("BRAID_IBV_CREDIT", "2", 1);
+  error.clear();
+  braid::ibv::load_settings(&error);
+  EXPECT_NE(error.find("for credit"), std::string::npos) << error;
+  unsetenv("BRAID_IBV_CREDIT");
+}
+
 }  // namespace
