@@ -51,10 +51,15 @@ void CreditPacer::run(TimeNs now) {
   const TimeNs slack = 2 * time_of(cfg_.quantum_bytes);
   if (next_at_ + slack < now) next_at_ = now - slack;
   while (next_at_ <= now && !active_.empty()) {
+    // Few senders take larger turns (up to 8 quanta for a lone one): fewer
+    // CREDITs for the same rate. Many take a quantum each, for fairness.
+    const auto quanta = static_cast<uint32_t>(std::clamp<size_t>(
+        cfg_.max_turn_quanta / active_.size(), 1, std::max<uint32_t>(cfg_.max_turn_quanta, 1)));
+    const uint32_t turn = cfg_.quantum_bytes * quanta;
     const uint16_t id = active_.front();
     active_.pop();
     bool more = false;
-    const uint32_t g = grant_(owner_, id, cfg_.quantum_bytes, &more, now);
+    const uint32_t g = grant_(owner_, id, turn, &more, now);
     if (more) active_.push(id);
     if (g == 0) continue;
     ++stats_.grants;

@@ -97,7 +97,10 @@ class CreditSender {
 // Settings of an endpoint's credit pacer.
 struct CreditPacerConfig {
   uint64_t rate_bps = 0;          // the receiver's link (frame bits); 0: the first requester's
-  uint32_t quantum_bytes = 8192;  // granted per turn
+  uint32_t quantum_bytes = 8192;  // granted per turn with 8 or more connections waiting
+  // With fewer, a turn is 8 / n quanta (a lone sender: 8): fewer CREDITs
+  // for the same rate where fairness asks for no small turns.
+  uint32_t max_turn_quanta = 8;
 };
 
 struct CreditPacerStats {

@@ -175,8 +175,9 @@ TEST(Credit, AReceiverSharesItsTurnsAmongTheConnectionsThatAsk) {
   const uint64_t lo = *std::min_element(placed, placed + 3);
   const uint64_t hi = *std::max_element(placed, placed + 3);
   EXPECT_EQ(hi, kBytes);
-  // A turn is two packets; a few turns may be under way.
-  EXPECT_GE(lo + 8 * 4096, hi) << placed[0] << " " << placed[1] << " " << placed[2];
+  // The first to ask may take a lone sender's turn (16 packets); then three
+  // share, four packets a turn, and a few turns may be under way.
+  EXPECT_GE(lo + 24 * 4096, hi) << placed[0] << " " << placed[1] << " " << placed[2];
   ASSERT_TRUE(p.run_for(100'000'000, 1000, [&] { return p.b_scq.size() == 3; }));
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t x) { return x == 0x5a; }));
   for (int i = 0; i < 3; ++i) EXPECT_GT(receivers[i]->stats().credit_bytes_granted, 0u);

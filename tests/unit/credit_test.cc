@@ -89,8 +89,9 @@ TEST(CreditSender, GoingIdleGivesCreditBackAndRestoresTheAllowance) {
 
 // A pacer over a fake endpoint: connection id -> demand left.
 struct Harness {
-  explicit Harness(uint64_t rate_bps, uint32_t quantum = 8000)
-      : wheel(100, 1024), pacer(CreditPacerConfig{rate_bps, quantum}, &wheel, &grant, this) {
+  explicit Harness(uint64_t rate_bps, uint32_t quantum = 8000, uint32_t max_turn_quanta = 1)
+      : wheel(100, 1024),
+        pacer(CreditPacerConfig{rate_bps, quantum, max_turn_quanta}, &wheel, &grant, this) {
     pacer.reserve_ids(16);
   }
   static uint32_t grant(void* owner, uint16_t id, uint32_t max, bool* more, TimeNs now) {
@@ -176,6 +177,31 @@ TEST(CreditPacer, ALoneSendersSpeculationDoesNotHoldItsGrantsBack) {
   EXPECT_EQ(h.log[0].at, 0u);
   EXPECT_LE(h.log[1].at, 8100u);
   EXPECT_EQ(h.pacer.stats().unscheduled_bytes, 40000u);
+}
+
+TEST(CreditPacer, FewSendersTakeLargerTurns) {
+  Harness h(8'000'000'000, 8000, 8);
+  h.demand = {{1, 1'000'000}};
+  h.pacer.want(1, 0, 0);
+  h.run_until(1000);
+  ASSERT_EQ(h.log.size(), 1u);
+  EXPECT_EQ(h.log[0].bytes, 64000u);  // alone: 8 quanta
+  h.demand[2] = 1'000'000;
+  h.demand[3] = 1'000'000;
+  h.pacer.want(2, 0, h.now);
+  h.pacer.want(3, 0, h.now);
+  h.run_until(200'000);
+  // Three waiting: 8 / 3 = 2 quanta a turn, in turns.
+  ASSERT_GT(h.log.size(), 4u);
+  for (size_t i = 1; i < h.log.size(); ++i) EXPECT_EQ(h.log[i].bytes, 16000u) << i;
+  // Nine waiting: one quantum each.
+  for (uint16_t id = 4; id <= 9; ++id) {
+    h.demand[id] = 1'000'000;
+    h.pacer.want(id, 0, h.now);
+  }
+  const size_t before = h.log.size();
+  h.run_until(400'000);
+  for (size_t i = before + 1; i < h.log.size(); ++i) EXPECT_EQ(h.log[i].bytes, 8000u) << i;
 }
 
 TEST(CreditPacer, AnIdlePacerBanksNoTurns) {
