@@ -487,6 +487,9 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more) {
   stats_.credit_bytes_granted += g;
   *more = static_cast<uint32_t>(want) > g;
   credit_due_ = true;
+  // The grant that completes the peer's demand has no later one to repair
+  // it if lost: it goes out twice, the copy on the next entropy.
+  credit_copies_ = *more ? 0 : 1;
   poke();
   return g;
 }

@@ -481,6 +481,7 @@ class Connection {
   uint32_t peer_target_ = 0;   // what the peer asked for, cumulative
   uint32_t peer_granted_ = 0;  // what we granted it, cumulative
   bool credit_due_ = false;    // a CREDIT is to go out
+  uint8_t credit_copies_ = 0;  // ... and again this many times (the last grant of a demand)
   bool peer_credit_ = false;   // the peer asks for credit
 
   // Receive state.

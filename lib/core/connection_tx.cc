@@ -48,7 +48,7 @@ wire::SesOpcode ses_opcode(Opcode op) {
 bool Connection::control_due() const {
   if (!mac_known_) return false;
   if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0 ||
-      credit_due_)
+      credit_due_ || credit_copies_ > 0)
     return true;
   if (credit_req_due_ && state_ == ConnectionState::kActive) return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
@@ -78,10 +78,14 @@ bool Connection::data_ready() const {
 
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
-  if (credit_due_) {
+  if (credit_due_ || credit_copies_ > 0) {
     const uint32_t n = build_credit_ctrl(buf, cap, wire::CtrlType::kCredit, peer_granted_);
     if (n > 0) {
-      credit_due_ = false;
+      if (credit_due_) {
+        credit_due_ = false;
+      } else {
+        --credit_copies_;
+      }
       ++stats_.credits_sent;
     }
     return n;

@@ -152,6 +152,31 @@ TEST(Credit, TheOnlyGrantLostLeavesTheSenderAskingUntilItComes) {
   EXPECT_GE(t.p.qa->stats().credit_stalls, 1u);
 }
 
+TEST(Credit, TheGrantThatCompletesADemandGoesOutTwice) {
+  // No later grant would repair it if lost: a copy follows on the next
+  // entropy, and losing the first costs the sender nothing.
+  Transfer t(credit_config(), 256 * 1024);
+  t.post();
+  uint32_t last_value = 0;
+  int copies = 0, dropped = 0;
+  ASSERT_TRUE(t.p.run_for(
+      100'000'000, 1000, [&] { return t.done(); },
+      [&](const Frame& f, bool a_to_b) {
+        if (a_to_b || !is_ctrl(f, wire::CtrlType::kCredit)) return false;
+        const wire::ParsedPacket pkt = parse(f);
+        const uint32_t v = wire::load_be32(pkt.payload);
+        copies = v == last_value ? copies + 1 : 1;
+        last_value = v;
+        // The first CREDIT granting everything asked is lost.
+        if (copies == 1 && v == t.p.qa->credit().last_asked()) return ++dropped, true;
+        return false;
+      }));
+  EXPECT_EQ(t.src, t.dst);
+  EXPECT_EQ(dropped, 1);
+  EXPECT_EQ(copies, 2);
+  EXPECT_EQ(t.p.qa->stats().credit_stalls, 0u);  // the copy came before any timer
+}
+
 TEST(Credit, AReceiverSharesItsTurnsAmongTheConnectionsThatAsk) {
   // b's three connections each WRITE 512 KiB into a: a's pacer grants in
   // turns, so when the first finishes the others are within a few turns.
