@@ -47,8 +47,10 @@ class SimPair {
  public:
   explicit SimPair(const SimPairOptions& o)
       : net(o.seed),
-        a(EndpointConfig{mac_of(1), kIpA, wire::kUetUdpPort, o.crc, o.link.impair.trim_dscp, 1000, {}}),
-        b(EndpointConfig{mac_of(2), kIpB, wire::kUetUdpPort, o.crc, o.link.impair.trim_dscp, 1000, {}}),
+        a(EndpointConfig{
+            mac_of(1), kIpA, wire::kUetUdpPort, o.crc, o.link.impair.trim_dscp, 1000, {}}),
+        b(EndpointConfig{
+            mac_of(2), kIpB, wire::kUetUdpPort, o.crc, o.link.impair.trim_dscp, 1000, {}}),
         a_scq(o.cq_depth),
         a_rcq(o.cq_depth),
         b_scq(o.cq_depth),
