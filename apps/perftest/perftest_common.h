@@ -147,6 +147,9 @@ class Session {
 
   // A sync point with the peer; the device keeps progressing meanwhile.
   int barrier();
+  // The run's last barrier, then one more over TCP alone with the engine no
+  // longer driven (see the definition).
+  int final_barrier();
   // Sends `mine` and receives the peer's text (up to 255 characters).
   int exchange_text(const std::string& mine, std::string* theirs);
 
