@@ -91,6 +91,11 @@ struct braid_device_config {
    * among the QPs that ask, so a many-to-one incast arrives at the link's
    * rate instead of as a queue. Both ends of a QP should agree. */
   int credit;
+  /* Live statistics for other processes: 1 publishes the port's, each QP's
+   * and each entropy's counters into /dev/shm/braid-stats.<pid>.<n> ten
+   * times a second, read by `braid_stat` while the program runs; -1 never;
+   * 0 (default) only when the environment has BRAID_STATS=1. */
+  int stats;
 };
 
 enum braid_path_policy {
@@ -339,6 +344,9 @@ int braid_query_device(struct braid_context* context, struct braid_device_attr* 
 int braid_query_port(struct braid_context* context, uint8_t port_num, struct braid_port_attr* attr);
 int braid_query_gid(struct braid_context* context, uint8_t port_num, int index,
                     union braid_gid* gid);
+/* The live statistics object's name in /dev/shm ("" when not publishing:
+ * braid_device_config.stats). */
+const char* braid_stats_name(struct braid_context* context);
 /* Drives the engine once (receive, timers, transmit); returns frames moved. */
 int braid_progress(struct braid_context* context);
 

@@ -60,6 +60,8 @@ class Endpoint {
   Connection* connection(uint16_t local_id) const {
     return local_id < conns_.size() ? conns_[local_id].get() : nullptr;
   }
+  // Ids below this may name a connection (connection(id) tells).
+  size_t connection_slots() const { return conns_.size(); }
 
   // One received frame; drops are counted by reason.
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);

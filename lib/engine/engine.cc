@@ -46,6 +46,20 @@ Engine::~Engine() {
   if (tx_held_ > 0) io_->tx_free(tx_.data(), tx_held_);
 }
 
+bool Engine::enable_stats(uint32_t max_conns, uint32_t max_paths, std::string* error) {
+  publisher_ = stats::Publisher::create(max_conns, max_paths, error);
+  if (!publisher_) return false;
+  publish_stats();
+  return true;
+}
+
+void Engine::publish_stats() {
+  if (!publisher_) return;
+  const TimeNs t = now();
+  publisher_->publish(*this, t);
+  stats_next_ = t + cfg_.stats_interval_ns;
+}
+
 void Engine::send_raw(const uint8_t* frame, uint32_t len) {
   TxFrame f;
   if (io_->tx_alloc(&f, 1) != 1) {
@@ -156,6 +170,10 @@ uint32_t Engine::poll(TimeNs ack_hold_ns) {
   stats_.rx_frames += n;
   moved += n;
   endpoint_.advance(t);
+  if (t >= stats_next_) {
+    publisher_->publish(*this, t);
+    stats_next_ = t + cfg_.stats_interval_ns;
+  }
   if (arp_->arp.next_timer() <= t) send_arp_requests(t);
   if (!pending_routes_.empty()) update_routes(t);
   // Packets that asked for an ACK at once are often the last of a message

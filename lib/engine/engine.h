@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/endpoint.h"
+#include "engine/stats_shm.h"
 #include "net/arp.h"
 #include "packet_io.h"
 
@@ -25,6 +26,9 @@ struct EngineConfig {
   // Receiver-driven credit: the rate this port's credit pacer grants at
   // (0: the link rate of the first connection that asks).
   uint64_t credit_rate_bps = 0;
+  // Live statistics (stats_shm.h): published every stats_interval_ns of
+  // the engine's clock once enable_stats() has been called.
+  TimeNs stats_interval_ns = 100'000'000;
 };
 
 struct EngineStats {
@@ -57,6 +61,16 @@ class Engine {
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
   }
+
+  // Publishes live statistics for other processes (braid_stat) into
+  // /dev/shm/stats_name(), for up to max_conns connections of up to
+  // max_paths entropies each. False (and *error) if the object cannot be
+  // created.
+  bool enable_stats(uint32_t max_conns, uint32_t max_paths, std::string* error);
+  // Publishes now (the poll loop does it every stats_interval_ns).
+  void publish_stats();
+  // The shared-memory object's name ("" when not publishing).
+  std::string stats_name() const { return publisher_ ? publisher_->name() : std::string(); }
 
   // Neighbours: static entries, and resolution of a peer's MAC.
   void add_neighbor(uint32_t ip, const wire::MacAddr& mac);
@@ -113,6 +127,8 @@ class Engine {
   bool tx_held_back_ = false;         // transmit waits (see poll)
   TimeNs tx_hold_until_ = 0;
   EngineStats stats_;
+  std::unique_ptr<stats::Publisher> publisher_;
+  TimeNs stats_next_ = kNever;
 };
 
 }  // namespace braid

@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <sstream>
 #include <string>
@@ -73,6 +74,9 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   if (c->config.credit != 0 && c->config.credit != 1) {
     return fail(EINVAL, "open_device: credit must be 0 (off) or 1 (on)");
   }
+  if (c->config.stats < -1 || c->config.stats > 1) {
+    return fail(EINVAL, "open_device: stats must be 1 (publish), 0 (if BRAID_STATS=1) or -1");
+  }
   if (c->config.prefix_len == 0) c->config.prefix_len = 24;
   if (!parse_ipv4(config->ipv4, &c->ip)) {
     return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
@@ -110,6 +114,15 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
       return fail(EINVAL, "open_device: neighbors must look like 198.18.0.2=02:00:00:00:00:02");
     }
     c->engine->add_neighbor(ip, mac);
+  }
+  const char* env = std::getenv("BRAID_STATS");
+  if (c->config.stats == 1 ||
+      (c->config.stats == 0 && env != nullptr && std::strcmp(env, "1") == 0)) {
+    std::string error;
+    if (!c->engine->enable_stats(kStatsMaxQps, c->config.entropies, &error)) {
+      return fail(EIO, error);
+    }
+    c->stats_name = c->engine->stats_name();
   }
   if (c->config.progress_thread) start_progress_thread(c.get());
   return c.release();

@@ -368,6 +368,10 @@ int braid_close_device(struct braid_context* c) {
   return 0;
 }
 
+const char* braid_stats_name(struct braid_context* c) {
+  return c == nullptr ? "" : c->stats_name.c_str();
+}
+
 int braid_progress(struct braid_context* c) {
   Guard g(c, Drives::kYes);
   const int n = progress_locked(c);

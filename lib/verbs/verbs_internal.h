@@ -19,6 +19,7 @@
 struct braid_context {
   braid_device_config config{};
   std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
+  std::string stats_name;  // live statistics object ("": none)
   uint32_t ip = 0;
   bool crc = false;  // a CRC-32C trailer on what we send (config.crc resolved)
   std::unique_ptr<braid::Engine> engine;
@@ -49,6 +50,8 @@ struct braid_context {
 };
 
 namespace braid {
+// Live statistics show this many QPs of a device (the rest are counted).
+inline constexpr uint32_t kStatsMaxQps = 1024;
 void set_last_error(const std::string& why);
 void start_progress_thread(braid_context* c);
 void stop_progress_thread(braid_context* c);

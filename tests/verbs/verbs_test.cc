@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "braid/verbs.h"
+#include "engine/stats_shm.h"
 #include "loopback/pipe_io.h"
 #include "verbs/device_io.h"
 #include "verbs/verbs_internal.h"
@@ -42,6 +43,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     cb.ipv4 = "198.18.0.2";
     ca.crc = crc_;
     cb.crc = crc_b_ != 0 ? crc_b_ : crc_;
+    ca.stats = stats_;
+    cb.stats = stats_;
     if (GetParam() == Backend::kPipe) {
       const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
       auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
@@ -162,8 +165,9 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
 
-  int crc_ = 0;    // both devices' integrity trailer (braid_device_config.crc)
-  int crc_b_ = 0;  // b's, when it differs
+  int crc_ = 0;     // both devices' integrity trailer (braid_device_config.crc)
+  int crc_b_ = 0;   // b's, when it differs
+  int stats_ = -1;  // braid_device_config.stats: none unless a test asks
   Side a, b;
   std::string port_a, port_b;
   braid::PipeIo* pipe_a = nullptr;  // pipe backend only
@@ -935,6 +939,118 @@ TEST_P(VerbsPipeCrcOneSide, PeersThatDifferInIntegrityStillTalk) {
   ASSERT_EQ(braid_query_port_stats(b.ctx, &pb), 0);
   EXPECT_GT(pb.rx_bad_crc, 0u);
 }
+
+// Live statistics: what another process reads from /dev/shm is what the
+// device's own queries say, entropy by entropy, and the object goes with the
+// device.
+class VerbsPipeStats : public VerbsPipe {
+ protected:
+  VerbsPipeStats() { stats_ = 1; }
+};
+
+TEST_P(VerbsPipeStats, ASnapshotInSharedMemoryMatchesTheQueries) {
+  learn_macs();
+  const std::string name_a = braid_stats_name(a.ctx), name_b = braid_stats_name(b.ctx);
+  ASSERT_FALSE(name_a.empty());
+  ASSERT_NE(name_a, name_b);
+  for (size_t i = 0; i < 400000; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 3);
+  // A burst of each transfer is lost: retransmissions and losses to count.
+  braid::PipeIo* pa = pipe_a;
+  for (int round = 0; round < 4; ++round) {
+    braid_sge s = sge(a, round * 100000, 100000);
+    braid_send_wr w = rdma_write(&s, round, b, round * 100000);
+    ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+    for (int i = 0; i < 200000; ++i) {
+      pa->set_cut(i == 1);
+      braid_progress(b.ctx);
+      braid_wc wc[4];
+      const int k = braid_poll_cq(a.cq, 4, wc);
+      ASSERT_GE(k, 0);
+      if (k == 1) {
+        ASSERT_EQ(wc[0].status, BRAID_WC_SUCCESS);
+        break;
+      }
+    }
+  }
+  pa->set_cut(false);
+  ASSERT_EQ(std::memcmp(a.buf.data(), b.buf.data(), 400000), 0);
+  a.ctx->engine->publish_stats();
+  braid::stats::Snapshot snap;
+  std::string err;
+  ASSERT_TRUE(braid::stats::read_snapshot(name_a, &snap, &err)) << err;
+  EXPECT_EQ(snap.pid, getpid());
+  EXPECT_EQ(snap.info.ip, 0xc6120001u);  // 198.18.0.1
+  ASSERT_EQ(snap.conns.size(), 1u);
+  EXPECT_EQ(snap.info.conns_total, 1u);
+  const braid::stats::Conn& c = snap.conns[0];
+  EXPECT_EQ(c.qp_num, braid_qp_num(a.qp));
+  EXPECT_EQ(c.remote_ip, 0xc6120002u);
+  braid_qp_stats q{};
+  ASSERT_EQ(braid_query_qp_stats(a.qp, &q), 0);
+  EXPECT_GT(q.retransmits, 0u);
+  EXPECT_EQ(c.counters.data_sent, q.data_packets_sent);
+  EXPECT_EQ(c.counters.retransmits, q.retransmits);
+  EXPECT_EQ(c.counters.acks_received, q.acks_received);
+  EXPECT_EQ(c.counters.lost_inferred + c.counters.lost_timeout, q.lost_inferred + q.lost_timeout);
+  EXPECT_EQ(c.srtt_ns, q.srtt_ns);
+  EXPECT_EQ(c.cwnd_bytes, q.cwnd_bytes);
+  ASSERT_EQ(c.entropies, q.entropies);
+  ASSERT_EQ(snap.paths[0].size(), c.entropies);
+  uint64_t on_paths = 0, lost_on_paths = 0;
+  for (unsigned i = 0; i < c.entropies; ++i) {
+    braid_path_stats ps{};
+    ASSERT_EQ(braid_query_path_stats(a.qp, i, &ps), 0);
+    const braid::stats::Path& p = snap.paths[0][i];
+    EXPECT_EQ(p.udp_src_port, ps.udp_src_port);
+    EXPECT_EQ(p.sent, ps.sent);
+    EXPECT_EQ(p.acked, ps.acked);
+    EXPECT_EQ(p.lost, ps.lost);
+    EXPECT_EQ(p.srtt_ns, ps.srtt_ns);
+    on_paths += p.sent;
+    lost_on_paths += p.lost;
+  }
+  // Every data packet went out on some entropy, and the losses were seen.
+  EXPECT_EQ(on_paths, q.data_packets_sent + q.retransmits);
+  EXPECT_GT(lost_on_paths, 0u);
+  // b's object shows the receiving side.
+  b.ctx->engine->publish_stats();
+  ASSERT_TRUE(braid::stats::read_snapshot(name_b, &snap, &err)) << err;
+  ASSERT_EQ(snap.conns.size(), 1u);
+  braid_qp_stats qb{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qb), 0);
+  EXPECT_EQ(snap.conns[0].counters.data_received, qb.data_packets_received);
+  EXPECT_EQ(snap.conns[0].counters.bytes_placed, 400000u);
+  // Listed while the device is open; gone with it.
+  bool listed = false;
+  for (const auto& l : braid::stats::list_publishers()) {
+    listed |= l.name == name_a && l.alive && l.pid == getpid();
+  }
+  EXPECT_TRUE(listed);
+  ASSERT_EQ(braid_destroy_qp(a.qp), 0);
+  a.qp = nullptr;
+  ASSERT_EQ(braid_dereg_mr(a.mr), 0);
+  a.mr = nullptr;
+  ASSERT_EQ(braid_destroy_cq(a.cq), 0);
+  a.cq = nullptr;
+  ASSERT_EQ(braid_dealloc_pd(a.pd), 0);
+  a.pd = nullptr;
+  ASSERT_EQ(braid_close_device(a.ctx), 0);
+  a.ctx = nullptr;
+  EXPECT_FALSE(braid::stats::read_snapshot(name_a, &snap, &err));
+}
+
+TEST(VerbsConfig, StatsOutsideItsValuesIsRefused) {
+  braid_device_config c{};
+  c.ipv4 = "198.18.0.1";
+  c.stats = 2;
+  const braid::wire::MacAddr m{2, 0, 0, 0, 0, 1}, n{2, 0, 0, 0, 0, 2};
+  auto [ia, ib] = braid::PipeIo::make_pair(m, n, 1514);
+  EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr);
+  EXPECT_NE(std::string(braid_last_error()).find("stats"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeStats, ::testing::Values(Backend::kPipe),
+                         [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrcOneSide, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
