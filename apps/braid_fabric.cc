@@ -65,6 +65,8 @@ struct Options {
   // Time series.
   std::string timeseries;
   double sample_us = 10;
+  std::string entropy_series;
+  std::vector<size_t> entropy_flows{0};
 };
 
 uint64_t parse_size(const std::string& s) {
@@ -547,6 +549,12 @@ int main(int argc, char** argv) {
   app.add_option("--timeseries", o.timeseries,
                  "write delivered bytes and watched queues every --sample-us to this file");
   app.add_option("--sample-us", o.sample_us, "time series period")->capture_default_str();
+  app.add_option("--entropy-series", o.entropy_series,
+                 "write every entropy of the --entropy-flows' senders every --sample-us to this "
+                 "file: counters, state, and the top-tier link it crosses");
+  app.add_option("--entropy-flows", o.entropy_flows,
+                 "flows whose entropies --entropy-series writes")
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -581,6 +589,12 @@ int main(int argc, char** argv) {
     *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
                 << (has_victim(o.scenario) ? ",victim_bytes" : "") << "\n";
   }
+  std::unique_ptr<std::ofstream> entropy_series;
+  if (!o.entropy_series.empty()) {
+    entropy_series = std::make_unique<std::ofstream>(o.entropy_series);
+    *entropy_series << "profile,time_us,flow,entropy,udp_src_port,state,sent,acked,ecn_marked,lost,"
+                       "srtt_us,core_link\n";
+  }
   TopologyConfig topo = topology_of(o);
   fmt::print("braid_fabric: {} ({}), {} of {} B per flow, seed {}\n", o.scenario, topo.describe(),
              o.scenario == "incast" ? fmt::format("{} senders", o.incast_senders) : "flows", bytes,
@@ -614,7 +628,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());
       return 2;
     }
-    if (!o.timeseries.empty()) {
+    if (entropy_series) x.watch_entropies(o.entropy_flows);
+    if (!o.timeseries.empty() || entropy_series) {
       // Watched: the port into host 0 (the incast's receiver) and the first
       // top-tier link, both ways.
       const Fabric& f = x.fabric();
@@ -695,6 +710,25 @@ int main(int argc, char** argv) {
         for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
         if (victim >= 0) *timeseries << "," << smp.flow_bytes[victim];
         *timeseries << "\n";
+      }
+    }
+    if (entropy_series) {
+      // A top-tier link is two ports, one per direction: core_links[i] and
+      // the next.
+      const std::vector<int>& core = x.topology().core_links;
+      for (const Experiment::Sample& smp : x.samples()) {
+        for (const Experiment::EntropySample& e : smp.entropies) {
+          int link = -1;
+          for (int p : e.ports) {
+            for (size_t i = 0; i < core.size() && link < 0; ++i) {
+              if (p == core[i] || p == core[i] + 1) link = static_cast<int>(i);
+            }
+          }
+          *entropy_series << fmt::format("{},{:.3f},{},{},{},{},{},{},{},{},{:.3f},{}\n", name,
+                                         smp.at / 1000.0, e.flow, e.index, e.udp_src_port,
+                                         static_cast<int>(e.state), e.sent, e.acked, e.ecn_marked,
+                                         e.lost, e.srtt_ns / 1000.0, link);
+        }
       }
     }
     if (!all || s.failed > 0) {

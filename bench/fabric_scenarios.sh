@@ -47,7 +47,8 @@ for scenario in "${scenarios[@]}"; do
         --timeseries "$out/linkdown.ts" --sample-us 20 ;;
     gray)
       run gray --scenario permutation -s 16M --gray-at-us 500 \
-        --timeseries "$out/gray.ts" --sample-us 20 ;;
+        --timeseries "$out/gray.ts" --sample-us 20 \
+        --entropy-series "$out/gray.es" --entropy-flows 0 1 2 3 ;;
     victim)
       run victim --scenario victim --incast 7 -s 2M --timeseries "$out/victim.ts" --sample-us 10
       run victim-alone --scenario victim-alone -s 2M ;;

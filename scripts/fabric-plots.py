@@ -111,6 +111,67 @@ def failure_plot(in_dir, out_dir, name, title, event_us):
     return save(fig, out_dir, name + "-goodput.png")
 
 
+def entropy_plot(in_dir, out_dir, name, title, event_us):
+    """Per-entropy packets of the watched flows (braid_fabric --entropy-series):
+    the entropies whose path crossed the first top-tier link when it failed
+    against the others, per profile; prints when the failed link's entropies
+    stopped carrying more than a probe per sample."""
+    path = os.path.join(in_dir, name + ".es")
+    if not os.path.exists(path):
+        return None
+    data = by_profile(read_csv(path))
+    fig, axes = plt.subplots(len(data), 1, figsize=(6, 2.6 * len(data) + 0.6), sharex=True,
+                             squeeze=False)
+    for ax, (profile, rows) in zip(axes[:, 0], data.items()):
+        times = sorted({float(r["time_us"]) for r in rows})
+        at_event = min((t for t in times if t >= event_us), default=None)
+        dead = {(r["flow"], r["entropy"]) for r in rows
+                if float(r["time_us"]) == at_event and r["core_link"] == "0"}
+        sent = {}
+        for r in rows:
+            sent[(float(r["time_us"]), r["flow"], r["entropy"])] = int(r["sent"])
+        keys = {(r["flow"], r["entropy"]) for r in rows}
+        t_axis, on_dead, on_rest, bad = [], [], [], []
+        for a, b in zip(times, times[1:]):
+            d = r_ = 0
+            for k in keys:
+                n = sent.get((b,) + k, 0) - sent.get((a,) + k, 0)
+                if k in dead:
+                    d += n
+                else:
+                    r_ += n
+            t_axis.append(b)
+            on_dead.append(d / (b - a))
+            on_rest.append(r_ / (b - a) / max(1, len(keys) - len(dead)) * max(1, len(dead)))
+            bad.append(sum(1 for r in rows if float(r["time_us"]) == b and
+                           (r["flow"], r["entropy"]) in dead and r["state"] != "0"))
+        ax.plot(t_axis, on_dead, color="red",
+                label=f"{len(dead)} entropies over the failed link")
+        ax.plot(t_axis, on_rest, color="tab:blue", alpha=0.7,
+                label="as many of the others (scaled)")
+        ax.axvline(event_us, color="black", linestyle="--")
+        ax.set_ylabel("packets / us")
+        ax.set_title(f"{profile}: {title}", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        ax.set_xlim(0, 3 * event_us)
+        # Off the link: the first sample under a tenth of the rate before,
+        # and what the failed link's entropies carried from then on (probes,
+        # and packets the path selection tried again) while flows ran.
+        before = [x for t, x in zip(t_axis, on_dead) if event_us - 200 <= t <= event_us]
+        rate_before = sum(before) / max(1, len(before))
+        drop = next((t for t, x in zip(t_axis, on_dead)
+                     if t > event_us and x < 0.1 * rate_before), None)
+        if drop is not None and rate_before > 0:
+            after = [x for t, x, y in zip(t_axis, on_dead, on_rest) if t >= drop and y > 0]
+            print(f"{name} {profile}: the failed link's {len(dead)} entropies fell under a tenth "
+                  f"of their rate {drop - event_us:.0f} us after the failure, then carried "
+                  f"{100 * sum(after) / max(1, len(after)) / rate_before:.1f}% of it; "
+                  f"{max(bad) if bad else 0} of them marked bad at most")
+    axes[-1, 0].set_xlabel("time (us)")
+    return save(fig, out_dir, name + "-entropies.png")
+
+
 def victim_plot(in_dir, out_dir):
     data = series(in_dir, "victim")
     if not data:
@@ -136,6 +197,8 @@ def main():
                      500),
         failure_plot(in_dir, out_dir, "gray", "16 MB permutation, a core link silently dropping "
                      "from 500 us", 500),
+        entropy_plot(in_dir, out_dir, "gray", "entropies of flows 0-3, a core link silently "
+                     "dropping from 500 us", 500),
         victim_plot(in_dir, out_dir),
         fct_cdf(in_dir, out_dir, "background0.5",
                 "2 MB flows between random hosts at 50% load, 128 hosts"),

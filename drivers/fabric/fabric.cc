@@ -144,6 +144,36 @@ int Fabric::host_of_ip(uint32_t ip) const {
   return off < host_by_ip_offset_.size() ? host_by_ip_offset_[off] : kNone;
 }
 
+int Fabric::nic_port(const std::vector<int>& nic, const uint8_t* f) const {
+  if (nic.size() == 1) return nic[0];
+  // The plane: a hash of the addresses and the entropy (UDP source port).
+  const uint64_t key = (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) ^
+                       wire::load_be32(f + kIpOff + 16) ^
+                       (uint64_t{wire::load_be16(f + kUdpOff)} << 48);
+  return nic[mix(key) % nic.size()];
+}
+
+std::vector<int> Fabric::trace(int src_host, int dst_host, uint16_t src_port,
+                               uint16_t dst_port) const {
+  uint8_t f[kUdpOff + 8] = {};
+  wire::store_be16(f + 12, wire::kEtherTypeIpv4);
+  f[kIpOff + 9] = 17;
+  wire::store_be32(f + kIpOff + 12, hosts_[src_host].ep->config().ip);
+  wire::store_be32(f + kIpOff + 16, hosts_[dst_host].ep->config().ip);
+  wire::store_be16(f + kUdpOff, src_port);
+  wire::store_be16(f + kUdpOff + 2, dst_port);
+  std::vector<int> out{nic_port(nodes_[hosts_[src_host].node].ports, f)};
+  // At most one hop per node: a routing loop cannot run on.
+  while (out.size() <= nodes_.size()) {
+    const Node& n = nodes_[ports_[out.back()].peer];
+    if (!n.is_switch) break;
+    const int next = route(ports_[out.back()].peer, f);
+    if (next == kNone) break;
+    out.push_back(next);
+  }
+  return out;
+}
+
 int Fabric::route(int node, const uint8_t* f) const {
   const Switch& s = switches_[nodes_[node].sw];
   const int dst = host_of_ip(wire::load_be32(f + kIpOff + 16));
@@ -276,14 +306,7 @@ void Fabric::host_send(int host) {
     slot_len_[s] = len;
     const uint8_t* f = data(s);
     const bool control = (f[kIpOff + 1] >> 2) == wire::kDscpAck;
-    int port = nic[0];
-    if (nic.size() > 1) {
-      // The plane: a hash of the addresses and the entropy (UDP source port).
-      const uint64_t key = (uint64_t{wire::load_be32(f + kIpOff + 12)} << 32) ^
-                           wire::load_be32(f + kIpOff + 16) ^
-                           (uint64_t{wire::load_be16(f + kUdpOff)} << 48);
-      port = nic[mix(key) % nic.size()];
-    }
+    const int port = nic_port(nic, f);
     Port& p = ports_[port];
     const bool waits = p.busy || (!control && p.paused);
     append(port, s, control);

@@ -133,6 +133,10 @@ class Fabric {
   const FabricStats& stats() const { return stats_; }
   // The ECMP choice a switch makes for a frame (tests).
   int route(int node, const uint8_t* frame) const;
+  // The egress ports a UDP frame between two hosts would take now, from
+  // the source's NIC to the port into the destination (shorter if a switch
+  // has no route).
+  std::vector<int> trace(int src_host, int dst_host, uint16_t src_port, uint16_t dst_port) const;
   // The marking decision a switch makes at queue `queued` (draws from the
   // fabric's generator, as the ports do).
   bool wred_mark(uint64_t queued, const SwitchConfig& cfg);
@@ -185,6 +189,7 @@ class Fabric {
   };
   static constexpr uint32_t kNil = 0xffffffffu;
 
+  int nic_port(const std::vector<int>& nic, const uint8_t* frame) const;
   void push(TimeNs at, Ev kind, uint32_t a, uint32_t b = 0);
   uint32_t alloc_slot();
   void free_slot(uint32_t s) {

@@ -247,6 +247,19 @@ void Experiment::take_sample() {
     s.flow_bytes.push_back(placed);
   }
   for (int p : sample_ports_) s.queue_bytes.push_back(fabric_.queue_bytes(p));
+  for (size_t f : entropy_flows_) {
+    if (f >= results_.size()) continue;
+    const Pair& pr = pairs_[pair_of_[f]];
+    const PathSet& ps = pr.sender->paths();
+    for (uint16_t i = 0; i < ps.count(); ++i) {
+      const auto e = static_cast<uint8_t>(i);
+      const EntropyStats& es = ps.stats(e);
+      s.entropies.push_back({static_cast<uint32_t>(f), i, ps.entropy(e),
+                             static_cast<uint8_t>(ps.health(e).state), es.sent, es.acked,
+                             es.ecn_marked, es.lost, es.srtt_ns,
+                             fabric_.trace(pr.src, pr.dst, ps.entropy(e), pr.src_cfg.udp_port)});
+    }
+  }
   samples_.push_back(std::move(s));
 }
 

@@ -110,12 +110,25 @@ class Experiment {
   void add_flow(const FlowSpec& f);
   // Records, every `period` of virtual time, the bytes each flow has had
   // placed at its receiver and the queue of each of `ports`.
+  // With watch_entropies, each sample also holds every entropy of the
+  // watched flows' sending connections: its counters, state, and the
+  // egress ports its frames take at that moment (Fabric::trace).
+  struct EntropySample {
+    uint32_t flow;
+    uint16_t index, udp_src_port;
+    uint8_t state;  // PathState
+    uint32_t sent, acked, ecn_marked, lost;
+    uint32_t srtt_ns;
+    std::vector<int> ports;
+  };
   struct Sample {
     TimeNs at;
     std::vector<uint64_t> flow_bytes;
     std::vector<uint64_t> queue_bytes;
+    std::vector<EntropySample> entropies;
   };
   void sample_every(TimeNs period, std::vector<int> ports);
+  void watch_entropies(std::vector<size_t> flows) { entropy_flows_ = std::move(flows); }
   const std::vector<Sample>& samples() const { return samples_; }
   // Runs until every flow has completed (or failed) or `until` passes.
   // Returns whether all completed.
@@ -159,6 +172,7 @@ class Experiment {
   std::vector<uint8_t> scratch_src_, scratch_dst_;
   TimeNs sample_period_ = 0;
   std::vector<int> sample_ports_;
+  std::vector<size_t> entropy_flows_;
   std::vector<Sample> samples_;
   bool set_up_ = false;
   bool final_sampled_ = false;

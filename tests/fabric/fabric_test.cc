@@ -4,6 +4,8 @@
 // intact, losses recovered, runs deterministic). Virtual time only.
 #include <gtest/gtest.h>
 
+#include <set>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -432,6 +434,102 @@ TEST(FabricEvents, AGrayLinkDropsEverythingItCarriesSilently) {
   EXPECT_GT(st.dropped_loss, 0u);
   EXPECT_EQ(st.dropped_down, 0u);
   EXPECT_EQ(x.fabric().stats().bytes_lost > 0, true);
+}
+
+// The per-entropy series (braid_fabric --entropy-series): with adaptive
+// path selection the entropies whose path crosses a link that silently drops
+// everything carry nothing but probes from 200 us after the failure (the
+// issue's goal); oblivious spraying keeps feeding them. Packets on them are counted
+// from the series itself, which this also checks against the connection.
+namespace {
+struct DeadLinkShare {
+  // Packets on the dead entropies, and on all, before the failure and from
+  // 200 us after it.
+  uint64_t before = 0, after = 0, all_before = 0, all_after = 0;
+  size_t dead = 0;
+  bool all_ok = true;
+  double share_before() const { return static_cast<double>(before) / all_before; }
+  double share_after() const { return static_cast<double>(after) / all_after; }
+};
+DeadLinkShare run_gray_with_series(const std::string& profile) {
+  ExperimentConfig c = small_fat_tree(profile);
+  Experiment x(c);
+  for (const FlowSpec& f : permutation(16, 4 << 20, 3)) x.add_flow(f);
+  std::vector<size_t> all(16);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+  x.watch_entropies(all);
+  x.sample_every(10'000, {});
+  Fabric& f = x.fabric();
+  const int port = x.topology().core_links[0];
+  constexpr TimeNs kFail = 50'000, kGrace = 200'000;
+  f.at(kFail, [&] { f.set_port_loss(port, 1.0); });
+  DeadLinkShare out;
+  out.all_ok = x.run(10'000'000'000);
+  for (const FlowResult& r : x.results()) out.all_ok &= r.ok;
+  // The dead entropies: those whose path took the port when it failed.
+  const auto& smp = x.samples();
+  std::set<std::pair<uint32_t, uint16_t>> dead;
+  size_t at_fail = 0;
+  while (at_fail < smp.size() && smp[at_fail].at < kFail) ++at_fail;
+  if (at_fail == smp.size()) return out;
+  for (const auto& e : smp[at_fail].entropies) {
+    if (std::find(e.ports.begin(), e.ports.end(), port) != e.ports.end()) {
+      dead.insert({e.flow, e.index});
+    }
+  }
+  out.dead = dead.size();
+  auto sent_on_dead = [&](const Experiment::Sample& s) {
+    uint64_t n = 0;
+    for (const auto& e : s.entropies) n += dead.count({e.flow, e.index}) ? e.sent : 0;
+    return n;
+  };
+  auto sent = [](const Experiment::Sample& s) {
+    uint64_t n = 0;
+    for (const auto& e : s.entropies) n += e.sent;
+    return n;
+  };
+  // From the first sample to the failure, and from 200 us after it to the
+  // last sample with a flow still sending.
+  size_t from = at_fail;
+  while (from < smp.size() && smp[from].at < kFail + kGrace) ++from;
+  size_t last = smp.size() - 1;
+  while (last > from && sent(smp[last]) == sent(smp[last - 1])) --last;
+  if (from >= last) return out;
+  out.before = sent_on_dead(smp[at_fail]) - sent_on_dead(smp[0]);
+  out.all_before = sent(smp[at_fail]) - sent(smp[0]);
+  out.after = sent_on_dead(smp[last]) - sent_on_dead(smp[from]);
+  out.all_after = sent(smp[last]) - sent(smp[from]);
+  // The series' counters are the connections' own: every data packet sent
+  // is on some entropy.
+  const uint64_t series_total = sent(smp.back());
+  uint64_t conn_total = 0;
+  for (const FlowResult& r : x.results()) conn_total += r.sender.data_sent + r.sender.retransmits;
+  EXPECT_EQ(series_total, conn_total);
+  return out;
+}
+}  // namespace
+
+TEST(FabricEntropySeries, ASilentlyFailedLinksEntropiesAreAbandonedWithin200Us) {
+  const DeadLinkShare reps = run_gray_with_series("nscc-reps");
+  EXPECT_TRUE(reps.all_ok);
+  ASSERT_GT(reps.dead, 0u);
+  ASSERT_GT(reps.before, 0u);
+  ASSERT_GT(reps.all_after, 0u);
+  // Only probes, which revive a path that heals (at most two per dead
+  // entropy, the probe interval doubling); their share a fraction of before.
+  EXPECT_LE(reps.after, 2 * reps.dead);
+  EXPECT_LT(reps.share_after(), 0.25 * reps.share_before())
+      << reps.dead << " dead entropies carried " << reps.before << " of " << reps.all_before
+      << " packets before the failure, " << reps.after << " of " << reps.all_after
+      << " from 200 us after it";
+  // The measure sees the difference: oblivious spraying keeps its share.
+  const DeadLinkShare rr = run_gray_with_series("braid");
+  ASSERT_GT(rr.before, 0u);
+  ASSERT_GT(rr.all_after, 0u);
+  EXPECT_GT(rr.share_after(), 0.5 * rr.share_before())
+      << rr.dead << " dead entropies carried " << rr.before << " of " << rr.all_before
+      << " packets before the failure, " << rr.after << " of " << rr.all_after
+      << " from 200 us after it";
 }
 
 // A lossless fabric: an incast and a permutation at once with queues far
