@@ -118,19 +118,26 @@ void print(const std::string& name, const Delta& d, const Options& o) {
     if (o.qp >= 0 && c.qp_num != static_cast<uint64_t>(o.qp)) continue;
     size_t bi = 0;
     const Conn* cb = b ? find_conn(*b, c, &bi) : nullptr;
-    const Delta cd{s, cb ? b : nullptr, d.secs};
+    if (b != nullptr && cb == nullptr) {
+      fmt::print(
+          "  {:>6} {:>15} {:>5} {:>12}  (new since the last print: rates from the next)\n",
+          c.qp_num, ipv4(c.remote_ip), c.state == 0 ? "ok" : "ERROR",
+          fmt::format("{}{}/{}{}", cc_name(c), c.credit ? "+cr" : "", policy_name(c), c.entropies));
+      continue;
+    }
+    const Delta cd{s, b, d.secs};
     const auto& k = c.counters;
     const braid::ConnectionStats zero{};
     const auto& kb = cb ? cb->counters : zero;
-    const double placed_bps = cd.per(k.bytes_placed, kb.bytes_placed) * 8;
+    // Bits per second over an interval, bytes in totals.
+    const double placed = cd.per(k.bytes_placed, kb.bytes_placed) * (b ? 8 : 1);
     fmt::print(
         "  {:>6} {:>15} {:>5} {:>12}  {:>8} {:>7} {:>8} {:>8} {:>8}  {:>14} {:>6} {:>6} {:>8.1f} "
         "{:>8.1f} {:>8.1f} {:>9} {:>5}\n",
         c.qp_num, ipv4(c.remote_ip), c.state == 0 ? "ok" : "ERROR",
         fmt::format("{}{}/{}{}", cc_name(c), c.credit ? "+cr" : "", policy_name(c), c.entropies),
         count(cd.per(k.data_sent, kb.data_sent)), count(cd.per(k.retransmits, kb.retransmits)),
-        count(cd.per(k.data_received, kb.data_received)),
-        cb || !b ? count(placed_bps) + (b ? "b" : "B") : std::string("-"),
+        count(cd.per(k.data_received, kb.data_received)), count(placed) + (b ? "b" : "B"),
         count(cd.per(k.acks_received, kb.acks_received)),
         fmt::format("{}/{}/{}", count(cd.per(k.lost_inferred, kb.lost_inferred)),
                     count(cd.per(k.lost_nacked, kb.lost_nacked)),
@@ -146,7 +153,7 @@ void print(const std::string& name, const Delta& d, const Options& o) {
     const auto& ps = s.paths[i];
     for (size_t j = 0; j < ps.size(); ++j) {
       const Path& p = ps[j];
-      const Path* pb = cb && j < b->paths[bi].size() ? &b->paths[bi][j] : nullptr;
+      const Path* pb = b && j < b->paths[bi].size() ? &b->paths[bi][j] : nullptr;
       const Delta pd{s, pb ? b : nullptr, d.secs};
       const Path zp{};
       const Path& q = pb ? *pb : zp;
