@@ -298,12 +298,14 @@ BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
   // MW_BIND lets memory windows be bound to the region: Braid has none
   // (ibv_alloc_mw fails), so the permission is granted and never used, as
   // a kernel device without windows grants it. HUGETLB is a hint.
+  // REMOTE_ATOMIC is granted as well: NCCL's net_ib, UCX and libfabric ask
+  // for it on every region whether or not they use atomics; the atomic
+  // operations themselves are refused (atomic_cap is IBV_ATOMIC_NONE).
   constexpr unsigned kAccepted =
       kAccessBits | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
-  constexpr unsigned kMissing =
-      IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;
+  constexpr unsigned kMissing = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;
   if (access & ~(kAccepted | kMissing)) return fail_null<ibv_mr>(EINVAL);
-  if (access & kMissing) return fail_null<ibv_mr>(EOPNOTSUPP);  // atomics, zero-based, ODP
+  if (access & kMissing) return fail_null<ibv_mr>(EOPNOTSUPP);  // zero-based, ODP
   braid_mr* b = braid_reg_mr(pd_of(pd)->b, addr, length, static_cast<int>(access & kAccessBits));
   if (b == nullptr) return fail_null<ibv_mr>(EINVAL);
   auto* m = new (std::nothrow) Mr{};

@@ -457,9 +457,10 @@ struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, in
                          BRAID_ACCESS_REMOTE_READ | BRAID_ACCESS_REMOTE_ATOMIC |
                          BRAID_ACCESS_RELAXED_ORDERING;
   if ((access & ~kKnown) != 0) return fail_null<braid_mr>(EINVAL, "reg_mr: unknown access flags");
-  // As libibverbs: remote write needs local write.
-  if ((access & BRAID_ACCESS_REMOTE_WRITE) && !(access & BRAID_ACCESS_LOCAL_WRITE)) {
-    return fail_null<braid_mr>(EINVAL, "reg_mr: REMOTE_WRITE needs LOCAL_WRITE");
+  // As libibverbs: remote write and remote atomics need local write.
+  if ((access & (BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_ATOMIC)) &&
+      !(access & BRAID_ACCESS_LOCAL_WRITE)) {
+    return fail_null<braid_mr>(EINVAL, "reg_mr: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE");
   }
   braid_context* c = pd->context;
   Guard g(c);
