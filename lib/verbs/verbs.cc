@@ -2,6 +2,8 @@
 #include "braid/verbs.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -64,16 +66,36 @@ class Guard {
   braid_context* c_;
 };
 
+// A completion channel's fd is readable exactly while an event is pending,
+// as rdma-core's: the eventfd's counter is 1 while `fired` holds a CQ and 0
+// when it is empty. (Both change under the device lock: a channel starts the
+// progress thread, so every call takes it.)
+void channel_push(braid_comp_channel* ch, braid_cq* cq) {
+  const bool was_empty = ch->fired.empty();
+  ch->fired.push_back(cq);
+  if (!was_empty) return;
+  const uint64_t one = 1;
+  if (write(ch->fd, &one, sizeof(one)) < 0) {
+    // Only a saturated counter fails, and the counter is 0 here.
+  }
+}
+
+void channel_drain_if_empty(braid_comp_channel* ch) {
+  if (!ch->fired.empty()) return;
+  // Read only a readable fd: a blocking eventfd at 0 would block.
+  pollfd p{ch->fd, POLLIN, 0};
+  uint64_t v;
+  if (poll(&p, 1, 0) == 1 && read(ch->fd, &v, sizeof(v)) < 0) {
+    // Nothing to do: the counter stays, and the next get_cq_event drains it.
+  }
+}
+
 void signal_armed_cqs(braid_context* c) {
   for (braid_cq* cq : c->cqs) {
     if (!cq->armed || cq->channel == nullptr || cq->ring.size() == 0) continue;
     cq->armed = false;
     c->armed.fetch_sub(1, std::memory_order_relaxed);
-    cq->channel->fired.push_back(cq);
-    const uint64_t one = 1;
-    if (write(cq->channel->fd, &one, sizeof(one)) < 0) {
-      // The counter saturating is the only failure: the fd is readable anyway.
-    }
+    channel_push(cq->channel, cq);
   }
 }
 
@@ -509,7 +531,9 @@ int braid_dereg_mr(struct braid_mr* mr) {
 
 struct braid_comp_channel* braid_create_comp_channel(struct braid_context* c) {
   if (c == nullptr) return fail_null<braid_comp_channel>(EINVAL, "no device");
-  const int fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  // Blocking, as rdma-core's channel fd: the application may make it
+  // non-blocking (fcntl O_NONBLOCK), and get_cq_event then returns EAGAIN.
+  const int fd = eventfd(0, EFD_CLOEXEC);
   if (fd < 0) return fail_null<braid_comp_channel>(errno, "eventfd failed");
   // Events need someone to make progress while the application sleeps.
   braid::start_progress_thread(c);
@@ -558,6 +582,7 @@ int braid_destroy_cq(struct braid_cq* cq) {
   if (cq->channel != nullptr) {
     auto& f = cq->channel->fired;
     f.erase(std::remove(f.begin(), f.end(), cq), f.end());
+    channel_drain_if_empty(cq->channel);
   }
   --c->open_objects;
   delete cq;
@@ -611,24 +636,23 @@ int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
 
 int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void** cq_context) {
   if (ch == nullptr || cq == nullptr || cq_context == nullptr) return EINVAL;
-  uint64_t v;
   for (;;) {
     {
       Guard g(ch->context);
       if (!ch->fired.empty()) {
         *cq = ch->fired.front();
         ch->fired.pop_front();
+        channel_drain_if_empty(ch);
         *cq_context = (*cq)->cq_context;
         ++(*cq)->events;
         return 0;
       }
     }
-    // Blocking semantics, as ibv_get_cq_event: wait for the fd.
-    fd_set rd;
-    FD_ZERO(&rd);
-    FD_SET(ch->fd, &rd);
-    if (select(ch->fd + 1, &rd, nullptr, nullptr, nullptr) < 0 && errno != EINTR) return errno;
-    if (read(ch->fd, &v, sizeof(v)) < 0 && errno != EAGAIN) return errno;
+    // None pending: a non-blocking fd says so, a blocking one waits for one.
+    const int flags = fcntl(ch->fd, F_GETFL);
+    if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
+    pollfd p{ch->fd, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) return errno;
   }
 }
 

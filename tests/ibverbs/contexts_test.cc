@@ -8,11 +8,14 @@
 // a null port drops every frame it is given, so traffic there proves local
 // delivery).
 #include <dirent.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <rte_ethdev.h>
 #include <rte_malloc.h>
 #include <rte_mempool.h>
+#include <set>
 
 #include <cerrno>
 #include <chrono>
@@ -487,6 +490,102 @@ TEST(IbvConformance, AccessFlagsCompVectorsAndDeviceAttributes) {
 // belong to that PD (a region of it is usable by a QP of the PD), the PD
 // cannot go while the parent domain stands, and closing the context
 // releases both in order.
+// A completion channel's fd is readable exactly while an event is pending,
+// and ibv_get_cq_event on a non-blocking fd with none pending fails with
+// EAGAIN, as with rdma-core's kernel channel. (Gloo polls the fd, then
+// drains events until EAGAIN: a fd left readable after the last event, or a
+// call that blocks instead, hung its teardown.)
+TEST(IbvConformance, ACompletionChannelsFdIsReadableExactlyWhileAnEventIsPending) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  ibv_context* c = ibv_open_device(dev);
+  ASSERT_NE(c, nullptr);
+  ibv_comp_channel* ch = ibv_create_comp_channel(c);
+  ASSERT_NE(ch, nullptr);
+  Side a, b;
+  ASSERT_TRUE(a.make(c, 4096));
+  ASSERT_TRUE(b.make(c, 4096));
+  // The sides' CQs again, on the channel.
+  for (Side* s : {&a, &b}) {
+    ASSERT_EQ(ibv_destroy_qp(s->qp), 0);
+    ASSERT_EQ(ibv_destroy_cq(s->cq), 0);
+    s->cq = ibv_create_cq(c, 64, nullptr, ch, 0);
+    ASSERT_NE(s->cq, nullptr);
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = s->cq;
+    ia.cap = {32, 32, 1, 1, 0};
+    ia.qp_type = IBV_QPT_RC;
+    s->qp = ibv_create_qp(s->pd, &ia);
+    ASSERT_NE(s->qp, nullptr);
+  }
+  ASSERT_TRUE(connect(c, a.qp, b.qp->qp_num));
+  ASSERT_TRUE(connect(c, b.qp, a.qp->qp_num));
+  auto readable = [&](int timeout_ms) {
+    pollfd p{ch->fd, POLLIN, 0};
+    return poll(&p, 1, timeout_ms) == 1;
+  };
+  const int flags = fcntl(ch->fd, F_GETFL);
+  ASSERT_GE(flags, 0);
+  EXPECT_EQ(flags & O_NONBLOCK, 0);  // blocking until the application says
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, flags | O_NONBLOCK), 0);
+  ibv_cq* ev = nullptr;
+  void* ev_ctx = nullptr;
+  EXPECT_FALSE(readable(0));
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(ch, &ev, &ev_ctx), -1);
+  EXPECT_EQ(errno, EAGAIN);
+
+  // A SEND from a to b: a completion on each CQ, an event for each.
+  ASSERT_EQ(ibv_req_notify_cq(a.cq, 0), 0);
+  ASSERT_EQ(ibv_req_notify_cq(b.cq, 0), 0);
+  ibv_sge rsge{reinterpret_cast<uintptr_t>(b.buf.data()), 64, b.mr->lkey};
+  ibv_recv_wr rwr{}, *rbad = nullptr;
+  rwr.sg_list = &rsge;
+  rwr.num_sge = 1;
+  ASSERT_EQ(ibv_post_recv(b.qp, &rwr, &rbad), 0);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  std::set<ibv_cq*> fired;
+  while (fired.size() < 2) {
+    ASSERT_TRUE(readable(60'000)) << "no event";
+    while (ibv_get_cq_event(ch, &ev, &ev_ctx) == 0) {
+      EXPECT_TRUE(ev == a.cq || ev == b.cq);
+      EXPECT_TRUE(fired.insert(ev).second) << "one event per arming";
+      ibv_ack_cq_events(ev, 1);
+    }
+    EXPECT_EQ(errno, EAGAIN);
+    // Every pending event taken: the fd no longer readable.
+    EXPECT_FALSE(readable(0));
+  }
+  ibv_wc wc{};
+  EXPECT_EQ(ibv_poll_cq(a.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_poll_cq(b.cq, 1, &wc), 1);
+  EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+
+  // Blocking again: the call waits for the next event.
+  ASSERT_EQ(fcntl(ch->fd, F_SETFL, flags), 0);
+  ASSERT_EQ(ibv_req_notify_cq(a.cq, 0), 0);
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  wr.wr.rdma.rkey = b.mr->rkey;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  ASSERT_EQ(ibv_get_cq_event(ch, &ev, &ev_ctx), 0);
+  EXPECT_EQ(ev, a.cq);
+  ibv_ack_cq_events(ev, 1);
+  EXPECT_FALSE(readable(0));
+  EXPECT_EQ(ibv_poll_cq(a.cq, 1, &wc), 1);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+  EXPECT_EQ(ibv_close_device(c), 0);
+}
+
 TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
   ibv_device* dev = the_device();
   ASSERT_NE(dev, nullptr);
