@@ -23,6 +23,7 @@ class CompletionQueue {
     }
     ring_[(head_ + count_) % ring_.size()] = wc;
     ++count_;
+    ++pushed_;
     return true;
   }
 
@@ -40,12 +41,15 @@ class CompletionQueue {
   uint32_t size() const { return count_; }
   uint32_t capacity() const { return static_cast<uint32_t>(ring_.size()); }
   uint64_t overruns() const { return overruns_; }
+  // Completions added so far (an event fires for those added after arming).
+  uint64_t pushed() const { return pushed_; }
 
  private:
   std::vector<WorkCompletion> ring_;
   uint32_t head_ = 0;
   uint32_t count_ = 0;
   uint64_t overruns_ = 0;
+  uint64_t pushed_ = 0;
 };
 
 }  // namespace braid

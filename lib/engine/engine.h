@@ -52,6 +52,9 @@ class Engine {
   // that ask for an ACK at once hold the transmit step back for
   // `ack_hold_ns` (0: one poll), or until transmit() (an application's
   // post): the ACK then leaves with the application's answer.
+  // kAckNow: no hold, the ACKs leave in this poll (before whoever waits
+  // for the completions this poll made is woken).
+  static constexpr TimeNs kAckNow = ~TimeNs{0};
   uint32_t poll(TimeNs ack_hold_ns = 0);
   // Sends what the core has ready, nothing else (after a post: the
   // doorbell). Returns frames sent.

@@ -92,7 +92,7 @@ void channel_drain_if_empty(braid_comp_channel* ch) {
 
 void signal_armed_cqs(braid_context* c) {
   for (braid_cq* cq : c->cqs) {
-    if (!cq->armed || cq->channel == nullptr || cq->ring.size() == 0) continue;
+    if (!cq->armed || cq->channel == nullptr || cq->ring.pushed() == cq->armed_at) continue;
     cq->armed = false;
     c->armed.fetch_sub(1, std::memory_order_relaxed);
     channel_push(cq->channel, cq);
@@ -130,7 +130,14 @@ void progress_loop(braid_context* c) {
   // long to leave with the answer. Sent alone, it lets the peer see its
   // completion first and spin for the answer, with only its own thread to
   // fetch it. An application away for longer (a WRITE target blocked on a
-  // socket) answers nothing: its ACKs go at once.
+  // socket) answers nothing: its ACKs go at once. Nor does one that waits
+  // for completion events (it answers after its wake-up, if at all): a
+  // held ACK there only delays its peer's send completions, which
+  // collective libraries expect about a round trip after the data lands
+  // (Gloo destroys a buffer once the peer's next message is in, and aborts
+  // if its own send has not completed by then). Its ACKs leave in the poll
+  // that received the data.
+
   constexpr braid::TimeNs kAckHoldNs = 30'000;
   constexpr uint64_t kAnswerWindowNs = 2'000'000;
   c->engine->io().attach_thread();
@@ -160,7 +167,14 @@ void progress_loop(braid_context* c) {
     int moved = 0;
     {
       std::unique_lock<std::mutex> g(c->lock, std::try_to_lock);
-      if (g.owns_lock()) moved = progress_locked(c, may_answer ? kAckHoldNs : 0);
+      if (g.owns_lock()) {
+        // ACKs of what woke an event waiter leave before it is woken: once
+        // it runs, this thread may wait a time slice for the core.
+        const braid::TimeNs hold = waits_for_events() ? braid::Engine::kAckNow
+                                   : may_answer       ? kAckHoldNs
+                                                      : 0;
+        moved = progress_locked(c, hold);
+      }
     }
     idle.pass(moved > 0);
   }
@@ -624,6 +638,7 @@ int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
   Guard g(c);
   if (!cq->armed) {
     cq->armed = true;
+    cq->armed_at = cq->ring.pushed();
     // The application is about to wait for an event: from now on only the
     // thread drives the device.
     if (c->armed.fetch_add(1, std::memory_order_relaxed) == 0 && c->threaded) {

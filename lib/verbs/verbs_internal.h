@@ -78,6 +78,12 @@ struct braid_cq {
   void* cq_context;
   braid_comp_channel* channel;
   bool armed = false;
+  // ring.pushed() when armed: as with a NIC, the event is for the next
+  // completion, not for one already there when the CQ was armed (which the
+  // application polls after arming). An event for an old one could still be
+  // pending when the CQ is destroyed; Gloo's device thread then handles it
+  // for a freed object.
+  uint64_t armed_at = 0;
   unsigned events = 0, acked = 0;
   int users = 0;  // QPs using it
   braid_cq(braid_context* c, uint32_t n, void* ctx, braid_comp_channel* ch)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Runs braid_gloo_bench (Gloo's collectives, unmodified) as N ranks on this
+# host, over Braid through Braid's libibverbs.so.1, or over Gloo's TCP
+# transport with the same arguments; the ranks meet in a FileStore.
+#   scripts/gloo-ranks.sh [--path memif|virtio|tcp] [--ranks 2] [bench arguments...]
+# memif, virtio: 2 ranks joined by a DPDK virtual NIC pair, one core each.
+# tcp: Gloo's TCP transport over loopback (the baseline).
+# Rank 0's table on stdout; every rank's output kept when one fails. The
+# program comes from $BRAID_BUILD_DIR (default build/release)/apps/gloo.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+path=memif
+ranks=2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --path) path="$2"; shift 2 ;;
+    --ranks) ranks="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
+bin="$build_dir/apps/gloo/braid_gloo_bench"
+lib="$build_dir/ibverbs"
+[[ -x "$bin" ]] || { echo "gloo-ranks: $bin not built (apt-get install libgloo-dev)" >&2; exit 1; }
+
+source scripts/lib/vnic-pair.sh
+pair_run_dir braid-gloo
+store="$run_dir/store"
+mkdir -p "$store"
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
+
+common=(--size "$ranks" --store "$store" "$@")
+case "$path" in
+  tcp)
+    for ((r = ranks - 1; r >= 0; r--)); do
+      taskset -c $((r % 2)) timeout 600 "$bin" --rank "$r" --transport tcp "${common[@]}" \
+        >"$run_dir/rank$r.log" 2>&1 &
+      pids+=($!)
+    done ;;
+  memif | virtio)
+    [[ "$ranks" -eq 2 ]] || { echo "gloo-ranks: --path $path takes 2 ranks" >&2; exit 2; }
+    [[ -e "$lib/libibverbs.so.1" ]] || { echo "gloo-ranks: $lib/libibverbs.so.1 not built" >&2; exit 1; }
+    vnic_pair "$path" "$run_dir"
+    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+    if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
+      export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+      export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
+    fi
+    export BRAID_IBV_LINK_WAIT_MS=60000
+    BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
+      taskset -c 0 timeout 600 "$bin" --rank 0 --transport ibverbs "${common[@]}" \
+      >"$run_dir/rank0.log" 2>&1 &
+    pids+=($!)
+    server_pid=${pids[0]}
+    server_log="$run_dir/rank0.log"
+    pair_server_ready gloo-ranks
+    server_pid=
+    BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
+      taskset -c 1 timeout 600 "$bin" --rank 1 --transport ibverbs "${common[@]}" \
+      >"$run_dir/rank1.log" 2>&1 &
+    pids+=($!) ;;
+  *) echo "gloo-ranks: unknown path '$path' (memif, virtio or tcp)" >&2; exit 2 ;;
+esac
+
+failed=0
+for p in "${pids[@]}"; do
+  wait "$p" || failed=1
+done
+pids=()
+cat "$run_dir/rank0.log"
+if [[ $failed -ne 0 ]]; then
+  for ((r = 1; r < ranks; r++)); do
+    echo "---- rank $r ----"
+    cat "$run_dir/rank$r.log"
+  done
+  echo "gloo-ranks: a rank failed" >&2
+  exit 1
+fi
