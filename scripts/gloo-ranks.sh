@@ -7,6 +7,7 @@
 # switch: N ranks on memif ports of braid_switch (Braid's software switch,
 #   on core 0); the ranks share the two cores and yield them when idle.
 # tcp: Gloo's TCP transport over loopback (the baseline).
+# BRAID_IBV_MTU=9000 gives memif and virtio pairs jumbo frames.
 # Rank 0's table on stdout; every rank's output kept when one fails. The
 # program comes from $BRAID_BUILD_DIR (default build/release)/apps/gloo.
 set -euo pipefail
@@ -48,7 +49,7 @@ case "$path" in
   memif | virtio)
     [[ "$ranks" -eq 2 ]] || { echo "gloo-ranks: --path $path takes 2 ranks" >&2; exit 2; }
     [[ -e "$lib/libibverbs.so.1" ]] || { echo "gloo-ranks: $lib/libibverbs.so.1 not built" >&2; exit 1; }
-    vnic_pair "$path" "$run_dir"
+    vnic_pair "$path" "$run_dir" "${BRAID_IBV_MTU:-1500}"
     export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
     if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
       export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
