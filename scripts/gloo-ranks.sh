@@ -27,6 +27,7 @@ lib="$build_dir/ibverbs"
 [[ -x "$bin" ]] || { echo "gloo-ranks: $bin not built (apt-get install libgloo-dev)" >&2; exit 1; }
 
 source scripts/lib/vnic-pair.sh
+source scripts/lib/braid-ibverbs.sh
 pair_run_dir braid-gloo
 store="$run_dir/store"
 mkdir -p "$store"
@@ -48,13 +49,8 @@ case "$path" in
     done ;;
   memif | virtio)
     [[ "$ranks" -eq 2 ]] || { echo "gloo-ranks: --path $path takes 2 ranks" >&2; exit 2; }
-    [[ -e "$lib/libibverbs.so.1" ]] || { echo "gloo-ranks: $lib/libibverbs.so.1 not built" >&2; exit 1; }
     vnic_pair "$path" "$run_dir" "${BRAID_IBV_MTU:-1500}"
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
-      export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-      export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-    fi
+    use_braid_ibverbs "$lib"
     export BRAID_IBV_LINK_WAIT_MS=60000
     BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
       taskset -c 0 timeout 600 "$bin" --rank 0 --transport ibverbs "${common[@]}" \
@@ -71,7 +67,6 @@ case "$path" in
   switch)
     switch_bin="$build_dir/apps/braid_switch"
     [[ -x "$switch_bin" ]] || { echo "gloo-ranks: $switch_bin not built" >&2; exit 1; }
-    [[ -e "$lib/libibverbs.so.1" ]] || { echo "gloo-ranks: $lib/libibverbs.so.1 not built" >&2; exit 1; }
     ports=()
     for ((r = 0; r < ranks; r++)); do
       ports+=(--port "net_memif$r,role=server,id=0,socket=$run_dir/p$r.sock,socket-abstract=no")
@@ -83,11 +78,7 @@ case "$path" in
       sleep 0.05
     done
     grep -q "ready" "$run_dir/switch.log" || { echo "gloo-ranks: the switch did not start" >&2; cat "$run_dir/switch.log" >&2; exit 1; }
-    export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-    if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
-      export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-      export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-    fi
+    use_braid_ibverbs "$lib"
     export BRAID_IBV_LINK_WAIT_MS=60000 BRAID_IBV_IDLE_YIELD=16
     for ((r = 0; r < ranks; r++)); do
       port=$(printf "net_memif0,role=client,id=0,socket=%s/p%d.sock,socket-abstract=no,mac=02:00:c6:12:00:%02x" \

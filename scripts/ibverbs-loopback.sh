@@ -25,12 +25,9 @@ command -v "$program" >/dev/null || {
 }
 build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
 lib="$build_dir/ibverbs"
-[[ -e "$lib/libibverbs.so.1" ]] || {
-  echo "ibverbs-loopback: $lib/libibverbs.so.1 not built (cmake --build --preset release)" >&2
-  exit 1
-}
-
 source scripts/lib/vnic-pair.sh
+source scripts/lib/braid-ibverbs.sh
+use_braid_ibverbs "$lib" || exit 1
 pair_run_dir braid-ibv
 vnic_pair "$path" "$run_dir" || {
   echo "ibverbs-loopback: unknown path '$path' (memif or virtio)" >&2
@@ -39,13 +36,6 @@ vnic_pair "$path" "$run_dir" || {
 
 tcp_port=$((20000 + RANDOM % 20000))
 port_flag=(-p "$tcp_port")
-export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-# A sanitizer build of the library needs its runtimes loaded first, as the
-# programs are not built with them; their own leaks are not ours.
-if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
-  export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-  export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
-fi
 export BRAID_IBV_LINK_WAIT_MS=60000
 BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
   timeout 120 taskset -c 0 "$program" "${port_flag[@]}" "$@" >"$server_log" 2>&1 &

@@ -14,11 +14,8 @@ lib="$build/ibverbs"
 source scripts/lib/vnic-pair.sh
 pair_run_dir braid-ibv-killed
 vnic_pair "$path" "$run_dir"
-export LD_LIBRARY_PATH="$lib"
-if readelf -d "$lib/libibverbs.so.1" 2>/dev/null | grep -q 'libasan'; then
-  export LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
-  export ASAN_OPTIONS="detect_leaks=0"
-fi
+source scripts/lib/braid-ibverbs.sh
+use_braid_ibverbs "$lib"
 export BRAID_IBV_LINK_WAIT_MS=60000
 tcp_port=$((20000 + RANDOM % 20000))
 args=(-D 30 -p "$tcp_port")
