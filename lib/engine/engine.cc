@@ -182,8 +182,7 @@ uint32_t Engine::poll(TimeNs ack_hold_ns) {
   // the answer instead of a burst of its own. Sent alone, it would let the
   // peer's application see its completion before the answer, and wait for
   // it without polling.
-  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_ &&
-      ack_hold_ns != kAckNow) {
+  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_ && ack_hold_ns != kAckNow) {
     tx_held_back_ = true;
     tx_hold_until_ = t + ack_hold_ns;
     return moved;

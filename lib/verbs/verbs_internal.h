@@ -19,7 +19,7 @@
 struct braid_context {
   braid_device_config config{};
   std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
-  std::string stats_name;  // live statistics object ("": none)
+  std::string stats_name;                                     // live statistics object ("": none)
   uint32_t ip = 0;
   bool crc = false;  // a CRC-32C trailer on what we send (config.crc resolved)
   std::unique_ptr<braid::Engine> engine;
