@@ -160,7 +160,10 @@ class PathSet {
       }
       if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
     }
-    return explore(now, cfg_.count > 1 ? previous : -1);
+    // A retransmission never carries a probe: the ACK of a packet sent twice
+    // does not say which copy arrived, so the probe would never be judged
+    // and its path never probed again.
+    return explore(now, cfg_.count > 1 ? previous : -1, false);
   }
   uint16_t explored() const { return explored_; }
   // The UDP source port of the next ACK or NACK: spread over the entropies
@@ -316,11 +319,12 @@ class PathSet {
   }
   // REPS's next entropy to explore, other than `avoid` (-1: none): the
   // next in turn that is good, or bad with its probe due (it carries the
-  // probe). If all are bad and none is due, the next in turn.
+  // probe) if `probe` allows. If all are bad and none is due, the next in
+  // turn.
   // An entropy that marks persistently is passed over too, and its mark
   // rate decays by an eighth each time: it is explored again after a few
   // turns, and passed over again if what it carries comes back marked.
-  uint8_t explore(TimeNs now, int avoid = -1) {
+  uint8_t explore(TimeNs now, int avoid = -1, bool probe = true) {
     if (bad_count_ != 0 || marked_count_ != 0 || penalized_count_ != 0) {
       for (uint16_t n = 0; n < cfg_.count; ++n) {
         const uint8_t i = next_in_turn();
@@ -335,7 +339,7 @@ class PathSet {
           set_mark_rate(i, static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3)));
           continue;
         }
-        if (!h.probing && now >= h.probe_at) {
+        if (probe && !h.probing && now >= h.probe_at) {
           start_probe(i);
           refresh_next_probe();
           return i;

@@ -624,6 +624,29 @@ TEST(PathSet, BitmapSetsATimedOutPathAsideAndRevivesItByProbe) {
   EXPECT_EQ(s.bad_count(), 0);
 }
 
+// A retransmission never carries a bad path's probe either: its ACK could not say which
+// copy arrived, the probe would stay unjudged and the path unused for good
+// (seen after a 20 ms stall of a memif loopback's receiver).
+TEST(PathSet, RepsAndBitmapNeverProbeWithARetransmission) {
+  for (const EntropyConfig& cfg : {reps_config(), bitmap_config()}) {
+    PathSet s(cfg);
+    send_on(s, 2);
+    s.on_lost(2, LossKind::kTimeout, 0);
+    // Its probe is due; retransmissions of packets lost on 5 go elsewhere.
+    for (int i = 0; i < 16; ++i) {
+      const uint8_t e = s.choose_retransmit(5, 200'000);
+      EXPECT_NE(e, 2) << "retransmission " << i;
+      s.on_acked(e, s.on_sent(e), false, false, 200'000, 10'000);
+    }
+    EXPECT_FALSE(s.health(2).probing);
+    // The next new packet is its probe, and its ACK revives it.
+    const std::vector<int> seen = explore_counts(s, 8, 200'000);
+    ASSERT_EQ(seen[2], 1);
+    s.on_acked(2, s.on_sent(2), true, false, 200'000, 10'000);
+    EXPECT_EQ(s.health(2).state, PathState::kGood);
+  }
+}
+
 TEST(PathSet, RoundRobinIgnoresWhatComesBack) {
   EntropyConfig c;
   c.count = 4;
