@@ -44,23 +44,15 @@ server_pid=$!
 pair_server_ready ibverbs-loopback
 set +e
 client_log="$run_dir/client.log"
-# ibv_rc_pingpong's and perftest's clients try their TCP connect once. Their
-# server listens only once ibv_open_device has returned, which waits for the
-# link, which comes up when the client's port attaches: on a loaded machine
-# the client can get to its connect first. Then wait until the server listens
-# and start the client again, as a user would.
+# A client that connected before the server listened (connect_refused) is
+# started again once it does, as a user would.
 for attempt in 1 2 3; do
   BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
     timeout 120 taskset -c 1 "$program" "${port_flag[@]}" "$@" 127.0.0.1 >"$client_log" 2>&1
   client_rc=$?
-  [[ $client_rc -ne 0 ]] && grep -q "Couldn't connect to 127.0.0.1:" "$client_log" &&
-    kill -0 "$server_pid" 2>/dev/null || break
+  [[ $client_rc -ne 0 ]] && connect_refused "$client_log" || break
   echo "ibverbs-loopback: the client's connect was refused (attempt $attempt), the server was not listening yet"
-  for _ in $(seq 1 1200); do
-    ss -ltnH "sport = :$tcp_port" | grep -q . && break
-    kill -0 "$server_pid" 2>/dev/null || break
-    sleep 0.05
-  done
+  wait_listening "$tcp_port" "$server_pid" || break
 done
 echo "---- client (198.18.0.2) ----"
 cat "$client_log"

@@ -17,3 +17,21 @@ use_braid_ibverbs() {
     export ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0"
   fi
 }
+
+# connect_refused <client log>: whether a perftest or ibv_*_pingpong client
+# gave up because nothing listened yet. Those clients try their TCP connect
+# once, and their server listens only once ibv_open_device has returned,
+# which waits for the link, which comes up when the client's port attaches:
+# on a loaded machine the client can get to its connect first.
+connect_refused() {
+  grep -q "Couldn't connect to 127.0.0.1:" "$1"
+}
+
+# wait_listening <tcp port> <server pid>: until the server listens on the
+# port (or has exited: returns 1).
+wait_listening() {
+  while ! ss -ltnH "sport = :$1" | grep -q .; do
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.05
+  done
+}

@@ -24,11 +24,25 @@ BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
 server_pid=$!
 pair_server_ready peer_killed_ibverbs
 client_log="$run_dir/client.log"
-BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
-  timeout 90 taskset -c 1 stdbuf -oL "$program" "${args[@]}" 127.0.0.1 >"$client_log" 2>&1 &
-client=$!
-# The client prints its table header when the timed run starts.
-for _ in $(seq 1 600); do grep -q "#bytes" "$client_log" && break; sleep 0.05; done
+start_client() {
+  BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
+    timeout 90 taskset -c 1 stdbuf -oL "$program" "${args[@]}" 127.0.0.1 >"$client_log" 2>&1 &
+  client=$!
+}
+start_client
+# The client prints its table header when the timed run starts. One that
+# connected before the server listened is started again once it does.
+restarts=0
+for _ in $(seq 1 600); do
+  grep -q "#bytes" "$client_log" && break
+  if ! kill -0 "$client" 2>/dev/null && connect_refused "$client_log" && [[ $restarts -lt 2 ]]; then
+    wait "$client" || true
+    restarts=$((restarts + 1))
+    echo "peer_killed_ibverbs: the client's connect was refused, the server was not listening yet"
+    wait_listening "$tcp_port" "$server_pid" && start_client
+  fi
+  sleep 0.05
+done
 if ! grep -q "#bytes" "$client_log"; then
   cat "$server_log" "$client_log"
   echo "peer_killed_ibverbs: the run never started" >&2
