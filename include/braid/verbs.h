@@ -96,6 +96,11 @@ struct braid_device_config {
    * times a second, read by `braid_stat` while the program runs; -1 never;
    * 0 (default) only when the environment has BRAID_STATS=1. */
   int stats;
+  /* How long braid_modify_qp to RTR waits for the peer's ARP reply when its
+   * MAC is not known yet, in us: 0 (default) 2000, < 0 not at all. Without
+   * the reply the QP goes to RTR all the same and sends once it arrives; a
+   * caller that must not block (an NCCL plugin's connect) sets -1. */
+  int rtr_arp_wait_us;
 };
 
 enum braid_path_policy {

@@ -769,7 +769,9 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // otherwise the QP goes to RTR now and sends once the reply arrives (the
   // peer may be busy in its own connection set-up).
   braid::wire::MacAddr mac{};
-  const bool known = e.resolve_neighbor(peer_ip, &mac, 2'000'000ull);
+  const int arp_wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
+  const bool known = arp_wait_us < 0 ? e.lookup_neighbor(peer_ip, &mac)
+                                     : e.resolve_neighbor(peer_ip, &mac, arp_wait_us * 1000ull);
   braid::ConnectionConfig cc;
   cc.await_remote_mac = !known;
   cc.local_id = static_cast<uint16_t>(qp->qp_num);
