@@ -1,0 +1,642 @@
+// braid_nccl_bench: loads an NCCL net plugin exactly as NCCL does (dlopen of
+// libnccl-net-<name>.so, the newest ncclNetPlugin_vN it knows, falling back
+// to older) and drives it as NCCL's proxy would, on host memory. One process
+// per rank; ranks swap their listen handles through a directory.
+//
+//   braid_nccl_bench --rank R --size N --store DIR [--plugin braid] [--api 0|8|10]
+//                    --mode check | bw | allreduce | die [--min-bytes 1] [--max-bytes 64M]
+//
+// check (2 ranks): set-up from several threads at once, every size with
+//   tags, a posted size larger than what is sent, grouped receives, 32
+//   requests in flight, closing comms with requests in flight; each checked.
+// bw (2 ranks): latency (ping-pong) and bandwidth (32 in flight) per size.
+// allreduce (N ranks): ring allreduce of int32 (reduce-scatter, allgather)
+//   over a send comm to the next rank and a receive comm from the previous;
+//   every element checked; algorithm bandwidth per size.
+// die (2 ranks): rank 1 exits while rank 0 waits on a send and a receive:
+//   rank 0 must get an error, not hang.
+// scripts/nccl-ranks.sh starts the ranks (memif or virtio pairs, or a
+// software switch for more ranks). Exit 0 when every check passed.
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nccl/nccl_net.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  int rank = 0;
+  int size = 2;
+  std::string store;
+  std::string plugin;
+  int api = 0;
+  std::string mode = "check";
+  uint64_t min_bytes = 1;
+  uint64_t max_bytes = 64ull << 20;
+  int threads = 4;
+  double timeout_s = 60;
+};
+Options g_opt;
+
+struct Failure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void fail(const std::string& what) { throw Failure(what); }
+
+void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
+            const char* fmt, ...) {
+  if (level > NCCL_LOG_INFO) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "rank %d %s %s:%d %s\n", g_opt.rank, level == NCCL_LOG_WARN ? "WARN" : "INFO",
+               file, line, msg);
+}
+
+// The plugin, whichever interface version it was found with.
+struct Net {
+  int version = 0;
+  ncclNet_v10_t* v10 = nullptr;
+  ncclNet_v8_t* v8 = nullptr;
+
+  void check(ncclResult_t r, const char* call) const {
+    if (r != ncclSuccess) fail(fmt::format("{} returned {}", call, static_cast<int>(r)));
+  }
+  void init() const {
+    check(v10 ? v10->init(logger, nullptr) : v8->init(logger), "init");
+    int n = 0;
+    check(v10 ? v10->devices(&n) : v8->devices(&n), "devices");
+    if (n < 1) fail("the plugin has no device");
+  }
+  void* listen(void* handle) const {
+    void* l = nullptr;
+    check(v10 ? v10->listen(0, handle, &l) : v8->listen(0, handle, &l), "listen");
+    return l;
+  }
+  void* connect(void* handle) const {
+    void* s = nullptr;
+    ncclNetDeviceHandle_v8_t* dev = nullptr;
+    check(v10 ? v10->connect(0, nullptr, handle, &s, &dev) : v8->connect(0, handle, &s, &dev),
+          "connect");
+    return s;
+  }
+  void* accept(void* listen) const {
+    void* r = nullptr;
+    ncclNetDeviceHandle_v8_t* dev = nullptr;
+    check(v10 ? v10->accept(listen, &r, &dev) : v8->accept(listen, &r, &dev), "accept");
+    return r;
+  }
+  void* reg(void* comm, void* data, size_t size) const {
+    void* mh = nullptr;
+    check(v10 ? v10->regMr(comm, data, size, NCCL_PTR_HOST, &mh)
+              : v8->regMr(comm, data, size, NCCL_PTR_HOST, &mh),
+          "regMr");
+    return mh;
+  }
+  void dereg(void* comm, void* mh) const {
+    check(v10 ? v10->deregMr(comm, mh) : v8->deregMr(comm, mh), "deregMr");
+  }
+  // nullptr: not now (NCCL calls again).
+  void* isend(void* comm, void* data, size_t size, int tag, void* mh) const {
+    void* req = nullptr;
+    check(v10 ? v10->isend(comm, data, size, tag, mh, nullptr, &req)
+              : v8->isend(comm, data, static_cast<int>(size), tag, mh, &req),
+          "isend");
+    return req;
+  }
+  void* irecv(void* comm, int n, void** data, const size_t* sizes, int* tags, void** mh) const {
+    void* req = nullptr;
+    if (v10) {
+      std::vector<size_t> s(sizes, sizes + n);
+      std::vector<void*> ph(static_cast<size_t>(n), nullptr);
+      check(v10->irecv(comm, n, data, s.data(), tags, mh, ph.data(), &req), "irecv");
+    } else {
+      std::vector<int> s(sizes, sizes + n);
+      check(v8->irecv(comm, n, data, s.data(), tags, mh, &req), "irecv");
+    }
+    return req;
+  }
+  ncclResult_t test(void* req, int* done, int* sizes) const {
+    return v10 ? v10->test(req, done, sizes) : v8->test(req, done, sizes);
+  }
+  void close_send(void* c) const { check(v10 ? v10->closeSend(c) : v8->closeSend(c), "closeSend"); }
+  void close_recv(void* c) const { check(v10 ? v10->closeRecv(c) : v8->closeRecv(c), "closeRecv"); }
+  void close_listen(void* c) const {
+    check(v10 ? v10->closeListen(c) : v8->closeListen(c), "closeListen");
+  }
+};
+Net g_net;
+
+// As NCCL: NCCL_NET_PLUGIN=<name> loads libnccl-net-<name>.so from the
+// library path (a name with a '/' is a path); the newest interface first.
+void load_plugin(const Options& o) {
+  std::string name = o.plugin;
+  if (name.empty()) name = std::getenv("NCCL_NET_PLUGIN") ? std::getenv("NCCL_NET_PLUGIN") : "braid";
+  const std::string file =
+      name.find('/') != std::string::npos ? name : fmt::format("libnccl-net-{}.so", name);
+  void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) fail(fmt::format("dlopen {}: {}", file, dlerror()));
+  if (o.api == 0 || o.api == 10) g_net.v10 = static_cast<ncclNet_v10_t*>(dlsym(lib, "ncclNetPlugin_v10"));
+  if (g_net.v10 == nullptr && (o.api == 0 || o.api == 8))
+    g_net.v8 = static_cast<ncclNet_v8_t*>(dlsym(lib, "ncclNetPlugin_v8"));
+  if (g_net.v10 == nullptr && g_net.v8 == nullptr)
+    fail(fmt::format("{} exports no ncclNetPlugin_v{}", file, o.api == 0 ? "10 or v8" : std::to_string(o.api)));
+  g_net.version = g_net.v10 ? 10 : 8;
+}
+
+// ---- Ranks meet in a directory -----------------------------------------
+
+void put(const std::string& key, const void* data, size_t len) {
+  const std::string tmp = fmt::format("{}/.{}.{}", g_opt.store, key, g_opt.rank);
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    f.write(static_cast<const char*>(data), static_cast<std::streamsize>(len));
+  }
+  std::filesystem::rename(tmp, g_opt.store + "/" + key);
+}
+void get(const std::string& key, void* data, size_t len) {
+  const std::string path = g_opt.store + "/" + key;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(g_opt.timeout_s);
+  while (!std::filesystem::exists(path)) {
+    if (Clock::now() > deadline) fail("no peer published " + key);
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  std::ifstream f(path, std::ios::binary);
+  f.read(static_cast<char*>(data), static_cast<std::streamsize>(len));
+  if (f.gcount() != static_cast<std::streamsize>(len)) fail("short entry " + key);
+}
+void barrier(const std::string& name) {
+  const char one = 1;
+  put(fmt::format("{}.{}", name, g_opt.rank), &one, 1);
+  char c;
+  for (int r = 0; r < g_opt.size; ++r) get(fmt::format("{}.{}", name, r), &c, 1);
+}
+
+// ---- Comms -------------------------------------------------------------
+
+struct Link {
+  void* send = nullptr;  // to `to`
+  void* recv = nullptr;  // from `from`
+};
+
+// Listens, publishes the handle, connects to `to`'s and accepts `from`, all
+// in one thread: connect and accept must not block for this to finish.
+Link link(const std::string& key, int to, int from) {
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {};
+  void* l = g_net.listen(handle);
+  put(fmt::format("{}.{}", key, g_opt.rank), handle, sizeof handle);
+  char peer[NCCL_NET_HANDLE_MAXSIZE];
+  get(fmt::format("{}.{}", key, to), peer, sizeof peer);
+  Link k;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(g_opt.timeout_s);
+  while (k.send == nullptr || k.recv == nullptr) {
+    if (k.send == nullptr) k.send = g_net.connect(peer);
+    if (k.recv == nullptr) k.recv = g_net.accept(l);
+    if (Clock::now() > deadline) fail("connection set-up did not finish");
+  }
+  g_net.close_listen(l);
+  (void)from;
+  return k;
+}
+void unlink(Link& k) {
+  g_net.close_send(k.send);
+  g_net.close_recv(k.recv);
+  k = Link{};
+}
+
+// Tests until done; the sizes it reports.
+std::vector<int> wait(void* req, int n = 1) {
+  std::vector<int> sizes(static_cast<size_t>(n), -1);
+  int done = 0;
+  const auto deadline = Clock::now() + std::chrono::duration<double>(g_opt.timeout_s);
+  while (!done) {
+    const ncclResult_t r = g_net.test(req, &done, sizes.data());
+    if (r != ncclSuccess) fail(fmt::format("test returned {}", static_cast<int>(r)));
+    if (!done && Clock::now() > deadline) fail("a request never completed");
+  }
+  return sizes;
+}
+void* must_isend(void* comm, void* data, size_t size, int tag, void* mh) {
+  const auto deadline = Clock::now() + std::chrono::duration<double>(g_opt.timeout_s);
+  for (;;) {
+    if (void* r = g_net.isend(comm, data, size, tag, mh)) return r;
+    if (Clock::now() > deadline) fail("isend never took the send (no receive posted?)");
+  }
+}
+void* must_irecv(void* comm, int n, void** data, const size_t* sizes, int* tags, void** mh) {
+  void* r = g_net.irecv(comm, n, data, sizes, tags, mh);
+  if (r == nullptr) fail("irecv refused a receive with fewer than 32 in flight");
+  return r;
+}
+
+uint8_t pattern(uint64_t seed, size_t i) { return static_cast<uint8_t>((seed * 2654435761u + i * 131) >> 3); }
+void fill(std::vector<uint8_t>& b, size_t n, uint64_t seed) {
+  for (size_t i = 0; i < n; ++i) b[i] = pattern(seed, i);
+}
+void expect_bytes(const std::vector<uint8_t>& b, size_t n, uint64_t seed, const std::string& what) {
+  for (size_t i = 0; i < n; ++i) {
+    if (b[i] != pattern(seed, i)) fail(fmt::format("{}: byte {} of {} is wrong", what, i, n));
+  }
+}
+
+// Both ranks send `size` bytes to each other with `tag`, into receive
+// buffers `extra` bytes larger, and check what arrived and that nothing
+// beyond it was touched.
+void swap_once(const Link& k, size_t size, int tag, size_t extra) {
+  std::vector<uint8_t> out(std::max<size_t>(size, 1)), in(size + extra + 1, 0xee);
+  const int peer = 1 - g_opt.rank;
+  fill(out, size, size * 31 + static_cast<uint64_t>(tag) * 7 + static_cast<uint64_t>(g_opt.rank));
+  void* smh = g_net.reg(k.send, out.data(), out.size());
+  void* rmh = g_net.reg(k.recv, in.data(), in.size());
+  void* rdata = in.data();
+  const size_t posted = size + extra;
+  int rtag = tag;
+  void* rr = must_irecv(k.recv, 1, &rdata, &posted, &rtag, &rmh);
+  void* sr = must_isend(k.send, out.data(), size, tag, smh);
+  const std::vector<int> got = wait(rr);
+  wait(sr);
+  if (got[0] != static_cast<int>(size)) fail(fmt::format("size {} tag {}: test says {}", size, tag, got[0]));
+  expect_bytes(in, size, size * 31 + static_cast<uint64_t>(tag) * 7 + static_cast<uint64_t>(peer),
+               fmt::format("size {}", size));
+  for (size_t i = size; i < in.size(); ++i) {
+    if (in[i] != 0xee) fail(fmt::format("size {}: byte {} beyond the message was written", size, i));
+  }
+  g_net.dereg(k.send, smh);
+  g_net.dereg(k.recv, rmh);
+}
+
+std::vector<size_t> sizes_between(uint64_t lo, uint64_t hi) {
+  std::vector<size_t> v;
+  for (uint64_t s = std::max<uint64_t>(lo, 1); s <= hi; s *= 2) v.push_back(s);
+  return v;
+}
+
+// ---- Modes ---------------------------------------------------------------
+
+void check_mode() {
+  if (g_opt.size != 2) fail("--mode check takes 2 ranks");
+  const int peer = 1 - g_opt.rank;
+  // 1. Set-up from several threads at once, each with its own comms.
+  {
+    std::vector<std::thread> ts;
+    std::vector<std::string> errors(static_cast<size_t>(g_opt.threads));
+    for (int t = 0; t < g_opt.threads; ++t) {
+      ts.emplace_back([t, peer, &errors] {
+        try {
+          Link k = link(fmt::format("thread{}", t), peer, peer);
+          swap_once(k, 4096 + static_cast<size_t>(t), t, 0);
+          unlink(k);
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(t)] = e.what();
+        }
+      });
+    }
+    for (auto& t : ts) t.join();
+    for (const auto& e : errors) {
+      if (!e.empty()) fail("threaded set-up: " + e);
+    }
+    std::printf("set-up from %d threads at once: ok\n", g_opt.threads);
+  }
+  Link k = link("main", peer, peer);
+  // 2. Every size with a tag of its own; a posted buffer larger than sent.
+  std::vector<size_t> sizes{0, 1, 3, 7, 100, 1000, 1416, 1417, 4095, 65537};
+  for (size_t s : sizes_between(g_opt.min_bytes, g_opt.max_bytes)) sizes.push_back(s);
+  for (size_t i = 0; i < sizes.size(); ++i) swap_once(k, sizes[i], static_cast<int>(i), i % 3 == 0 ? 0 : 64);
+  std::printf("%zu sizes, 0 B to %zu B, tags and larger posted buffers: ok\n", sizes.size(), sizes.back());
+  // 3. Grouped receive of 8 buffers; the sender sends them in another order.
+  {
+    constexpr int n = 8;
+    std::vector<std::vector<uint8_t>> in(n), out(n);
+    void* data[n];
+    void* rmh[n];
+    void* smh[n];
+    size_t posted[n];
+    int tags[n];
+    for (int i = 0; i < n; ++i) {
+      in[i].assign(1000 * (i + 1), 0xee);
+      out[i].resize(997 * (i + 1));
+      fill(out[i], out[i].size(), 1000 + static_cast<uint64_t>(i) + 100 * static_cast<uint64_t>(g_opt.rank));
+      data[i] = in[i].data();
+      posted[i] = in[i].size();
+      tags[i] = 100 + i;
+      rmh[i] = g_net.reg(k.recv, in[i].data(), in[i].size());
+      smh[i] = g_net.reg(k.send, out[i].data(), out[i].size());
+    }
+    void* rr = must_irecv(k.recv, n, data, posted, tags, rmh);
+    const int order[n] = {5, 2, 7, 0, 3, 6, 1, 4};
+    void* sr[n];
+    for (int j = 0; j < n; ++j) {
+      const int i = order[j];
+      sr[j] = must_isend(k.send, out[i].data(), out[i].size(), tags[i], smh[i]);
+    }
+    const std::vector<int> got = wait(rr, n);
+    for (void* r : sr) wait(r);
+    for (int i = 0; i < n; ++i) {
+      if (got[static_cast<size_t>(i)] != 997 * (i + 1))
+        fail(fmt::format("grouped receive: buffer {} has size {}", i, got[static_cast<size_t>(i)]));
+      expect_bytes(in[i], 997 * static_cast<size_t>(i + 1),
+                   1000 + static_cast<uint64_t>(i) + 100 * static_cast<uint64_t>(peer),
+                   fmt::format("grouped receive buffer {}", i));
+      g_net.dereg(k.recv, rmh[i]);
+      g_net.dereg(k.send, smh[i]);
+    }
+    std::printf("grouped receive of %d buffers, sent in another order: ok\n", n);
+  }
+  // 4. 32 requests in flight each way; a 33rd receive is refused for now.
+  {
+    constexpr int n = NCCL_NET_MAX_REQUESTS;
+    constexpr size_t len = 65536;
+    std::vector<uint8_t> in(n * len, 0), out(n * len);
+    fill(out, out.size(), 77 + static_cast<uint64_t>(g_opt.rank));
+    void* rmh = g_net.reg(k.recv, in.data(), in.size());
+    void* smh = g_net.reg(k.send, out.data(), out.size());
+    std::vector<void*> rr, sr;
+    for (int i = 0; i < n; ++i) {
+      void* d = in.data() + i * len;
+      int tag = i;
+      rr.push_back(must_irecv(k.recv, 1, &d, &len, &tag, &rmh));
+    }
+    {
+      void* d = in.data();
+      int tag = n;
+      if (g_net.irecv(k.recv, 1, &d, &len, &tag, &rmh) != nullptr) fail("a 33rd receive was taken");
+    }
+    for (int i = 0; i < n; ++i) sr.push_back(must_isend(k.send, out.data() + i * len, len, i, smh));
+    for (void* r : rr) wait(r);
+    for (void* r : sr) wait(r);
+    expect_bytes(in, in.size(), 77 + static_cast<uint64_t>(peer), "32 in flight");
+    g_net.dereg(k.recv, rmh);
+    g_net.dereg(k.send, smh);
+    std::printf("%d requests in flight each way, a 33rd refused: ok\n", n);
+  }
+  // 5. Comms closed with requests in flight, then a new pair works.
+  {
+    std::vector<uint8_t> in(4 * 4096), out(4096, 1);
+    void* rmh = g_net.reg(k.recv, in.data(), in.size());
+    void* smh = g_net.reg(k.send, out.data(), out.size());
+    for (int i = 0; i < 4; ++i) {
+      void* d = in.data() + i * 4096;
+      size_t len = 4096;
+      int tag = i;
+      must_irecv(k.recv, 1, &d, &len, &tag, &rmh);
+    }
+    must_isend(k.send, out.data(), out.size(), 0, smh);  // in flight (or done) at close
+    barrier("inflight");
+    g_net.dereg(k.recv, rmh);
+    g_net.dereg(k.send, smh);
+    unlink(k);
+    barrier("closed");
+    Link again = link("again", peer, peer);
+    swap_once(again, 100000, 9, 0);
+    unlink(again);
+    std::printf("comms closed with requests in flight; a new pair works: ok\n");
+  }
+}
+
+void bw_mode() {
+  if (g_opt.size != 2) fail("--mode bw takes 2 ranks");
+  const int peer = 1 - g_opt.rank;
+  Link k = link("bw", peer, peer);
+  const size_t maxb = g_opt.max_bytes;
+  std::vector<uint8_t> buf(std::max<size_t>(maxb, 1) * 2);
+  void* smh = g_net.reg(k.send, buf.data(), maxb);
+  void* rmh = g_net.reg(k.recv, buf.data() + maxb, maxb);
+  void* rdata = buf.data() + maxb;
+  if (g_opt.rank == 0) {
+    std::printf("plugin API v%d\n%12s %8s %14s %10s %14s\n", g_net.version, "#bytes", "#iters",
+                "lat typ[us]", "#iters", "BW [MiB/s]");
+  }
+  for (size_t size : sizes_between(g_opt.min_bytes, maxb)) {
+    // Latency: ping-pong, half the round trip; the median.
+    const int lat_iters = size <= 65536 ? 1000 : 100;
+    std::vector<double> half;
+    for (int i = 0; i < lat_iters; ++i) {
+      int tag = 0;
+      size_t posted = size;
+      const auto t0 = Clock::now();
+      if (g_opt.rank == 0) {
+        void* s = must_isend(k.send, buf.data(), size, 0, smh);
+        void* r = must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
+        wait(r);
+        wait(s);
+      } else {
+        void* r = must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
+        wait(r);
+        wait(must_isend(k.send, buf.data(), size, 0, smh));
+      }
+      half.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
+    }
+    std::nth_element(half.begin(), half.begin() + lat_iters / 2, half.end());
+    // Bandwidth: rank 0 sends, 32 in flight; rank 1 answers the last.
+    const int iters = static_cast<int>(std::clamp<uint64_t>((512ull << 20) / size, 64, 20000));
+    barrier(fmt::format("bw{}", size));
+    const auto t0 = Clock::now();
+    std::vector<void*> window;
+    int posted_n = 0, done_n = 0;
+    while (done_n < iters) {
+      while (posted_n < iters && static_cast<int>(window.size()) < NCCL_NET_MAX_REQUESTS) {
+        int tag = 0;
+        size_t posted = size;
+        void* r = g_opt.rank == 0 ? g_net.isend(k.send, buf.data(), size, 0, smh)
+                                  : g_net.irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
+        if (r == nullptr) break;
+        window.push_back(r);
+        ++posted_n;
+      }
+      int done = 0;
+      if (!window.empty()) {
+        if (g_net.test(window.front(), &done, nullptr) != ncclSuccess) fail("test failed in bw");
+        if (done) {
+          window.erase(window.begin());
+          ++done_n;
+        }
+      }
+    }
+    int tag = 1;
+    size_t zero = 0;
+    if (g_opt.rank == 0) {
+      wait(must_irecv(k.recv, 1, &rdata, &zero, &tag, &rmh));
+      const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+      std::printf("%12zu %8d %14.2f %10d %14.1f\n", size, lat_iters, half[lat_iters / 2], iters,
+                  static_cast<double>(size) * iters / s / (1 << 20));
+      std::fflush(stdout);
+    } else {
+      wait(must_isend(k.send, buf.data(), 0, 1, smh));
+    }
+  }
+  g_net.dereg(k.send, smh);
+  g_net.dereg(k.recv, rmh);
+  barrier("bw-end");
+  unlink(k);
+}
+
+void allreduce_mode() {
+  const int n = g_opt.size, r = g_opt.rank;
+  const int next = (r + 1) % n, prev = (r + n - 1) % n;
+  Link k = link("ring", next, prev);
+  const size_t max_count = std::max<size_t>(g_opt.max_bytes / 4, 1);
+  std::vector<int32_t> data(max_count), tmp(max_count);
+  void* dmh = g_net.reg(k.send, data.data(), data.size() * 4);
+  void* tmh = g_net.reg(k.recv, tmp.data(), tmp.size() * 4);
+  if (r == 0)
+    std::printf("ring allreduce, %d ranks, plugin API v%d\n%12s %8s %12s %14s\n", n, g_net.version,
+                "#bytes", "#iters", "time [us]", "algbw [MiB/s]");
+  for (size_t bytes : sizes_between(std::max<uint64_t>(g_opt.min_bytes, 4), g_opt.max_bytes)) {
+    const size_t count = bytes / 4;
+    const int iters = static_cast<int>(std::clamp<uint64_t>((64ull << 20) / bytes, 3, 200));
+    // Chunk c: elements [c * count / n, (c + 1) * count / n).
+    auto lo = [&](int c) { return static_cast<size_t>(c) * count / static_cast<size_t>(n); };
+    auto step = [&](int send_chunk, int recv_chunk, int tag, bool reduce) {
+      const size_t rlen = lo(recv_chunk + 1) - lo(recv_chunk);
+      const size_t slen = lo(send_chunk + 1) - lo(send_chunk);
+      void* dst = reduce ? static_cast<void*>(tmp.data()) : static_cast<void*>(data.data() + lo(recv_chunk));
+      void* dst_mh = reduce ? tmh : nullptr;
+      // The allgather receives into `data` itself: register it on the
+      // receive comm too (regIsGlobal: one registration serves both).
+      if (!reduce) dst_mh = dmh;
+      const size_t posted = rlen * 4;
+      int t = tag;
+      void* rr = must_irecv(k.recv, 1, &dst, &posted, &t, &dst_mh);
+      void* sr = must_isend(k.send, data.data() + lo(send_chunk), slen * 4, tag, dmh);
+      const std::vector<int> got = wait(rr);
+      wait(sr);
+      if (got[0] != static_cast<int>(rlen * 4)) fail("allreduce: a chunk of the wrong size");
+      if (reduce) {
+        for (size_t i = 0; i < rlen; ++i) data[lo(recv_chunk) + i] += tmp[i];
+      }
+    };
+    double total = 0;
+    for (int it = 0; it < iters; ++it) {
+      for (size_t i = 0; i < count; ++i) data[i] = r * 7 + static_cast<int32_t>(i % 1000);
+      barrier(fmt::format("ar{}.{}", bytes, it));
+      const auto t0 = Clock::now();
+      for (int s = 0; s < n - 1; ++s) step((r - s + n) % n, (r - s - 1 + n) % n, s, true);
+      for (int s = 0; s < n - 1; ++s) step((r - s + 1 + n) % n, (r - s + n) % n, n + s, false);
+      total += std::chrono::duration<double>(Clock::now() - t0).count();
+      const int32_t base = 7 * n * (n - 1) / 2;
+      for (size_t i = 0; i < count; ++i) {
+        if (data[i] != base + n * static_cast<int32_t>(i % 1000))
+          fail(fmt::format("allreduce {} B: element {} is {}, not {}", bytes, i, data[i],
+                           base + n * static_cast<int32_t>(i % 1000)));
+      }
+    }
+    if (r == 0) {
+      std::printf("%12zu %8d %12.1f %14.1f\n", bytes, iters, total / iters * 1e6,
+                  static_cast<double>(bytes) * iters / total / (1 << 20));
+      std::fflush(stdout);
+    }
+  }
+  g_net.dereg(k.send, dmh);
+  g_net.dereg(k.recv, tmh);
+  barrier("ring-end");
+  unlink(k);
+}
+
+void die_mode() {
+  if (g_opt.size != 2) fail("--mode die takes 2 ranks");
+  const int peer = 1 - g_opt.rank;
+  Link k = link("die", peer, peer);
+  swap_once(k, 65536, 1, 0);
+  std::vector<uint8_t> in(1 << 20), out(1 << 20, 3);
+  void* rmh = g_net.reg(k.recv, in.data(), in.size());
+  void* smh = g_net.reg(k.send, out.data(), out.size());
+  barrier("die");
+  if (g_opt.rank == 1) {
+    std::printf("rank 1 exits without closing anything\n");
+    std::fflush(stdout);
+    std::_Exit(0);
+  }
+  void* d = in.data();
+  size_t len = in.size();
+  int tag = 2;
+  void* rr = must_irecv(k.recv, 1, &d, &len, &tag, &rmh);
+  const auto t0 = Clock::now();
+  int done = 0;
+  ncclResult_t res = ncclSuccess;
+  while (!done && res == ncclSuccess) {
+    res = g_net.test(rr, &done, nullptr);
+    if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s)) fail("the receive hung");
+  }
+  if (res == ncclSuccess) fail("a receive from a dead peer completed");
+  // A send to it fails too (or is never taken: no receive will be posted).
+  void* sr = nullptr;
+  while (res != ncclSuccess && sr == nullptr) {
+    void* req = nullptr;
+    const ncclResult_t s = g_net.v10 ? g_net.v10->isend(k.send, out.data(), 4096, 2, smh, nullptr, &req)
+                                     : g_net.v8->isend(k.send, out.data(), 4096, 2, smh, &req);
+    if (s != ncclSuccess) break;
+    if (req != nullptr) sr = req;
+    if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s)) fail("the send hung");
+  }
+  std::printf("peer died: the receive failed with %d after %.0f ms, no hang: ok\n", static_cast<int>(res),
+              std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  g_net.close_send(k.send);
+  g_net.close_recv(k.recv);
+}
+
+uint64_t parse_bytes(const std::string& s) {
+  size_t pos = 0;
+  uint64_t v = std::stoull(s, &pos);
+  const std::string unit = s.substr(pos);
+  if (unit == "K" || unit == "k") v <<= 10;
+  else if (unit == "M" || unit == "m") v <<= 20;
+  else if (unit == "G" || unit == "g") v <<= 30;
+  else if (!unit.empty()) throw std::invalid_argument("unit " + unit);
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"braid_nccl_bench: an NCCL net plugin driven as NCCL does"};
+  Options& o = g_opt;
+  std::string min_b = "1", max_b = "64M";
+  app.add_option("--rank", o.rank)->required();
+  app.add_option("--size", o.size)->required()->check(CLI::Range(2, 64));
+  app.add_option("--store", o.store, "directory shared by the ranks")->required();
+  app.add_option("--plugin", o.plugin, "name (libnccl-net-NAME.so) or path; default $NCCL_NET_PLUGIN or braid");
+  app.add_option("--api", o.api, "plugin interface version: 0 newest found, 8 or 10")
+      ->check(CLI::IsMember({0, 8, 10}));
+  app.add_option("--mode", o.mode)->check(CLI::IsMember({"check", "bw", "allreduce", "die"}));
+  app.add_option("--min-bytes", min_b);
+  app.add_option("--max-bytes", max_b);
+  app.add_option("--threads", o.threads, "check: threads setting up comms at once")->check(CLI::Range(1, 16));
+  app.add_option("--timeout", o.timeout_s, "seconds any wait may take");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    o.min_bytes = parse_bytes(min_b);
+    o.max_bytes = parse_bytes(max_b);
+    if (o.max_bytes > (1ull << 30)) fail("--max-bytes: at most 1G");
+    load_plugin(o);
+    g_net.init();
+    if (o.rank == 0) std::printf("plugin %s, API v%d\n", g_net.v10 ? g_net.v10->name : g_net.v8->name, g_net.version);
+    if (o.mode == "check") check_mode();
+    if (o.mode == "bw") bw_mode();
+    if (o.mode == "allreduce") allreduce_mode();
+    if (o.mode == "die") die_mode();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: FAILED: %s\n", o.rank, e.what());
+    return 1;
+  }
+  std::printf("rank %d: ok\n", o.rank);
+  return 0;
+}

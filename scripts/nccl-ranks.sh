@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Runs braid_nccl_bench (an NCCL net plugin driven as NCCL does) as N ranks
+# on this host, with Braid's plugin libnccl-net-braid.so; the ranks meet in
+# a directory.
+#   scripts/nccl-ranks.sh [--path memif|virtio|switch] [--ranks 2] [bench arguments...]
+# e.g. scripts/nccl-ranks.sh --mode check
+#      scripts/nccl-ranks.sh --path switch --ranks 8 --mode allreduce --max-bytes 4M
+# Rank 0's output on stdout; every rank's output when one fails. Built
+# programs from $BRAID_BUILD_DIR (default build/release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+path=memif
+ranks=2
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --path) path="$2"; shift 2 ;;
+    --ranks) ranks="$2"; shift 2 ;;
+    *) break ;;
+  esac
+done
+build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
+bin="$build_dir/apps/nccl/braid_nccl_bench"
+[[ -x "$bin" && -e "$build_dir/nccl/libnccl-net-braid.so" ]] || {
+  echo "nccl-ranks: $bin or the plugin not built" >&2
+  exit 1
+}
+source scripts/lib/vnic-pair.sh
+source scripts/lib/ranks.sh
+pair_run_dir braid-nccl
+mkdir -p "$run_dir/store"
+trap 'ranks_kill; rm -rf "$run_dir"' EXIT
+# As NCCL finds it: NCCL_NET_PLUGIN=braid, the library on the search path.
+export NCCL_NET_PLUGIN=braid
+# Connection set-up over loopback (on a cluster: the hosts' own addresses).
+export BRAID_NCCL_OOB_ADDR="${BRAID_NCCL_OOB_ADDR:-127.0.0.1}"
+export LD_LIBRARY_PATH="$build_dir/nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+ranks_start "$path" "$ranks" "$run_dir" "$bin" --size "$ranks" --store "$run_dir/store" "$@"
+failed=0
+ranks_wait || failed=1
+cat "$run_dir/rank0.log"
+if [[ $failed -ne 0 ]]; then
+  for ((r = 1; r < ranks; r++)); do
+    echo "---- rank $r ----"
+    cat "$run_dir/rank$r.log"
+  done
+  echo "nccl-ranks: a rank failed" >&2
+  exit 1
+fi
