@@ -51,6 +51,7 @@ struct Options {
   uint64_t min_bytes = 1;
   uint64_t max_bytes = 64ull << 20;
   int threads = 4;
+  int max_iters = 200;
   double timeout_s = 60;
 };
 Options g_opt;
@@ -427,7 +428,7 @@ void bw_mode() {
   }
   for (size_t size : sizes_between(g_opt.min_bytes, maxb)) {
     // Latency: ping-pong, half the round trip; the median.
-    const int lat_iters = size <= 65536 ? 1000 : 100;
+    const int lat_iters = std::min(size <= 65536 ? 1000 : 100, g_opt.max_iters);
     std::vector<double> half;
     for (int i = 0; i < lat_iters; ++i) {
       int tag = 0;
@@ -448,6 +449,7 @@ void bw_mode() {
     std::nth_element(half.begin(), half.begin() + lat_iters / 2, half.end());
     // Bandwidth: rank 0 sends, 32 in flight; rank 1 answers the last.
     const int iters = static_cast<int>(std::clamp<uint64_t>((512ull << 20) / size, 64, 20000));
+
     barrier(fmt::format("bw{}", size));
     const auto t0 = Clock::now();
     std::vector<void*> window;
@@ -502,7 +504,8 @@ void allreduce_mode() {
                 "#bytes", "#iters", "time [us]", "algbw [MiB/s]");
   for (size_t bytes : sizes_between(std::max<uint64_t>(g_opt.min_bytes, 4), g_opt.max_bytes)) {
     const size_t count = bytes / 4;
-    const int iters = static_cast<int>(std::clamp<uint64_t>((64ull << 20) / bytes, 3, 200));
+    const int iters = static_cast<int>(
+        std::clamp<uint64_t>((64ull << 20) / bytes, 1, static_cast<uint64_t>(g_opt.max_iters)));
     // Chunk c: elements [c * count / n, (c + 1) * count / n).
     auto lo = [&](int c) { return static_cast<size_t>(c) * count / static_cast<size_t>(n); };
     auto step = [&](int send_chunk, int recv_chunk, int tag, bool reduce) {
@@ -621,6 +624,8 @@ int main(int argc, char** argv) {
   app.add_option("--max-bytes", max_b);
   app.add_option("--threads", o.threads, "check: threads setting up comms at once")->check(CLI::Range(1, 16));
   app.add_option("--timeout", o.timeout_s, "seconds any wait may take");
+  app.add_option("--max-iters", o.max_iters, "allreduce and latency: iterations per size at most")
+      ->check(CLI::Range(1, 100000));
   CLI11_PARSE(app, argc, argv);
   try {
     o.min_bytes = parse_bytes(min_b);
