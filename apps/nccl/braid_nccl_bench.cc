@@ -592,6 +592,8 @@ void die_mode() {
   }
   std::printf("peer died: the receive failed with %d after %.0f ms, no hang: ok\n", static_cast<int>(res),
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+  g_net.dereg(k.recv, rmh);
+  g_net.dereg(k.send, smh);
   g_net.close_send(k.send);
   g_net.close_recv(k.recv);
 }
