@@ -59,7 +59,9 @@ Options g_opt;
 struct Failure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
-[[noreturn]] void fail(const std::string& what) { throw Failure(what); }
+[[noreturn]] void fail(const std::string& what) {
+  throw Failure(what);
+}
 
 void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, int line,
             const char* fmt, ...) {
@@ -69,8 +71,8 @@ void logger(ncclDebugLogLevel level, unsigned long /*flags*/, const char* file, 
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  std::fprintf(stderr, "rank %d %s %s:%d %s\n", g_opt.rank, level == NCCL_LOG_WARN ? "WARN" : "INFO",
-               file, line, msg);
+  std::fprintf(stderr, "rank %d %s %s:%d %s\n", g_opt.rank,
+               level == NCCL_LOG_WARN ? "WARN" : "INFO", file, line, msg);
 }
 
 // The plugin, whichever interface version it was found with.
@@ -151,16 +153,19 @@ Net g_net;
 // library path (a name with a '/' is a path); the newest interface first.
 void load_plugin(const Options& o) {
   std::string name = o.plugin;
-  if (name.empty()) name = std::getenv("NCCL_NET_PLUGIN") ? std::getenv("NCCL_NET_PLUGIN") : "braid";
+  if (name.empty())
+    name = std::getenv("NCCL_NET_PLUGIN") ? std::getenv("NCCL_NET_PLUGIN") : "braid";
   const std::string file =
       name.find('/') != std::string::npos ? name : fmt::format("libnccl-net-{}.so", name);
   void* lib = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) fail(fmt::format("dlopen {}: {}", file, dlerror()));
-  if (o.api == 0 || o.api == 10) g_net.v10 = static_cast<ncclNet_v10_t*>(dlsym(lib, "ncclNetPlugin_v10"));
+  if (o.api == 0 || o.api == 10)
+    g_net.v10 = static_cast<ncclNet_v10_t*>(dlsym(lib, "ncclNetPlugin_v10"));
   if (g_net.v10 == nullptr && (o.api == 0 || o.api == 8))
     g_net.v8 = static_cast<ncclNet_v8_t*>(dlsym(lib, "ncclNetPlugin_v8"));
   if (g_net.v10 == nullptr && g_net.v8 == nullptr)
-    fail(fmt::format("{} exports no ncclNetPlugin_v{}", file, o.api == 0 ? "10 or v8" : std::to_string(o.api)));
+    fail(fmt::format("{} exports no ncclNetPlugin_v{}", file,
+                     o.api == 0 ? "10 or v8" : std::to_string(o.api)));
   g_net.version = g_net.v10 ? 10 : 8;
 }
 
@@ -249,7 +254,9 @@ void* must_irecv(void* comm, int n, void** data, const size_t* sizes, int* tags,
   return r;
 }
 
-uint8_t pattern(uint64_t seed, size_t i) { return static_cast<uint8_t>((seed * 2654435761u + i * 131) >> 3); }
+uint8_t pattern(uint64_t seed, size_t i) {
+  return static_cast<uint8_t>((seed * 2654435761u + i * 131) >> 3);
+}
 void fill(std::vector<uint8_t>& b, size_t n, uint64_t seed) {
   for (size_t i = 0; i < n; ++i) b[i] = pattern(seed, i);
 }
@@ -275,11 +282,13 @@ void swap_once(const Link& k, size_t size, int tag, size_t extra) {
   void* sr = must_isend(k.send, out.data(), size, tag, smh);
   const std::vector<int> got = wait(rr);
   wait(sr);
-  if (got[0] != static_cast<int>(size)) fail(fmt::format("size {} tag {}: test says {}", size, tag, got[0]));
+  if (got[0] != static_cast<int>(size))
+    fail(fmt::format("size {} tag {}: test says {}", size, tag, got[0]));
   expect_bytes(in, size, size * 31 + static_cast<uint64_t>(tag) * 7 + static_cast<uint64_t>(peer),
                fmt::format("size {}", size));
   for (size_t i = size; i < in.size(); ++i) {
-    if (in[i] != 0xee) fail(fmt::format("size {}: byte {} beyond the message was written", size, i));
+    if (in[i] != 0xee)
+      fail(fmt::format("size {}: byte {} beyond the message was written", size, i));
   }
   g_net.dereg(k.send, smh);
   g_net.dereg(k.recv, rmh);
@@ -321,8 +330,10 @@ void check_mode() {
   // 2. Every size with a tag of its own; a posted buffer larger than sent.
   std::vector<size_t> sizes{0, 1, 3, 7, 100, 1000, 1416, 1417, 4095, 65537};
   for (size_t s : sizes_between(g_opt.min_bytes, g_opt.max_bytes)) sizes.push_back(s);
-  for (size_t i = 0; i < sizes.size(); ++i) swap_once(k, sizes[i], static_cast<int>(i), i % 3 == 0 ? 0 : 64);
-  std::printf("%zu sizes, 0 B to %zu B, tags and larger posted buffers: ok\n", sizes.size(), sizes.back());
+  for (size_t i = 0; i < sizes.size(); ++i)
+    swap_once(k, sizes[i], static_cast<int>(i), i % 3 == 0 ? 0 : 64);
+  std::printf("%zu sizes, 0 B to %zu B, tags and larger posted buffers: ok\n", sizes.size(),
+              sizes.back());
   // 3. Grouped receive of 8 buffers; the sender sends them in another order.
   {
     constexpr int n = 8;
@@ -335,7 +346,8 @@ void check_mode() {
     for (int i = 0; i < n; ++i) {
       in[i].assign(1000 * (i + 1), 0xee);
       out[i].resize(997 * (i + 1));
-      fill(out[i], out[i].size(), 1000 + static_cast<uint64_t>(i) + 100 * static_cast<uint64_t>(g_opt.rank));
+      fill(out[i], out[i].size(),
+           1000 + static_cast<uint64_t>(i) + 100 * static_cast<uint64_t>(g_opt.rank));
       data[i] = in[i].data();
       posted[i] = in[i].size();
       tags[i] = 100 + i;
@@ -511,7 +523,8 @@ void allreduce_mode() {
     auto step = [&](int send_chunk, int recv_chunk, int tag, bool reduce) {
       const size_t rlen = lo(recv_chunk + 1) - lo(recv_chunk);
       const size_t slen = lo(send_chunk + 1) - lo(send_chunk);
-      void* dst = reduce ? static_cast<void*>(tmp.data()) : static_cast<void*>(data.data() + lo(recv_chunk));
+      void* dst = reduce ? static_cast<void*>(tmp.data())
+                         : static_cast<void*>(data.data() + lo(recv_chunk));
       void* dst_mh = reduce ? tmh : nullptr;
       // The allgather receives into `data` itself: register it on the
       // receive comm too (regIsGlobal: one registration serves both).
@@ -577,20 +590,23 @@ void die_mode() {
   ncclResult_t res = ncclSuccess;
   while (!done && res == ncclSuccess) {
     res = g_net.test(rr, &done, nullptr);
-    if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s)) fail("the receive hung");
+    if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s))
+      fail("the receive hung");
   }
   if (res == ncclSuccess) fail("a receive from a dead peer completed");
   // A send to it fails too (or is never taken: no receive will be posted).
   void* sr = nullptr;
   while (res != ncclSuccess && sr == nullptr) {
     void* req = nullptr;
-    const ncclResult_t s = g_net.v10 ? g_net.v10->isend(k.send, out.data(), 4096, 2, smh, nullptr, &req)
-                                     : g_net.v8->isend(k.send, out.data(), 4096, 2, smh, &req);
+    const ncclResult_t s = g_net.v10
+                               ? g_net.v10->isend(k.send, out.data(), 4096, 2, smh, nullptr, &req)
+                               : g_net.v8->isend(k.send, out.data(), 4096, 2, smh, &req);
     if (s != ncclSuccess) break;
     if (req != nullptr) sr = req;
     if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s)) fail("the send hung");
   }
-  std::printf("peer died: the receive failed with %d after %.0f ms, no hang: ok\n", static_cast<int>(res),
+  std::printf("peer died: the receive failed with %d after %.0f ms, no hang: ok\n",
+              static_cast<int>(res),
               std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
   g_net.dereg(k.recv, rmh);
   g_net.dereg(k.send, smh);
@@ -602,10 +618,14 @@ uint64_t parse_bytes(const std::string& s) {
   size_t pos = 0;
   uint64_t v = std::stoull(s, &pos);
   const std::string unit = s.substr(pos);
-  if (unit == "K" || unit == "k") v <<= 10;
-  else if (unit == "M" || unit == "m") v <<= 20;
-  else if (unit == "G" || unit == "g") v <<= 30;
-  else if (!unit.empty()) throw std::invalid_argument("unit " + unit);
+  if (unit == "K" || unit == "k")
+    v <<= 10;
+  else if (unit == "M" || unit == "m")
+    v <<= 20;
+  else if (unit == "G" || unit == "g")
+    v <<= 30;
+  else if (!unit.empty())
+    throw std::invalid_argument("unit " + unit);
   return v;
 }
 
@@ -618,13 +638,15 @@ int main(int argc, char** argv) {
   app.add_option("--rank", o.rank)->required();
   app.add_option("--size", o.size)->required()->check(CLI::Range(2, 64));
   app.add_option("--store", o.store, "directory shared by the ranks")->required();
-  app.add_option("--plugin", o.plugin, "name (libnccl-net-NAME.so) or path; default $NCCL_NET_PLUGIN or braid");
+  app.add_option("--plugin", o.plugin,
+                 "name (libnccl-net-NAME.so) or path; default $NCCL_NET_PLUGIN or braid");
   app.add_option("--api", o.api, "plugin interface version: 0 newest found, 8 or 10")
       ->check(CLI::IsMember({0, 8, 10}));
   app.add_option("--mode", o.mode)->check(CLI::IsMember({"check", "bw", "allreduce", "die"}));
   app.add_option("--min-bytes", min_b);
   app.add_option("--max-bytes", max_b);
-  app.add_option("--threads", o.threads, "check: threads setting up comms at once")->check(CLI::Range(1, 16));
+  app.add_option("--threads", o.threads, "check: threads setting up comms at once")
+      ->check(CLI::Range(1, 16));
   app.add_option("--timeout", o.timeout_s, "seconds any wait may take");
   app.add_option("--max-iters", o.max_iters, "allreduce and latency: iterations per size at most")
       ->check(CLI::Range(1, 100000));
@@ -635,7 +657,9 @@ int main(int argc, char** argv) {
     if (o.max_bytes > (1ull << 30)) fail("--max-bytes: at most 1G");
     load_plugin(o);
     g_net.init();
-    if (o.rank == 0) std::printf("plugin %s, API v%d\n", g_net.v10 ? g_net.v10->name : g_net.v8->name, g_net.version);
+    if (o.rank == 0)
+      std::printf("plugin %s, API v%d\n", g_net.v10 ? g_net.v10->name : g_net.v8->name,
+                  g_net.version);
     if (o.mode == "check") check_mode();
     if (o.mode == "bw") bw_mode();
     if (o.mode == "allreduce") allreduce_mode();

@@ -49,10 +49,10 @@
 
 namespace {
 
-constexpr int kMaxRecvs = 8;                        // buffers of one grouped receive
-constexpr int kSlots = NCCL_NET_MAX_REQUESTS;       // requests in flight per comm
+constexpr int kMaxRecvs = 8;                             // buffers of one grouped receive
+constexpr int kSlots = NCCL_NET_MAX_REQUESTS;            // requests in flight per comm
 constexpr uint64_t kHandleMagic = 0x4252414944'4e43ull;  // "BRAIDNC"
-constexpr uint32_t kInfoMagic = 0x42524e31;          // "BRN1"
+constexpr uint32_t kInfoMagic = 0x42524e31;              // "BRN1"
 constexpr int kCqDepth = 1024;
 constexpr uint32_t kSendDepth = 2 * kSlots;
 constexpr uint32_t kRecvDepth = kSlots * kMaxRecvs + kSlots;
@@ -129,7 +129,7 @@ ncclResult_t open_device() {
     return ncclInvalidArgument;
   }
   braid_device_config cfg = s.to_config();
-  cfg.progress_thread = 1;  // NCCL's threads call in; the engine runs between calls
+  cfg.progress_thread = 1;   // NCCL's threads call in; the engine runs between calls
   cfg.rtr_arp_wait_us = -1;  // connect and accept never wait for ARP
   g_dev.ctx = braid_open_device(&cfg);
   if (g_dev.ctx == nullptr) {
@@ -140,7 +140,8 @@ ncclResult_t open_device() {
   braid_port_attr port{};
   braid_device_attr dev{};
   if (g_dev.pd == nullptr || braid_query_port(g_dev.ctx, 1, &port) != 0 ||
-      braid_query_device(g_dev.ctx, &dev) != 0 || braid_query_gid(g_dev.ctx, 1, 0, &g_dev.gid) != 0) {
+      braid_query_device(g_dev.ctx, &dev) != 0 ||
+      braid_query_gid(g_dev.ctx, 1, 0, &g_dev.gid) != 0) {
     WARN("cannot set up Braid port %s: %s", s.port.c_str(), braid_last_error());
     if (g_dev.pd != nullptr) braid_dealloc_pd(g_dev.pd);
     braid_close_device(g_dev.ctx);
@@ -155,7 +156,8 @@ ncclResult_t open_device() {
   char oob[INET_ADDRSTRLEN] = "";
   inet_ntop(AF_INET, &g_dev.oob_ip, oob, sizeof oob);
   INFO("device %s on port %s (%s), %s; connections set up over TCP on %s", s.name.c_str(),
-       s.port.c_str(), s.ip.c_str(), port.state == BRAID_PORT_ACTIVE ? "link up" : "link DOWN", oob);
+       s.port.c_str(), s.ip.c_str(), port.state == BRAID_PORT_ACTIVE ? "link up" : "link DOWN",
+       oob);
   return ncclSuccess;
 }
 
@@ -185,7 +187,7 @@ ncclResult_t check_dev(int dev) {
 
 struct Handle {
   uint64_t magic;
-  uint32_t ip;  // network order
+  uint32_t ip;    // network order
   uint16_t port;  // network order
   uint16_t pad;
   struct Pending* pending;  // connect's progress, between its calls
@@ -221,7 +223,7 @@ struct Request {
 };
 
 // wr_id of work requests that are not a request's data.
-constexpr uint64_t kWrDescriptor = 1;     // sender: a receive buffer for descriptors (| index << 8)
+constexpr uint64_t kWrDescriptor = 1;  // sender: a receive buffer for descriptors (| index << 8)
 constexpr uint64_t kWrDescriptorSend = 2;  // receiver: a descriptor sent
 constexpr uint64_t kWrDataRecv = 3;        // receiver: a zero-length receive for WRITE_WITH_IMM
 
@@ -299,8 +301,8 @@ Comm* create_comm(Kind kind) {
     destroy_comm(c);
     return nullptr;
   }
-  c->bufs_mr = braid_reg_mr(g_dev.pd, c->bufs, kSlots * sizeof(Descriptor),
-                            BRAID_ACCESS_LOCAL_WRITE);
+  c->bufs_mr =
+      braid_reg_mr(g_dev.pd, c->bufs, kSlots * sizeof(Descriptor), BRAID_ACCESS_LOCAL_WRITE);
   braid_qp_init_attr init{};
   init.send_cq = c->cq;
   init.recv_cq = c->cq;
@@ -320,7 +322,8 @@ Comm* create_comm(Kind kind) {
   attr.port_num = 1;
   attr.qp_access_flags = BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE;
   if (const int err = braid_modify_qp(
-          c->qp, &attr, BRAID_QP_STATE | BRAID_QP_PKEY_INDEX | BRAID_QP_PORT | BRAID_QP_ACCESS_FLAGS)) {
+          c->qp, &attr,
+          BRAID_QP_STATE | BRAID_QP_PKEY_INDEX | BRAID_QP_PORT | BRAID_QP_ACCESS_FLAGS)) {
     WARN("cannot move a comm's QP to INIT: %s", std::strerror(err));
     destroy_comm(c);
     return nullptr;
@@ -360,10 +363,10 @@ ncclResult_t connect_qp(Comm* c, const PeerInfo& p) {
   attr.min_rnr_timer = 12;
   std::memcpy(attr.ah_attr.dgid.raw, p.gid, sizeof p.gid);
   attr.ah_attr.port_num = 1;
-  int err = braid_modify_qp(c->qp, &attr,
-                            BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
-                                BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC |
-                                BRAID_QP_MIN_RNR_TIMER);
+  int err =
+      braid_modify_qp(c->qp, &attr,
+                      BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                          BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC | BRAID_QP_MIN_RNR_TIMER);
   if (err == 0) {
     attr = braid_qp_attr{};
     attr.qp_state = BRAID_QPS_RTS;
@@ -430,14 +433,15 @@ ncclResult_t on_completion(Comm* c, const braid_wc& wc) {
   if (wc.status != BRAID_WC_SUCCESS) {
     char why[128];
     std::snprintf(why, sizeof why, "work completion with error status %d%s", wc.status,
-                  wc.status == BRAID_WC_RETRY_EXC_ERR ? " (retries exhausted: the peer is gone)"
+                  wc.status == BRAID_WC_RETRY_EXC_ERR  ? " (retries exhausted: the peer is gone)"
                   : wc.status == BRAID_WC_WR_FLUSH_ERR ? " (flushed)"
                                                        : "");
-    return fail_comm(c, wc.status == BRAID_WC_RETRY_EXC_ERR || wc.status == BRAID_WC_REM_ACCESS_ERR ||
-                                wc.status == BRAID_WC_REM_OP_ERR ||
-                                wc.status == BRAID_WC_REM_INV_REQ_ERR
-                            ? ncclRemoteError
-                            : ncclSystemError,
+    return fail_comm(c,
+                     wc.status == BRAID_WC_RETRY_EXC_ERR || wc.status == BRAID_WC_REM_ACCESS_ERR ||
+                             wc.status == BRAID_WC_REM_OP_ERR ||
+                             wc.status == BRAID_WC_REM_INV_REQ_ERR
+                         ? ncclRemoteError
+                         : ncclSystemError,
                      why);
   }
   if (wc.opcode == BRAID_WC_RECV_RDMA_WITH_IMM) {
@@ -488,21 +492,20 @@ ncclResult_t progress(Comm* c) {
 
 // Every 10 ms of waiting: whether the peer's end of the TCP connection is
 // closed (its process exited).
-ncclResult_t check_peer(Comm* c) {
+bool peer_closed(Comm* c) {
   timespec now{};
   clock_gettime(CLOCK_MONOTONIC_COARSE, &now);
-  const int64_t ms = (now.tv_sec - c->last_check.tv_sec) * 1000 +
-                     (now.tv_nsec - c->last_check.tv_nsec) / 1000000;
-  if (ms < 10) return ncclSuccess;
+  const int64_t ms =
+      (now.tv_sec - c->last_check.tv_sec) * 1000 + (now.tv_nsec - c->last_check.tv_nsec) / 1000000;
+  if (ms < 10) return false;
   c->last_check = now;
   char b;
   const ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-    // What arrived before it closed counts: take it first.
-    if (const ncclResult_t r = progress(c); r != ncclSuccess) return r;
-    return fail_comm(c, ncclRemoteError, "the peer closed its connection (process exited?)");
-  }
-  return ncclSuccess;
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+ncclResult_t peer_gone(Comm* c) {
+  return fail_comm(c, ncclRemoteError, "the peer closed its connection (process exited?)");
 }
 
 Request* new_request(Comm* c, int n) {
@@ -738,9 +741,9 @@ ncclResult_t braid_reg_mr(void* /*comm*/, void* data, size_t size, int type, voi
     WARN("regMr: only host memory (NCCL_PTR_HOST) is supported, not type %d", type);
     return ncclInvalidArgument;
   }
-  braid_mr* mr = braid_reg_mr(g_dev.pd, data, size,
-                              BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE |
-                                  BRAID_ACCESS_REMOTE_READ);
+  braid_mr* mr =
+      braid_reg_mr(g_dev.pd, data, size,
+                   BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ);
   if (mr == nullptr) {
     WARN("regMr %p + %zu: %s", data, size, braid_last_error());
     return ncclSystemError;
@@ -770,7 +773,10 @@ ncclResult_t isend_common(void* send_comm, void* data, uint64_t size, int tag, v
   if (!c->have[slot] || c->got[slot].seq != c->send_seq) {
     if (const ncclResult_t r = progress(c); r != ncclSuccess) return r;
     if (!c->have[slot] || c->got[slot].seq != c->send_seq) {
-      return check_peer(c);  // the receive is not posted yet: NCCL calls again
+      if (!peer_closed(c)) return ncclSuccess;  // not posted yet: NCCL calls again
+      // What arrived before it closed counts.
+      if (const ncclResult_t r = progress(c); r != ncclSuccess) return r;
+      if (!c->have[slot] || c->got[slot].seq != c->send_seq) return peer_gone(c);
     }
   }
   const Descriptor& d = c->got[slot];
@@ -937,7 +943,12 @@ ncclResult_t braid_test(void* request, int* done, int* sizes) {
   Comm* c = r->comm;
   if (r->pending > 0) {
     if (const ncclResult_t e = progress(c); e != ncclSuccess) return e;
-    if (r->pending > 0) return check_peer(c);
+    if (r->pending > 0) {
+      if (!peer_closed(c)) return ncclSuccess;
+      // What arrived before it closed counts.
+      if (const ncclResult_t e = progress(c); e != ncclSuccess) return e;
+      if (r->pending > 0) return peer_gone(c);
+    }
   }
   *done = 1;
   if (sizes != nullptr) {
@@ -961,7 +972,9 @@ ncclResult_t braid_close_listen(void* listen_comm) {
   return ncclSuccess;
 }
 
-ncclResult_t braid_init_v8(ncclDebugLogger_t logger) { return init_common(logger); }
+ncclResult_t braid_init_v8(ncclDebugLogger_t logger) {
+  return init_common(logger);
+}
 ncclResult_t braid_init_v10(ncclDebugLogger_t logger, ncclProfilerCallback_t /*profiler*/) {
   return init_common(logger);
 }
