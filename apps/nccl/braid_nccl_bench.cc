@@ -439,21 +439,25 @@ void bw_mode() {
                 "lat typ[us]", "#iters", "BW [MiB/s]");
   }
   for (size_t size : sizes_between(g_opt.min_bytes, maxb)) {
-    // Latency: ping-pong, half the round trip; the median.
+    // Latency: ping-pong, half the round trip; the median. As NCCL does,
+    // each rank has its next receive posted before it sends what the peer
+    // answers, so a descriptor is never waited for.
     const int lat_iters = std::min(size <= 65536 ? 1000 : 100, g_opt.max_iters);
     std::vector<double> half;
+    int tag = 0;
+    size_t posted = size;
+    barrier(fmt::format("lat{}", size));
+    void* r = must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
     for (int i = 0; i < lat_iters; ++i) {
-      int tag = 0;
-      size_t posted = size;
       const auto t0 = Clock::now();
       if (g_opt.rank == 0) {
         void* s = must_isend(k.send, buf.data(), size, 0, smh);
-        void* r = must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
         wait(r);
+        r = i + 1 < lat_iters ? must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh) : nullptr;
         wait(s);
       } else {
-        void* r = must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh);
         wait(r);
+        r = i + 1 < lat_iters ? must_irecv(k.recv, 1, &rdata, &posted, &tag, &rmh) : nullptr;
         wait(must_isend(k.send, buf.data(), size, 0, smh));
       }
       half.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count() / 2);
@@ -485,7 +489,7 @@ void bw_mode() {
         }
       }
     }
-    int tag = 1;
+    tag = 1;
     size_t zero = 0;
     if (g_opt.rank == 0) {
       wait(must_irecv(k.recv, 1, &rdata, &zero, &tag, &rmh));
