@@ -504,7 +504,7 @@ void Connection::on_read_timeout(TimeNs now) {
   }
   ++stats_.timeouts;
   ++stats_.read_timeouts;
-  if (++read_retries_ > cfg_.retry_limit) {
+  if (retries_spent(&read_retries_, read_heard_at_, now)) {
     set_error(WcStatus::kRetryExcErr);
     return;
   }
@@ -575,7 +575,7 @@ void Connection::on_rto(TimeNs now) {
       // budget like a timeout, or the QP would wait on a dead port forever.
       if (!expired) ++stats_.timeouts;
       expired = true;
-      if (++r.retries > cfg_.retry_limit) {
+      if (retries_spent(&r.retries, progress_at_, now)) {
         set_error(WcStatus::kRetryExcErr);
         return;
       }

@@ -305,6 +305,17 @@ class Connection {
   void arm_rto(TimeNs now);
   void on_rto(TimeNs now);
   void on_read_timeout(TimeNs now);
+  // RETRY_EXC_ERR takes both a packet's retries spent and, since the peer
+  // last answered, the time InfiniBand allows them: retry_limit + 1 local ACK
+  // timeouts (rto_max). An adaptive RTO far below that timeout must not give
+  // up on a peer, or a host, that stops for less (a descheduled process, a
+  // link flap): rdma-core programs choose the timeout for that.
+  TimeNs retry_budget() const { return (TimeNs{cfg_.retry_limit} + 1) * cfg_.rto_max_ns; }
+  template <typename Count>
+  bool retries_spent(Count* retries, TimeNs since, TimeNs now) const {
+    if (*retries < 255) ++*retries;
+    return *retries > cfg_.retry_limit && now - since >= retry_budget();
+  }
   static void rto_thunk(Timer* t, TimeNs now);
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
@@ -451,7 +462,9 @@ class Connection {
   TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
-  TimeNs read_progress_at_ = 0;  // a READ sent or response data received
+  TimeNs read_progress_at_ = 0;  // a READ sent or response data received, or the last read timeout
+  TimeNs read_heard_at_ = 0;     // a READ sent or response data received
+  TimeNs progress_at_ = 0;       // snd_una_ advanced, or a packet sent with none outstanding
   // The refusal that put the responder in error: a retransmission of the
   // refused packet gets the NACK again (the first may have been lost).
   PendingNack fatal_nack_{};

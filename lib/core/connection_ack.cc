@@ -208,6 +208,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       ack_record(rec(psn), &acked, ecn && psn == trigger, now);
     }
     snd_una_ = cack + 1;
+    progress_at_ = now;
     progress = true;
   }
   uint32_t highest = cack;

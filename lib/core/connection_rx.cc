@@ -169,7 +169,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     return;
   }
   if (pkt.has_ses_response) {
-    read_progress_at_ = now;
+    read_progress_at_ = read_heard_at_ = now;
     read_retries_ = 0;
   }
   // The ACK names one packet. A CE-marked one keeps the name until the ACK

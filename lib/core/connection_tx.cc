@@ -373,7 +373,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.payload_length = r.len;
     s.message_offset = r.offset;
     wire::encode_ses_request(ses_at, s);
-    if (op == Opcode::kRead) read_progress_at_ = now;
+    if (op == Opcode::kRead) read_progress_at_ = read_heard_at_ = now;
     if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
   }
   // Ask for an immediate ACK when nothing else will follow soon: the last
@@ -387,6 +387,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   const uint32_t frame_len =
       finish_frame(buf, udp_payload - trailer(), paths_.entropy(e), wire::kEcnEct0);
 
+  if (r.psn == snd_una_ && r.tx_count == 0) progress_at_ = now;  // the first outstanding
   r.sent_at = now;
   r.state = TxState::kInFlight;
   ++r.tx_count;
@@ -423,7 +424,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame) {
       break;
     case LossKind::kTimeout:
       ++stats_.lost_timeout;
-      if (++r.retries > cfg_.retry_limit) {
+      if (retries_spent(&r.retries, progress_at_, now)) {
         set_error(WcStatus::kRetryExcErr);
         return;
       }

@@ -253,17 +253,47 @@ struct Comm {
   explicit Comm(Kind k) : kind(k) {}
 };
 
+// The transport's view of a comm, for NCCL_DEBUG=INFO and for failures.
+void log_qp_stats(const Comm* c, ncclDebugLogLevel level) {
+  braid_qp_stats s{};
+  if (c->qp == nullptr || braid_query_qp_stats(c->qp, &s) != 0) return;
+  BRAID_NCCL_LOG(level,
+                 "%s comm (QP %u): %llu packets sent, %llu received, %llu retransmitted (lost: "
+                 "%llu inferred, %llu nacked, %llu timed out), %llu timeouts, %llu duplicates, "
+                 "srtt %.1f us",
+                 c->kind == Kind::kSend ? "send" : "receive", braid_qp_num(c->qp),
+                 static_cast<unsigned long long>(s.data_packets_sent),
+                 static_cast<unsigned long long>(s.data_packets_received),
+                 static_cast<unsigned long long>(s.retransmits),
+                 static_cast<unsigned long long>(s.lost_inferred),
+                 static_cast<unsigned long long>(s.lost_nacked),
+                 static_cast<unsigned long long>(s.lost_timeout),
+                 static_cast<unsigned long long>(s.timeouts),
+                 static_cast<unsigned long long>(s.duplicates), s.srtt_ns / 1000.0);
+  braid_port_stats p{};
+  if (braid_query_port_stats(g_dev.ctx, &p) != 0) return;
+  BRAID_NCCL_LOG(level,
+                 "device %s: %llu frames received, %llu refused, %llu missed by the NIC, %llu "
+                 "lost by the NIC",
+                 g_dev.name.c_str(), static_cast<unsigned long long>(p.rx_frames),
+                 static_cast<unsigned long long>(p.rx_dropped),
+                 static_cast<unsigned long long>(p.rx_missed),
+                 static_cast<unsigned long long>(p.tx_dropped));
+}
+
 ncclResult_t fail_comm(Comm* c, ncclResult_t code, const char* why) {
   if (c->failed == ncclSuccess) {
     c->failed = code;
     WARN("%s comm (QP %u): %s", c->kind == Kind::kSend ? "send" : "receive",
          c->qp != nullptr ? braid_qp_num(c->qp) : 0u, why);
+    log_qp_stats(c, NCCL_LOG_WARN);
   }
   return c->failed;
 }
 
 void destroy_comm(Comm* c) {
   if (c == nullptr) return;
+  if (c->qp != nullptr) log_qp_stats(c, NCCL_LOG_INFO);
   if (c->qp != nullptr) braid_destroy_qp(c->qp);
   if (c->cq != nullptr) braid_destroy_cq(c->cq);
   if (c->bufs_mr != nullptr) braid_dereg_mr(c->bufs_mr);
