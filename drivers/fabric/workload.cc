@@ -138,6 +138,7 @@ void Experiment::add_flow(const FlowSpec& f) {
     c.rto_min_ns = rto;
     c.rto_initial_ns = rto;
     c.window_packets = 4096;
+    c.grow_rings = false;  // once running, a simulation allocates nothing
     c.sq_depth = 64;
     c.rq_depth = 4;
     c.trim_dscp = cfg_.topo.sw.trim ? kTrimDscp : 0xff;

@@ -52,22 +52,25 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   decode_opts_.crc_trailer = false;
   decode_opts_.trim_dscp = cfg.trim_dscp;
 
-  tx_.resize(cfg_.window_packets);
-  tx_mask_ = cfg_.window_packets - 1;
-  // Twice the window: entries of packets acknowledged while queued linger
-  // until popped, next to at most one live entry per PSN in the window.
-  retx_queue_.resize(2 * cfg_.window_packets);
-  retx_mask_ = 2 * cfg_.window_packets - 1;
+  const uint32_t records =
+      cfg_.grow_rings ? std::min(cfg_.window_packets, kInitialTxRecords) : cfg_.window_packets;
+  const uint32_t entries = cfg_.grow_rings ? kInitialQueueEntries : ~0u;
+  tx_.resize(records);
+  tx_mask_ = records - 1;
+  // Twice the records: entries of packets acknowledged while queued linger
+  // until popped, next to at most one live entry per PSN in flight.
+  retx_queue_.resize(2 * records);
+  retx_mask_ = 2 * records - 1;
   snd_una_ = snd_nxt_ = cfg.tx_psn;
   highest_sacked_ = cfg.tx_psn - 1;
-  sq_.resize(cfg_.sq_depth);
-  sq_mask_ = cfg_.sq_depth - 1;
+  sq_.resize(std::min(cfg_.sq_depth, entries));
+  sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
   const uint32_t rd = pow2_at_least(cfg_.max_rd_atomic, 1);
   rr_.resize(rd);
   rr_mask_ = rd - 1;
   reads_.resize(rd);
-  rq_.resize(cfg_.rq_depth);
-  rq_mask_ = cfg_.rq_depth - 1;
+  rq_.resize(std::min(cfg_.rq_depth, entries));
+  rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
   rto_ = cfg.rto_initial_ns;
 
   rto_timer_.fn = &Connection::rto_thunk;
@@ -91,6 +94,18 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
     }
     credit_ = CreditSender(static_cast<uint32_t>(std::clamp<uint64_t>(spec, 1, 1u << 30)));
   }
+}
+
+void Connection::grow_tx() {
+  const size_t size = 2 * tx_.size();
+  grow_ring(tx_, &tx_mask_, snd_una_, snd_nxt_, size);
+  // The retransmit queue in order from its head (PSNs are its entries, not
+  // its slots).
+  std::vector<uint32_t> queue(2 * size);
+  for (uint32_t i = 0; i < retx_count_; ++i) queue[i] = retx_queue_[(retx_head_ + i) & retx_mask_];
+  retx_queue_.swap(queue);
+  retx_mask_ = static_cast<uint32_t>(2 * size - 1);
+  retx_head_ = 0;
 }
 
 Connection::~Connection() {
@@ -153,6 +168,8 @@ PostError Connection::post_send(const SendRequest& wr) {
     const uint64_t packets = std::max<uint64_t>(1, (payload + cfg_.mtu - 1) / cfg_.mtu);
     unsent_credit_ += payload + packets * credit_header();
   }
+  if (sq_tail_ - sq_head_ >= sq_.size())
+    grow_ring(sq_, &sq_mask_, sq_head_, sq_tail_, 2 * sq_.size());
   SendWqe& w = sq_[sq_tail_ & sq_mask_];
   w = SendWqe{};
   w.wr = wr;
@@ -168,6 +185,8 @@ PostError Connection::post_recv(uint64_t wr_id, const SgList& sgl) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
   if (rq_tail_ - rq_head_ >= cfg_.rq_depth) return PostError::kQueueFull;
   if (sgl.num > kMaxSge) return PostError::kInvalid;
+  if (rq_tail_ - rq_head_ >= rq_.size())
+    grow_ring(rq_, &rq_mask_, rq_head_, rq_tail_, 2 * rq_.size());
   RecvWqe& w = rq_[rq_tail_ & rq_mask_];
   w = RecvWqe{};
   w.wr_id = wr_id;

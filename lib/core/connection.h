@@ -45,9 +45,14 @@ struct ConnectionConfig {
   uint32_t window_packets = 1024;  // PSNs tracked each way: power of two, 128..16384
   uint32_t sq_depth = 256;         // power of two, at most 32768
   uint32_t rq_depth = 256;         // power of two, at most 2^20
-  uint32_t max_rd_atomic = 16;     // outstanding READs, each way
-  uint32_t ack_every = 8;          // coalesce up to this many packets per ACK
-  TimeNs ack_delay_ns = 10'000;    // ... or this long
+  // The transmit window's records and the queues start small and double on
+  // first use up to window_packets and the depths: an idle QP holds a few
+  // KiB (thousands of QPs on a device). false: all at full size from the
+  // start, so that nothing is ever allocated after creation.
+  bool grow_rings = true;
+  uint32_t max_rd_atomic = 16;   // outstanding READs, each way
+  uint32_t ack_every = 8;        // coalesce up to this many packets per ACK
+  TimeNs ack_delay_ns = 10'000;  // ... or this long
   // A software stack shares cores: a peer descheduled for a millisecond or
   // a TX ring a thousand frames deep must not look like loss (SACKs and
   // per-path gaps find real loss long before the timer).
@@ -419,6 +424,22 @@ class Connection {
   void detect_losses(uint32_t base, TimeNs now);
   void judge_loss(TxRecord& r, uint32_t thresh, TimeNs now);
 
+  // Rings start small and double when full, up to the configured window and
+  // depths: an idle QP holds a few KiB, not its whole window (thousands of
+  // QPs on a device). Growth allocates, once per doubling; entries keep
+  // their order (a ring's slot is its sequence number & mask).
+  static constexpr uint32_t kInitialTxRecords = 64;
+  static constexpr uint32_t kInitialQueueEntries = 16;
+  template <typename T>
+  static void grow_ring(std::vector<T>& ring, uint32_t* mask, uint32_t from, uint32_t to,
+                        size_t size) {
+    std::vector<T> bigger(size);
+    const uint32_t m = static_cast<uint32_t>(size - 1);
+    for (uint32_t i = from; i != to; ++i) bigger[i & m] = std::move(ring[i & *mask]);
+    ring.swap(bigger);
+    *mask = m;
+  }
+  void grow_tx();
   TxRecord& rec(uint32_t psn) { return tx_[psn & tx_mask_]; }
   const TxRecord& rec(uint32_t psn) const { return tx_[psn & tx_mask_]; }
 

@@ -261,6 +261,7 @@ uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
                 trailer()) {
     return 0;  // the caller's buffer is too small for this packet
   }
+  if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);

@@ -4,6 +4,7 @@
 // connection table.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -12,15 +13,19 @@ namespace braid {
 
 class ReadyQueue {
  public:
-  // Room for ids 0..ids-1 (never shrinks); keeps what is queued, in order.
+  // Room for ids 0..ids-1 at least (never shrinks); keeps what is queued, in
+  // order. Grows by doubling (up to the 16-bit id space): a device creating
+  // QPs one by one, on ids that go round the space, copies O(n) in all.
   void reserve_ids(size_t ids) {
     if (ids <= queued_.size()) return;
+    ids = std::max(ids, std::min<size_t>(2 * queued_.size(), size_t{1} << 16));
     std::vector<uint16_t> ring(ids);
     for (size_t i = 0; i < count_; ++i) ring[i] = ring_[(head_ + i) % ring_.size()];
     ring_.swap(ring);
     head_ = 0;
     queued_.resize(ids, 0);
   }
+  size_t ids() const { return queued_.size(); }  // room for ids 0..ids()-1
   bool empty() const { return count_ == 0; }
   size_t size() const { return count_; }
   // id: below reserve_ids().

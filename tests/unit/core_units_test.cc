@@ -11,6 +11,7 @@
 #include "core/completion_queue.h"
 #include "core/memory_table.h"
 #include "core/path_set.h"
+#include "core/ready_queue.h"
 #include "core/receive_window.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
@@ -24,6 +25,37 @@ TEST(Psn, SerialArithmeticAcrossWrap) {
   EXPECT_FALSE(psn_lt(1u, 0xfffffffeu));
   EXPECT_TRUE(psn_le(5u, 5u));
   EXPECT_EQ(psn_diff(2u, 0xffffffffu), 3);
+}
+
+// The ready list keeps its order and membership when it grows, with the
+// ring wrapped, and grows by doubling (not by one id at a time).
+TEST(ReadyQueue, GrowingKeepsOrderAndMembership) {
+  ReadyQueue q;
+  q.reserve_ids(4);
+  for (uint16_t id : {0, 1, 2}) q.push(id);
+  q.pop();
+  q.pop();
+  q.push(3);
+  q.push(0);  // the ring has wrapped: 2, 3, 0
+  q.push(3);  // already queued: no second entry
+  q.reserve_ids(5);
+  for (uint16_t id = 4; id < 9; ++id) {
+    q.reserve_ids(id + 1u);
+    q.push(id);
+  }
+  std::vector<uint16_t> order;
+  while (!q.empty()) {
+    order.push_back(q.front());
+    q.pop();
+  }
+  EXPECT_EQ(order, (std::vector<uint16_t>{2, 3, 0, 4, 5, 6, 7, 8}));
+  EXPECT_FALSE(q.contains(3));
+  // Doubling: 4 -> 8 -> 16 ids, not 9.
+  EXPECT_EQ(q.ids(), 16u);
+  q.reserve_ids(60000);
+  EXPECT_EQ(q.ids(), 60000u);
+  q.reserve_ids(60001);
+  EXPECT_EQ(q.ids(), 65536u);  // the id space, no more
 }
 
 TEST(ReceiveWindow, InOrderAdvancesCumulativePoint) {
