@@ -122,22 +122,28 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
       return len;
     }
   }
-  // Then data, a frame per connection in turn. One that sent stays queued,
-  // behind the others: whether it has more is found out on its next turn (a
-  // turn that finds nothing takes it out; it queues itself again when that
-  // changes: a window opening, a timer).
+  // Then data, up to data_quantum frames per connection in turn. One that
+  // used its turn stays queued, behind the others: whether it has more is
+  // found out on its next turn (a turn that finds nothing takes it out; it
+  // queues itself again when that changes: a window opening, a timer).
   for (size_t n = data_.size(); n > 0; --n) {
     const uint16_t id = data_.front();
+    if (id != data_run_id_) {
+      data_run_id_ = id;
+      data_run_ = 0;
+    }
     const uint32_t len = conns_[id]->produce_data_frame(buf, cap, now);
     if (len > 0) {
-      if (data_.size() > 1) {
+      if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
         data_.pop();
         data_.push(id);
+        data_run_ = 0;
       }
       ++stats_.tx_frames;
       return len;
     }
     data_.pop();
+    data_run_ = 0;
   }
   return 0;
 }

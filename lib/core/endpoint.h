@@ -32,6 +32,12 @@ struct EndpointConfig {
   // Receiver-driven credit: the pacer that grants this endpoint's senders
   // their turns on its link (used only by peers that ask for credit).
   CreditPacerConfig credit;
+  // Data frames a connection sends in a row before the next one's turn
+  // (1: a frame each in turn). A run of packets of one connection lets its
+  // receiver coalesce ACKs (ack_every) even when many connections send at
+  // once; round robin by single frames gave every packet its own ACK at
+  // 1024 busy QPs.
+  uint32_t data_quantum = 8;
 };
 
 struct EndpointStats {
@@ -89,8 +95,10 @@ class Endpoint {
   MemoryRegionTable mrs_;
   TimingWheel wheel_;
   std::vector<std::unique_ptr<Connection>> conns_;
-  ReadyQueue control_;  // connections with an ACK or NACK due
-  ReadyQueue data_;     // connections that may have data to send
+  ReadyQueue control_;        // connections with an ACK or NACK due
+  ReadyQueue data_;           // connections that may have data to send
+  uint16_t data_run_id_ = 0;  // the connection whose turn data_run_ counts
+  uint32_t data_run_ = 0;     // frames it has sent in its turn
   CreditPacer pacer_;
   EndpointStats stats_;
   wire::ParsedPacket pkt_;  // scratch

@@ -67,8 +67,9 @@ TEST(TxScheduler, AnAckGoesBeforeAnotherConnectionsData) {
   // b's connections 4 and 6 have data for a; b's connection 2 has nothing.
   t.write(t.qb4, 64 * 1024, true);
   t.write(t.qb6, 64 * 1024, true);
-  // One data frame from b, so that connection 6 is next in turn.
-  ASSERT_EQ(what(t.one(t.p.b)).from, 4);
+  // A turn of data frames from b (EndpointConfig::data_quantum, 8), so
+  // that connection 6 is next.
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(what(t.one(t.p.b)).from, 4) << i;
   // A one-packet WRITE from a's connection 1 arrives at b's connection 2: it
   // asks for an ACK at once.
   t.write(t.p.qa, 100, false);
@@ -80,15 +81,18 @@ TEST(TxScheduler, AnAckGoesBeforeAnotherConnectionsData) {
   EXPECT_EQ(what(t.one(t.p.b)).from, 6);
 }
 
-TEST(TxScheduler, ConnectionsWithDataTakeTurnsAFrameEach) {
+// Turns of 8 frames (EndpointConfig::data_quantum): a run of one
+// connection's packets lets its receiver coalesce their ACKs.
+TEST(TxScheduler, ConnectionsWithDataTakeTurnsOfEightFrames) {
   ThreePairs t;
-  t.write(t.qb4, 16 * 4096, true);
-  t.write(t.qb6, 8 * 4096, true);
+  t.write(t.qb4, 20 * 4096, true);
+  t.write(t.qb6, 10 * 4096, true);
   std::vector<uint16_t> order;
   for (const Frame& f : t.p.drain(t.p.b)) order.push_back(what(f).from);
-  ASSERT_EQ(order.size(), 24u);
-  for (size_t i = 0; i < 16; ++i) EXPECT_EQ(order[i], i % 2 == 0 ? 4 : 6) << i;
-  for (size_t i = 16; i < 24; ++i) EXPECT_EQ(order[i], 4) << i;
+  ASSERT_EQ(order.size(), 30u);
+  const std::vector<uint16_t> turns = {4, 6, 4, 6};  // 8, 8, 8, 2, then 4's last 4
+  for (size_t i = 0; i < 26; ++i) EXPECT_EQ(order[i], turns[i / 8]) << i;
+  for (size_t i = 26; i < 30; ++i) EXPECT_EQ(order[i], 4) << i;
 }
 
 TEST(TxScheduler, AnEndpointSaysWhetherItHasAnythingToSend) {
