@@ -94,7 +94,6 @@ row_col() {
 rounds="${ROUNDS:-3}"
 echo "== path $path: $rounds rounds; raw windows ${seconds}s, $samples ping samples"
 
-sink() { field "$1" "$(grep 'mode=sink' <<<"$2")"; }
 need() { # need <name> <value> <log text>: the value, or the output and exit
   if [[ -z "$2" ]]; then
     echo "compare: no value for $1; output follows" >&2
@@ -103,28 +102,44 @@ need() { # need <name> <value> <log text>: the value, or the output and exit
   fi
   echo "$2"
 }
+# raw_measure <name> <mode: sink|ping> <field> <raw_pair arguments...>: the
+# field of the sink's (or pinger's) RESULT line. A raw pair that ends without
+# one (a blaster or sink that lost its peer at start: seen once over memif
+# with copies) is run again, up to 3 times, before the script gives up.
+raw_measure() {
+  local name="$1" mode="$2" key="$3" out v try
+  shift 3
+  for try in 1 2 3; do
+    out=$(raw_pair "$@")
+    v=$(field "$key" "$(grep "mode=$mode" <<<"$out")")
+    if [[ -n "$v" ]]; then
+      echo "$v"
+      return
+    fi
+    echo "compare: raw $name gave no value (try $try of 3); its output:" >&2
+    echo "$out" >&2
+  done
+  need "$name" "" "$out"
+}
 results="$work/results"
 : >"$results"
 for round in $(seq 1 "$rounds"); do
-  out=$(raw_pair sink blast --size 64 --seconds "$seconds")
-  rv=$(need raw64 "$(sink mpps "$out")" "$out")
+  rv=$(raw_measure raw64 sink mpps sink blast --size 64 --seconds "$seconds")
   out=$(braid braid_write_bw -s 64 -n 200000)
   b=$(need braid64 "$(row_col 64 5 <<<"$out")" "$out")
   echo "rate $rv $b" >>"$results"
 
   for mtu in 1500 9000; do
     frame=$((mtu + 14))
-    out=$(RAW_MTU=$mtu raw_pair sink blast --size "$frame" --seconds "$seconds")
-    rv=$(need "raw$frame" "$(sink gbps "$out")" "$out")
-    out=$(RAW_MTU=$mtu raw_pair sink blast --size "$frame" --seconds "$seconds" --copy 1)
-    rawc=$(need "raw${frame}copy" "$(sink gbps "$out")" "$out")
+    rv=$(RAW_MTU=$mtu raw_measure "raw$frame" sink gbps sink blast --size "$frame" --seconds "$seconds")
+    rawc=$(RAW_MTU=$mtu raw_measure "raw${frame}copy" sink gbps sink blast --size "$frame" \
+      --seconds "$seconds" --copy 1)
     out=$(braid braid_write_bw -s 65536 -n 20000 --link-mtu "$mtu")
     mib=$(need "braid64k$mtu" "$(row_col 65536 4 <<<"$out")" "$out")
     echo "goodput$mtu $rv $(awk -v m="$mib" 'BEGIN { printf "%.3f", m * 8 * 1048576 / 1e9 }') $rawc" >>"$results"
   done
 
-  out=$(raw_pair echo ping --size 64 --samples "$samples")
-  rv=$(need rawping "$(field p50_us "$(grep 'mode=ping' <<<"$out")")" "$out")
+  rv=$(raw_measure rawping ping p50_us echo ping --size 64 --samples "$samples")
   out=$(braid braid_write_lat -n 5000)
   b=$(need braidlat "$(row_col 2 5 <<<"$out")" "$out")
   echo "latency $rv $b" >>"$results"
