@@ -12,15 +12,9 @@
 # program comes from $BRAID_BUILD_DIR (default build/release)/apps/gloo.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-path=memif
-ranks=2
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --path) path="$2"; shift 2 ;;
-    --ranks) ranks="$2"; shift 2 ;;
-    *) break ;;
-  esac
-done
+source scripts/lib/ranks.sh
+ranks_args "$@"
+set -- ${ranks_rest[@]+"${ranks_rest[@]}"}
 build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
 bin="$build_dir/apps/gloo/braid_gloo_bench"
 lib="$build_dir/ibverbs"
@@ -28,7 +22,6 @@ lib="$build_dir/ibverbs"
 
 source scripts/lib/vnic-pair.sh
 source scripts/lib/braid-ibverbs.sh
-source scripts/lib/ranks.sh
 pair_run_dir braid-gloo
 store="$run_dir/store"
 mkdir -p "$store"
@@ -47,12 +40,4 @@ else
 fi
 failed=0
 ranks_wait || failed=1
-cat "$run_dir/rank0.log"
-if [[ $failed -ne 0 ]]; then
-  for ((r = 1; r < ranks; r++)); do
-    echo "---- rank $r ----"
-    cat "$run_dir/rank$r.log"
-  done
-  echo "gloo-ranks: a rank failed" >&2
-  exit 1
-fi
+ranks_report gloo-ranks "$run_dir" "$ranks" "$failed"

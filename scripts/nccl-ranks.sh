@@ -9,15 +9,9 @@
 # programs from $BRAID_BUILD_DIR (default build/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-path=memif
-ranks=2
-while [[ $# -gt 0 ]]; do
-  case "$1" in
-    --path) path="$2"; shift 2 ;;
-    --ranks) ranks="$2"; shift 2 ;;
-    *) break ;;
-  esac
-done
+source scripts/lib/ranks.sh
+ranks_args "$@"
+set -- ${ranks_rest[@]+"${ranks_rest[@]}"}
 build_dir="$(realpath "${BRAID_BUILD_DIR:-build/release}")"
 bin="$build_dir/apps/nccl/braid_nccl_bench"
 [[ -x "$bin" && -e "$build_dir/nccl/libnccl-net-braid.so" ]] || {
@@ -25,7 +19,6 @@ bin="$build_dir/apps/nccl/braid_nccl_bench"
   exit 1
 }
 source scripts/lib/vnic-pair.sh
-source scripts/lib/ranks.sh
 pair_run_dir braid-nccl
 mkdir -p "$run_dir/store"
 trap 'ranks_kill; rm -rf "$run_dir"' EXIT
@@ -37,12 +30,4 @@ export LD_LIBRARY_PATH="$build_dir/nccl${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 ranks_start "$path" "$ranks" "$run_dir" "$bin" --size "$ranks" --store "$run_dir/store" "$@"
 failed=0
 ranks_wait || failed=1
-cat "$run_dir/rank0.log"
-if [[ $failed -ne 0 ]]; then
-  for ((r = 1; r < ranks; r++)); do
-    echo "---- rank $r ----"
-    cat "$run_dir/rank$r.log"
-  done
-  echo "nccl-ranks: a rank failed" >&2
-  exit 1
-fi
+ranks_report nccl-ranks "$run_dir" "$ranks" "$failed"

@@ -10,9 +10,39 @@
 # BRAID_IBV_IP and BRAID_IBV_LCORE naming its port, output in
 # <run dir>/rank<R>.log. Sets infra_pids (the switch) and rank_pids.
 # ranks_wait: waits for the ranks (then stops the switch); 1 if one failed.
+# ranks_args "$@": takes --path (default memif) and --ranks (default 2) off
+#   the front of the arguments into $path and $ranks; the rest in ranks_rest.
+# ranks_report <name> <run dir> <ranks> <failed>: rank 0's output; when a
+#   rank failed, every other rank's too, and exit 1.
 # Needs scripts/lib/vnic-pair.sh sourced and $build_dir set.
 infra_pids=()
 rank_pids=()
+ranks_rest=()
+
+ranks_args() {
+  path=memif
+  ranks=2
+  while [[ $# -gt 0 ]]; do
+    case "$1" in
+      --path) path="$2"; shift 2 ;;
+      --ranks) ranks="$2"; shift 2 ;;
+      *) break ;;
+    esac
+  done
+  ranks_rest=("$@")
+}
+
+ranks_report() {
+  local name="$1" dir="$2" n="$3" failed="$4" r
+  cat "$dir/rank0.log"
+  [[ "$failed" -eq 0 ]] && return 0
+  for ((r = 1; r < n; r++)); do
+    echo "---- rank $r ----"
+    cat "$dir/rank$r.log"
+  done
+  echo "$name: a rank failed" >&2
+  exit 1
+}
 
 ranks_start() {
   local path="$1" ranks="$2" dir="$3"
