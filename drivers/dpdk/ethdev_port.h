@@ -1,4 +1,5 @@
-// A DPDK ethdev port (queue 0) as a PacketIo: any PMD -- a NIC, memif,
+// A DPDK ethdev port as a PacketIo (its queue 0; queue() gives each queue
+// pair a PacketIo of its own, for engines on several cores): any PMD -- a NIC, memif,
 // virtio-user, vhost, AF_XDP, AF_PACKET, or rings joined in one process.
 // Frames are mbufs; the engine sees (pointer, length) views of them. The
 // header needs no DPDK include; the EAL must be up (Eal::init) before open.
@@ -8,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "packet_io.h"
 
@@ -36,6 +38,10 @@ struct EthdevPortConfig {
   // open returns at once and the caller polls link_up().
   bool require_link_up = true;
   uint32_t link_wait_ms = 2000;
+  // Queue pairs, each with its own mbuf pool (of `mbufs` buffers): one per
+  // engine (queue()). The PMD must have as many (memif and vhost: the
+  // vdev's queues argument).
+  uint16_t queues = 1;
 };
 
 class EthdevPort final : public PacketIo {
@@ -52,11 +58,23 @@ class EthdevPort final : public PacketIo {
   EthdevPort(const EthdevPort&) = delete;
   EthdevPort& operator=(const EthdevPort&) = delete;
 
-  uint16_t rx_burst(RxFrame* frames, uint16_t n) override;
+  uint16_t rx_burst(RxFrame* frames, uint16_t n) override { return rx_burst_on(0, frames, n); }
+  // Frames of any queue of this port (any mbuf) go back to their own pool.
   void rx_release(RxFrame* frames, uint16_t n) override;
-  uint16_t tx_alloc(TxFrame* frames, uint16_t n) override;
-  uint16_t tx_burst(TxFrame* frames, uint16_t n) override;
+  uint16_t tx_alloc(TxFrame* frames, uint16_t n) override { return tx_alloc_on(0, frames, n); }
+  uint16_t tx_burst(TxFrame* frames, uint16_t n) override { return tx_burst_on(0, frames, n); }
   void tx_free(TxFrame* frames, uint16_t n) override;
+
+  // Queue pair q (0..queues()-1) as a PacketIo, for one engine's thread; it
+  // must not outlive this port. Null for a queue the port does not have.
+  std::unique_ptr<PacketIo> queue(uint16_t q);
+  uint16_t queues() const { return static_cast<uint16_t>(queues_.size()); }
+  uint16_t rx_burst_on(uint16_t queue, RxFrame* frames, uint16_t n);
+  uint16_t tx_alloc_on(uint16_t queue, TxFrame* frames, uint16_t n);
+  uint16_t tx_burst_on(uint16_t queue, TxFrame* frames, uint16_t n);
+  // One queue's frames (the port's stats() sums them and adds what the
+  // device missed).
+  PacketIoStats queue_stats(uint16_t queue) const;
 
   wire::MacAddr mac() const override { return mac_; }
   // Times open() started a memif client's handshake again (it went nowhere).
@@ -78,9 +96,9 @@ class EthdevPort final : public PacketIo {
   uint32_t mbuf_data_room() const { return data_room_; }
   // Free buffers in the pool (caches included): diagnostics and tests.
   uint32_t pool_available() const;
-  uint64_t rx_chained_dropped() const { return rx_chained_dropped_; }
+  uint64_t rx_chained_dropped() const;
   // Frames tx_burst handed back because the TX ring was full.
-  uint64_t tx_ring_full() const { return tx_ring_full_; }
+  uint64_t tx_ring_full() const;
 
   // Most frames one rx_burst / tx_alloc call handles.
   static constexpr uint16_t kMaxBurst = 256;
@@ -92,9 +110,8 @@ class EthdevPort final : public PacketIo {
   uint16_t port_id_ = 0;
   bool started_ = false;
   uint32_t reconnects_ = 0;  // memif client handshakes started again at open
-  rte_mempool* pool_ = nullptr;
   bool reserved_ = false;    // this port's setup record is ours until close
-  bool setup_kept_ = false;  // pool_ belongs to the port's recorded setup
+  bool setup_kept_ = false;  // the pools belong to the port's recorded setup
   uint32_t mtu_ = 0;
   uint32_t data_room_ = 0;
   uint16_t rx_descriptors_ = 0;
@@ -105,10 +122,15 @@ class EthdevPort final : public PacketIo {
   std::string driver_;
   wire::MacAddr mac_{};
 
-  uint64_t rx_frames_ = 0;
-  uint64_t tx_frames_ = 0;
-  uint64_t tx_ring_full_ = 0;
-  uint64_t rx_chained_dropped_ = 0;
+  // Each queue pair's pool and counters (written by its one thread).
+  struct Queue {
+    rte_mempool* pool = nullptr;
+    uint64_t rx_frames = 0;
+    uint64_t tx_frames = 0;
+    uint64_t tx_ring_full = 0;
+    uint64_t rx_chained_dropped = 0;
+  };
+  std::vector<Queue> queues_;
 };
 
 }  // namespace braid::dpdk

@@ -44,6 +44,54 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
 
 Engine::~Engine() {
   if (tx_held_ > 0) io_->tx_free(tx_.data(), tx_held_);
+  if (group_ == nullptr) return;
+  // Frames handed to us and not taken yet go back to their pools.
+  for (uint16_t from = 0; from < group_->size(); ++from) {
+    if (from == group_index_) continue;
+    while (uint32_t k = group_->inbox(from, group_index_).pop(rx_.data(), cfg_.burst)) {
+      io_->rx_release(rx_.data(), static_cast<uint16_t>(k));
+    }
+  }
+}
+
+void Engine::join(EngineGroup* group, uint16_t index) {
+  group_ = group;
+  group_index_ = index;
+  steer_out_.assign(group->size(), {});
+  for (auto& v : steer_out_) v.reserve(cfg_.burst);
+}
+
+bool Engine::steered_elsewhere(const uint8_t* data, uint32_t len, uint16_t* to) const {
+  uint16_t id = 0;
+  if (!wire::peek_dpdcid(data, len, &id)) return false;
+  const uint16_t owner = group_->owner(id);
+  if (owner == group_index_) return false;
+  *to = owner;
+  return true;
+}
+
+void Engine::hand_over(uint16_t to, RxFrame* frames, uint16_t n) {
+  const uint32_t pushed = group_->inbox(group_index_, to).push(frames, n);
+  stats_.steered_out += pushed;
+  if (pushed < n) {
+    stats_.steer_dropped += n - pushed;
+    io_->rx_release(frames + pushed, static_cast<uint16_t>(n - pushed));
+  }
+}
+
+uint32_t Engine::receive_handed_over(TimeNs t) {
+  uint32_t got = 0;
+  for (uint16_t from = 0; from < group_->size(); ++from) {
+    if (from == group_index_) continue;
+    const auto k =
+        static_cast<uint16_t>(group_->inbox(from, group_index_).pop(rx_.data(), cfg_.burst));
+    if (k == 0) continue;
+    for (uint16_t i = 0; i < k; ++i) endpoint_.receive(rx_[i].data, rx_[i].len, t);
+    io_->rx_release(rx_.data(), k);
+    got += k;
+  }
+  stats_.steered_in += got;
+  return got;
 }
 
 bool Engine::enable_stats(uint32_t max_conns, uint32_t max_paths, std::string* error) {
@@ -158,17 +206,34 @@ uint32_t Engine::poll(TimeNs ack_hold_ns) {
   uint32_t moved = 0;
   const uint64_t acks_asked = endpoint_.stats().immediate_acks;
   const uint16_t n = io_->rx_burst(rx_.data(), cfg_.burst);
+  uint16_t kept = 0;  // frames handled here, released below
+  bool steered = false;
   for (uint16_t i = 0; i < n; ++i) {
-    const RxFrame& f = rx_[i];
+    const RxFrame f = rx_[i];
+    uint16_t owner = 0;
     if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
       on_arp(f.data, f.len, t);
+    } else if (group_ != nullptr && steered_elsewhere(f.data, f.len, &owner)) {
+      steer_out_[owner].push_back(f);
+      steered = true;
+      continue;
     } else {
       endpoint_.receive(f.data, f.len, t);
     }
+    rx_[kept++] = f;
   }
-  if (n > 0) io_->rx_release(rx_.data(), n);
+  if (steered) {
+    for (uint16_t to = 0; to < steer_out_.size(); ++to) {
+      auto& out = steer_out_[to];
+      if (out.empty()) continue;
+      hand_over(to, out.data(), static_cast<uint16_t>(out.size()));
+      out.clear();
+    }
+  }
+  if (kept > 0) io_->rx_release(rx_.data(), kept);
   stats_.rx_frames += n;
   moved += n;
+  if (group_ != nullptr) moved += receive_handed_over(t);
   endpoint_.advance(t);
   if (t >= stats_next_) {
     publisher_->publish(*this, t);
@@ -220,7 +285,7 @@ uint32_t Engine::transmit_at(TimeNs t) {
   // (a virtio kick is per burst).
   while (filled < cfg_.burst && local < max_local && endpoint_.wants_to_send()) {
     const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(8, cfg_.burst - filled));
-    const uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
+    uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
     if (k == 0) {
       ++stats_.tx_no_buffer;
       break;
@@ -231,9 +296,22 @@ uint32_t Engine::transmit_at(TimeNs t) {
       f.len = endpoint_.transmit(f.data, f.cap, t);
       if (f.len == 0) break;
       if (to_self(f)) {
-        endpoint_.receive(f.data, f.len, t);
         ++local;
-        continue;  // the buffer is built again
+        uint16_t owner = 0;
+        if (group_ == nullptr || !steered_elsewhere(f.data, f.len, &owner)) {
+          endpoint_.receive(f.data, f.len, t);
+          continue;  // the buffer is built again
+        }
+        // To a connection of another engine of the group: the buffer is
+        // its now, and this slot takes a new one (or the batch's last).
+        RxFrame r{f.data, f.len, f.handle};
+        hand_over(owner, &r, 1);
+        if (io_->tx_alloc(&f, 1) != 1) {
+          ++stats_.tx_no_buffer;
+          if (--k == used) break;
+          f = tx_[filled + k];
+        }
+        continue;
       }
       ++used;
     }

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/endpoint.h"
+#include "engine/engine_group.h"
 #include "engine/stats_shm.h"
 #include "net/arp.h"
 #include "packet_io.h"
@@ -41,6 +42,12 @@ struct EngineStats {
   // Frames to our own address (a QP connected to a QP of this device),
   // delivered in software without touching the port.
   uint64_t local_frames = 0;
+  // In an EngineGroup: frames this engine received for another engine's
+  // connections and handed over, frames handed to it, and frames dropped
+  // because the owner's inbox was full (a stalled engine).
+  uint64_t steered_out = 0;
+  uint64_t steered_in = 0;
+  uint64_t steer_dropped = 0;
 };
 
 class Engine {
@@ -91,6 +98,21 @@ class Engine {
   // Whether the next hop towards ip is known, being resolved, or failed.
   net::NeighborState neighbor_state(uint32_t ip) const;
 
+  // Makes this engine number `index` of `group`, before it has connections
+  // and before any engine of the group polls. From then on it creates
+  // only connections it owns (owns()), hands frames for others' to them,
+  // and takes theirs for its own at each poll. Every engine of a group
+  // drives its own queue of one port, and their backends take each
+  // other's buffers back (rx_release of a frame another queue received or
+  // allocated: DPDK mbufs go back to their own pool whoever frees them).
+  // Stop every engine of the group before destroying any.
+  void join(EngineGroup* group, uint16_t index);
+  bool owns(uint16_t conn_id) const {
+    return group_ == nullptr || group_->owner(conn_id) == group_index_;
+  }
+  EngineGroup* group() const { return group_; }
+  uint16_t group_index() const { return group_index_; }
+
   Endpoint& endpoint() { return endpoint_; }
   PacketIo& io() { return *io_; }
   const EngineConfig& config() const { return cfg_; }
@@ -111,6 +133,13 @@ class Engine {
   void update_routes(TimeNs now);
   uint32_t transmit_at(TimeNs now);
   bool to_self(const TxFrame& f) const;
+  // In a group: the engine that owns the frame's connection, when it is
+  // another one.
+  bool steered_elsewhere(const uint8_t* data, uint32_t len, uint16_t* to) const;
+  // Hands frames[0..n) received for `to` over; releases those its full
+  // inbox refused.
+  void hand_over(uint16_t to, RxFrame* frames, uint16_t n);
+  uint32_t receive_handed_over(TimeNs now);
   uint32_t flush_tx(uint16_t filled, TimeNs now);
   struct PendingRoute {
     uint16_t local_id;
@@ -124,6 +153,9 @@ class Engine {
   struct Arp;
   std::unique_ptr<Arp> arp_;
   std::vector<RxFrame> rx_;
+  EngineGroup* group_ = nullptr;
+  uint16_t group_index_ = 0;
+  std::vector<std::vector<RxFrame>> steer_out_;  // per engine of the group: frames for it
   std::vector<TxFrame> tx_;
   uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
   TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing

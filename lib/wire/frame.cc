@@ -172,6 +172,35 @@ DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, Pa
   return DropReason::kNone;
 }
 
+bool peek_dpdcid(const uint8_t* data, size_t len, uint16_t* dpdcid) {
+  if (len < kEthernetSize + kIpv4Size || load_be16(data + 12) != kEtherTypeIpv4) return false;
+  const uint8_t* ip = data + kEthernetSize;
+  const size_t ihl = size_t{ip[0] & 0xfu} * 4;
+  if ((ip[0] >> 4) != 4 || ihl < kIpv4Size || ip[9] != kIpProtoUdp) return false;
+  const size_t pds = kEthernetSize + ihl + kUdpSize;
+  if (len < pds + 12) return false;
+  const Prologue pro = decode_prologue(data + pds);
+  switch (static_cast<PdsType>(pro.type)) {
+    case PdsType::kAck:
+    case PdsType::kAckCc:
+    case PdsType::kAckCcx:
+    case PdsType::kNack:
+    case PdsType::kNackCcx:
+      break;
+    case PdsType::kCtrl:
+    case PdsType::kRudReq:
+    case PdsType::kRodReq:
+    case PdsType::kRudCcReq:
+    case PdsType::kRodCcReq:
+      if (pro.flags & kReqFlagSyn) return false;  // no destination PDC yet
+      break;
+    default:
+      return false;
+  }
+  *dpdcid = load_be16(data + pds + 10);
+  return true;
+}
+
 DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& opt,
                         ParsedPacket* out) {
   if (len < kEthernetSize) return DropReason::kTruncatedEthernet;

@@ -109,6 +109,14 @@ DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, Pa
 
 uint16_t ipv4_checksum(const uint8_t* hdr, size_t len);
 
+// The destination PDC id of a frame to a connection (any request but a SYN,
+// ACK, NACK or CTRL), read from its headers without validating them: what
+// steering needs to hand a frame to the engine that owns its connection.
+// False for anything else (ARP, other protocols, unreliable PDS types, a
+// frame too short). Never reads outside [data, data + len); decode_frame
+// still checks everything where the frame lands.
+bool peek_dpdcid(const uint8_t* data, size_t len, uint16_t* dpdcid);
+
 // Precomputed Ethernet/IPv4/UDP headers towards one peer; per packet only the
 // entropy, the lengths, TOS and the IP checksum change.
 class FrameTemplate {

@@ -35,6 +35,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
+#include "test_env.h"
 
 namespace braid::dpdk {
 namespace {
@@ -113,6 +114,26 @@ class DpdkEnvironment : public ::testing::Environment {
     if (!ab || !ba || rte_eth_from_rings("braid_a", &ba, 1, &ab, 1, SOCKET_ID_ANY) < 0 ||
         rte_eth_from_rings("braid_b", &ab, 1, &ba, 1, SOCKET_ID_ANY) < 0) {
       g_eal_error = "cannot make the ring ports";
+      return;
+    }
+    // Two ports of two queue pairs each, joined crosswise queue by queue
+    // (engine_group_test.cc): A's TX queue q is B's RX queue q.
+    rte_ring* mq_ab[2];
+    rte_ring* mq_ba[2];
+    for (int q = 0; q < 2; ++q) {
+      const std::string n = std::to_string(q);
+      mq_ab[q] = rte_ring_create(("braid_mq_ab" + n).c_str(), kRingSize, SOCKET_ID_ANY,
+                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+      mq_ba[q] = rte_ring_create(("braid_mq_ba" + n).c_str(), kRingSize, SOCKET_ID_ANY,
+                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+      if (!mq_ab[q] || !mq_ba[q]) {
+        g_eal_error = "cannot make the rings of the two-queue ports";
+        return;
+      }
+    }
+    if (rte_eth_from_rings("braid_mqa", mq_ba, 2, mq_ab, 2, SOCKET_ID_ANY) < 0 ||
+        rte_eth_from_rings("braid_mqb", mq_ab, 2, mq_ba, 2, SOCKET_ID_ANY) < 0) {
+      g_eal_error = "cannot make the two-queue ring ports";
       return;
     }
     g_eal_up = true;
@@ -787,6 +808,12 @@ TEST(EalArgs, MemoryModeNamesRoundTrip) {
 }
 
 }  // namespace
+
+bool test_env_up(std::string* why) {
+  *why = g_eal_error;
+  return g_eal_up;
+}
+
 }  // namespace braid::dpdk
 
 int main(int argc, char** argv) {

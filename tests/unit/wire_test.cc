@@ -733,6 +733,61 @@ DropReason decode_payload(const Bytes& udp_payload, bool crc = false) {
   return decode_udp_payload(copy.data(), udp_payload.size(), crc, &out);
 }
 
+// Steering reads the destination PDC id of every type that has one (as it
+// was encoded), and of nothing else.
+TEST(WireFrame, PeekFindsTheDestinationPdcOfEveryConnectedType) {
+  auto frame_of = [](auto encode, const auto& h, size_t size) {
+    Bytes udp(size + 8, 0);  // room for a little payload after the header
+    EXPECT_EQ(encode(udp.data(), h), size);
+    return make_frame(udp);
+  };
+  auto peek = [](const Bytes& f, uint16_t* id) {
+    auto copy = exact_copy(f.data(), f.size());
+    return peek_dpdcid(copy.data(), f.size(), id);
+  };
+  struct Case {
+    Bytes frame;
+    bool has_id;
+    uint16_t id;
+  };
+  const std::vector<Case> cases = {
+      {frame_of(encode_request, make_request(PdsType::kRudReq, false), kRequestSize), true, 0x2468},
+      {frame_of(encode_request, make_request(PdsType::kRodCcReq, false), kRequestCcSize), true,
+       0x2468},
+      {frame_of(encode_request, make_request(PdsType::kRudReq, true), kRequestSize), false, 0},
+      {frame_of(encode_ack, make_ack(PdsType::kAck, CcType::kNscc), kAckSize), true, 0x0c0d},
+      {frame_of(encode_ack, make_ack(PdsType::kAckCc, CcType::kNscc), kAckCcSize), true, 0x0c0d},
+      {frame_of(encode_ack, make_ack(PdsType::kAckCcx, CcType::kNscc), kAckCcSize), true, 0x0c0d},
+      {frame_of(encode_nack, make_nack(PdsType::kNack), kNackSize), true, 0x0304},
+      {frame_of(encode_ctrl, make_ctrl(false), kCtrlSize), true, make_ctrl(false).dpdcid},
+      {frame_of(encode_ctrl, make_ctrl(true), kCtrlSize), false, 0},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    SCOPED_TRACE(i);
+    const Case& c = cases[i];
+    uint16_t id = 0xffff;
+    ASSERT_EQ(peek(c.frame, &id), c.has_id);
+    if (!c.has_id) continue;
+    EXPECT_EQ(id, c.id);
+    // Truncated anywhere before the id's last byte: no id, no read past it.
+    for (size_t len = 0; len < kL2L4Size + 12; ++len) {
+      auto cut = exact_copy(c.frame.data(), len);
+      EXPECT_FALSE(peek_dpdcid(cut.data(), len, &id)) << len;
+    }
+  }
+  // ARP, IPv6 and non-UDP frames carry none.
+  Bytes arp = cases[0].frame;
+  store_be16(arp.data() + 12, kEtherTypeArp);
+  uint16_t id = 0;
+  EXPECT_FALSE(peek(arp, &id));
+  Bytes tcp = cases[0].frame;
+  tcp[kEthernetSize + 9] = 6;
+  EXPECT_FALSE(peek(tcp, &id));
+  Bytes v6 = cases[0].frame;
+  v6[kEthernetSize] = 0x65;
+  EXPECT_FALSE(peek(v6, &id));
+}
+
 TEST(WireFrame, ValidFrameDecodesEveryLayer) {
   const Bytes udp = make_write_udp_payload(100);
   const Bytes f = make_frame(udp);
