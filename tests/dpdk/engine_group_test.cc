@@ -9,7 +9,9 @@
 // core, and the test runs under ASan and TSan.
 
 #include <gtest/gtest.h>
+#include <rte_dev.h>
 #include <rte_ethdev.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "core/completion_queue.h"
+#include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
 #include "engine/engine.h"
 #include "engine/engine_group.h"
@@ -117,12 +120,9 @@ constexpr uint32_t kWrites = 32;
 constexpr uint32_t kWriteSize = 16 * 1024;
 constexpr uint32_t kSendSize = 3000;
 
-TEST_F(EngineGroupTest, TwoEnginesPerPortCarryQpsOnBothByteExact) {
-  std::string error;
-  auto port_a = open_port(kMqPortA, 2, &error);
-  ASSERT_TRUE(port_a) << error;
-  auto port_b = open_port(kMqPortB, 2, &error);
-  ASSERT_TRUE(port_b) << error;
+// Two engines on each of two ports of two queue pairs, joined so that A's
+// TX queue q reaches B's RX queue q.
+void transfer_on_two_engines_per_port(EthdevPort* port_a, EthdevPort* port_b) {
   const wire::MacAddr mac_a = port_a->mac(), mac_b = port_b->mac();
 
   EngineGroup group_a(2), group_b(2);
@@ -292,6 +292,44 @@ TEST_F(EngineGroupTest, TwoEnginesPerPortCarryQpsOnBothByteExact) {
     EXPECT_GT(port_b->queue_stats(q).rx_frames, 0u);
   }
   for (auto& s : slots) s.engine.reset();
+}
+
+TEST_F(EngineGroupTest, TwoEnginesPerPortCarryQpsOnBothByteExact) {
+  std::string error;
+  auto port_a = open_port(kMqPortA, 2, &error);
+  ASSERT_TRUE(port_a) << error;
+  auto port_b = open_port(kMqPortB, 2, &error);
+  ASSERT_TRUE(port_b) << error;
+  transfer_on_two_engines_per_port(port_a.get(), port_b.get());
+}
+
+// The same over memif (a server and a client in this process), a PMD that
+// copies into shared rings and pairs queue q of one side with queue q of
+// the other.
+TEST_F(EngineGroupTest, TwoEnginesPerPortOverMemifByteExact) {
+  static int run = 0;
+  const std::string socket =
+      "/tmp/braid-mq-" + std::to_string(::getpid()) + "-" + std::to_string(run++) + ".sock";
+  ASSERT_EQ(rte_dev_probe(("net_memif5,role=server,id=5,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif6,role=client,id=5,socket=" + socket).c_str()), 0);
+  {
+    EthdevPortConfig c;
+    c.name = "net_memif5";
+    c.queues = 2;
+    c.mbufs = 4095;
+    c.require_link_up = false;  // its peer is not there yet
+    std::string error;
+    auto server = EthdevPort::open(c, &error);
+    ASSERT_TRUE(server) << error;
+    c.name = "net_memif6";
+    c.require_link_up = true;
+    auto client = EthdevPort::open(c, &error);
+    ASSERT_TRUE(client) << error;
+    ASSERT_TRUE(server->link_up());
+    transfer_on_two_engines_per_port(client.get(), server.get());
+  }
+  EXPECT_TRUE(Eal::remove_vdev("net_memif6").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif5").ok());
 }
 
 }  // namespace
