@@ -170,12 +170,8 @@ PostError Connection::post_send(const SendRequest& wr) {
   }
   if (sq_tail_ - sq_head_ >= sq_.size())
     grow_ring(sq_, &sq_mask_, sq_head_, sq_tail_, 2 * sq_.size());
-  SendWqe& w = sq_[sq_tail_ & sq_mask_];
-  w = SendWqe{};
-  w.wr = wr;
-  w.length = length;
-  w.msn = sq_tail_;
-  if (consumes_receive(wr.opcode)) w.rsn = next_rsn_++;
+  sq_[sq_tail_ & sq_mask_].start(wr, length, sq_tail_,
+                                 consumes_receive(wr.opcode) ? next_rsn_++ : 0);
   ++sq_tail_;
   poke();
   return PostError::kOk;
@@ -187,11 +183,7 @@ PostError Connection::post_recv(uint64_t wr_id, const SgList& sgl) {
   if (sgl.num > kMaxSge) return PostError::kInvalid;
   if (rq_tail_ - rq_head_ >= rq_.size())
     grow_ring(rq_, &rq_mask_, rq_head_, rq_tail_, 2 * rq_.size());
-  RecvWqe& w = rq_[rq_tail_ & rq_mask_];
-  w = RecvWqe{};
-  w.wr_id = wr_id;
-  w.sgl = sgl;
-  w.length = sgl.total_length();
+  rq_[rq_tail_ & rq_mask_].start(wr_id, sgl);
   ++rq_tail_;
   return PostError::kOk;
 }
