@@ -118,7 +118,10 @@ class DurationClock {
  public:
   enum class Phase { kWarmup, kSample, kCooldown, kEnd };
   DurationClock(int duration_s, int margin_s);
-  Phase update();  // reads the clock
+  // Reads the clock every 16th call (a clock read cost 5% of a 64 B
+  // WRITE's sender time): phases change up to 15 loop turns late, and the
+  // messages counted and the sampled time change at the same instants.
+  Phase update();
   Phase phase() const { return phase_; }
   uint64_t sample_ns() const { return sample_end_ns_ - sample_begin_ns_; }
 
@@ -126,6 +129,7 @@ class DurationClock {
   uint64_t start_ns_, margin_ns_, duration_ns_;
   uint64_t sample_begin_ns_ = 0, sample_end_ns_ = 0;
   Phase phase_ = Phase::kWarmup;
+  uint32_t calls_ = 0;
 };
 
 // The verbs resources of one test and the TCP connection to the peer.
