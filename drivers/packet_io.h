@@ -19,12 +19,16 @@ struct RxFrame {
 };
 
 // A buffer to transmit from: the engine writes up to `cap` bytes at `data`
-// and sets `len`.
+// and sets `len`. On a backend that takes external payloads
+// (PacketIo::tx_external), the frame may end with `ext_len` bytes at `ext`
+// (registered memory) after its `len` bytes.
 struct TxFrame {
   uint8_t* data = nullptr;
   uint32_t cap = 0;
   uint32_t len = 0;
   void* handle = nullptr;
+  const uint8_t* ext = nullptr;
+  uint32_t ext_len = 0;
 };
 
 struct PacketIoStats {
@@ -33,6 +37,7 @@ struct PacketIoStats {
   uint64_t tx_dropped = 0;    // queued frames the backend then lost
   uint64_t tx_ring_full = 0;  // frames tx_burst handed back (ring full)
   uint64_t rx_missed = 0;     // dropped by the NIC (backend's count, if any)
+  uint64_t tx_external = 0;   // frames sent with their payload read in place
 };
 
 class PacketIo {
@@ -50,6 +55,13 @@ class PacketIo {
   virtual uint16_t tx_burst(TxFrame* frames, uint16_t n) = 0;
   // Returns buffers from tx_alloc that will not be sent.
   virtual void tx_free(TxFrame* frames, uint16_t n) = 0;
+  // Whether tx_burst takes frames with an external payload (TxFrame::ext).
+  // It must be done reading every payload when it returns: the frames it
+  // queued were copied out (a PMD that copies, such as memif), and the
+  // ones it hands back have their payload copied in after their headers
+  // (ext cleared), so no reference to the application's memory outlives
+  // the call. A NIC that reads by DMA later cannot promise that.
+  virtual bool tx_external() const { return false; }
 
   virtual wire::MacAddr mac() const = 0;
   // Largest frame the backend carries, L2 header included (MTU + 14).

@@ -464,6 +464,9 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: CRC-32C trailer on what we send: on, off, or auto (default: on where "
                  "frames leave the host); every trailer received is checked")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_flag("--tx-copy", o.tx_copy,
+               "Braid: copy every payload into the packet buffer, also where the port could "
+               "send it from registered memory (memif)");
   app.add_option("--paths", o.paths,
                  "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
                  "back unmarked), bitmap (in turn, passing over the ones penalised by ECN, NACK "
@@ -702,6 +705,7 @@ int Session::open_device() {
   cfg.entropies = o_.entropies;
   cfg.udp_port = o_.udp_port;
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
+  cfg.tx_copy = o_.tx_copy ? 1 : 0;
   cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
               : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
                                         : BRAID_PATHS_REPS;
@@ -976,6 +980,8 @@ void Session::print_banner() const {
   std::printf(" Data ex. method : Ethernet\n");
   std::printf(" Link MTU        : %u[B]\t\tEntropies      : %u\n", port_attr_.link_mtu,
               o_.entropies ? o_.entropies : 16u);
+  std::printf(" TX payloads     : %s\n",
+              port_attr_.tx_in_place ? "from registered memory" : "copied");
   print_result_line();
 }
 
@@ -1156,9 +1162,10 @@ void Session::print_stats() const {
   }
   std::printf(" Port: frames received %" PRIu64 ", sent %" PRIu64 ", refused by the stack %" PRIu64
               " (bad CRC %" PRIu64 "), missed by the NIC %" PRIu64 ", lost on send %" PRIu64
-              "; TX ring full %" PRIu64 " times, no TX buffer %" PRIu64 " times\n",
+              "; TX ring full %" PRIu64 " times, no TX buffer %" PRIu64
+              " times; payloads sent in place %" PRIu64 "\n",
               port.rx_frames, port.tx_frames, port.rx_dropped, port.rx_bad_crc, port.rx_missed,
-              port.tx_dropped, port.tx_ring_full, port.tx_no_buffer);
+              port.tx_dropped, port.tx_ring_full, port.tx_no_buffer, port.tx_in_place);
   print_result_line();
 }
 

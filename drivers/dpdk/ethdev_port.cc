@@ -566,6 +566,29 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     free_whole_orphans();
   }
 
+  // External payloads where the PMD copies frames out within tx_burst and
+  // takes chains: memif in copy mode (its zero-copy mode hands our mbufs'
+  // memory to the peer, which cannot reach the application's).
+  if (config.tx_external && is_driver(p->driver_, "net_memif") &&
+      devarg(info, "zero-copy") != "yes" && (p->tx_offloads_ & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)) {
+    for (uint16_t q = 0; q < config.queues; ++q) {
+      const std::string name = "braid_x" + std::to_string(port) + "_" +
+                               std::to_string(pool_serial++) + "q" + std::to_string(q);
+      // Each carries the shared info of the buffer it is attached to.
+      const auto priv = static_cast<uint16_t>(
+          RTE_ALIGN_CEIL(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN));
+      p->queues_[q].ext_pool =
+          rte_pktmbuf_pool_create(name.c_str(), round_pool_size(2u * txd + 2u * kMaxBurst),
+                                  std::min<uint32_t>(kMempoolCache, txd), priv, 0, socket);
+      if (p->queues_[q].ext_pool == nullptr) {
+        return fail("cannot allocate the mbufs that carry payloads in place for " + label + ": " +
+                    rte_strerror(rte_errno) +
+                    ": give the EAL more memory, or set tx_external false");
+      }
+    }
+    p->tx_external_ = true;
+  }
+
   // A memif client connects at start and does not retry by itself: a server
   // that is not listening yet (its socket file made a moment before its
   // listen) is retried within the link wait.
@@ -650,6 +673,15 @@ void EthdevPort::release_pool() {
   // failed open made goes, once its buffers are back.
   if (reserved_) unreserve_port(port_id_, /*forget=*/!setup_kept_);
   for (Queue& q : queues_) {
+    // tx_burst frees every external mbuf before it returns.
+    if (q.ext_pool != nullptr) {
+      if (rte_mempool_full(q.ext_pool)) {
+        rte_mempool_free(q.ext_pool);
+      } else {
+        orphan_pool(q.ext_pool);
+      }
+      q.ext_pool = nullptr;
+    }
     if (q.pool != nullptr && !setup_kept_) {
       if (rte_mempool_full(q.pool)) {
         rte_mempool_free(q.pool);
@@ -761,9 +793,26 @@ uint16_t EthdevPort::tx_alloc_on(uint16_t queue, TxFrame* frames, uint16_t n) {
     frames[i].cap = rte_pktmbuf_tailroom(m);
     frames[i].len = 0;
     frames[i].handle = m;
+    frames[i].ext = nullptr;
+    frames[i].ext_len = 0;
   }
   return n;
 }
+
+namespace {
+
+void no_free(void*, void*) {}
+
+// Copies a frame's external payload in after its headers: it is whole.
+void make_whole(TxFrame& f) {
+  assert(f.len + f.ext_len <= f.cap);
+  std::memcpy(f.data + f.len, f.ext, f.ext_len);
+  f.len += f.ext_len;
+  f.ext = nullptr;
+  f.ext_len = 0;
+}
+
+}  // namespace
 
 uint16_t EthdevPort::tx_burst_on(uint16_t queue, TxFrame* frames, uint16_t n) {
   Queue& q = queues_[queue];
@@ -771,18 +820,56 @@ uint16_t EthdevPort::tx_burst_on(uint16_t queue, TxFrame* frames, uint16_t n) {
   uint16_t queued = 0;
   while (n > 0) {
     const uint16_t k = std::min(n, kMaxBurst);
+    uint16_t external = 0;
     for (uint16_t i = 0; i < k; ++i) {
-      assert(frames[i].len <= frames[i].cap);
-      rte_mbuf* m = static_cast<rte_mbuf*>(frames[i].handle);
-      m->data_len = static_cast<uint16_t>(frames[i].len);
-      m->pkt_len = frames[i].len;
+      TxFrame& f = frames[i];
+      rte_mbuf* m = static_cast<rte_mbuf*>(f.handle);
+      rte_mbuf* x = nullptr;
+      if (f.ext_len > 0) {
+        // The payload stays where it is: a second segment attached to it.
+        x = q.ext_pool != nullptr ? rte_pktmbuf_alloc(q.ext_pool) : nullptr;
+        if (x == nullptr) {
+          make_whole(f);
+        } else {
+          auto* shinfo = static_cast<rte_mbuf_ext_shared_info*>(rte_mbuf_to_priv(x));
+          shinfo->free_cb = no_free;
+          shinfo->fcb_opaque = nullptr;
+          rte_mbuf_ext_refcnt_set(shinfo, 1);
+          rte_pktmbuf_attach_extbuf(x, const_cast<uint8_t*>(f.ext), RTE_BAD_IOVA,
+                                    static_cast<uint16_t>(f.ext_len), shinfo);
+          x->data_len = static_cast<uint16_t>(f.ext_len);
+          x->pkt_len = f.ext_len;
+          ++external;
+        }
+      }
+      assert(f.len <= f.cap);
+      m->data_len = static_cast<uint16_t>(f.len);
+      m->pkt_len = f.len + (x != nullptr ? f.ext_len : 0);
+      m->next = x;
+      m->nb_segs = x != nullptr ? 2 : 1;
       handed_over(m);
       mbufs[i] = m;
     }
     const uint16_t sent = rte_eth_tx_burst(port_id_, queue, mbufs, k);
     queued += sent;
+    for (uint16_t i = 0; i < sent; ++i) q.tx_external += frames[i].ext_len > 0;
     if (unlikely(sent < k)) {
       q.tx_ring_full += k - sent;
+      // What the ring did not take goes back whole: nothing refers to the
+      // application's memory once this returns.
+      for (uint16_t i = sent; i < n; ++i) {
+        TxFrame& f = frames[i];
+        if (f.ext_len == 0) continue;
+        if (i < k) {
+          rte_mbuf* m = static_cast<rte_mbuf*>(f.handle);
+          taken_over(m);
+          rte_pktmbuf_free_seg(m->next);
+          m->next = nullptr;
+          m->nb_segs = 1;
+        }
+        make_whole(f);
+      }
+      (void)external;
       break;  // the rest stay the caller's
     }
     frames += k;
@@ -834,6 +921,7 @@ PacketIoStats EthdevPort::stats() const {
     s.tx_frames += q.tx_frames;
     s.tx_ring_full += q.tx_ring_full;
     s.rx_missed += q.rx_chained_dropped;
+    s.tx_external += q.tx_external;
   }
   rte_eth_stats st{};
   if (rte_eth_stats_get(port_id_, &st) == 0) {
@@ -887,6 +975,7 @@ class EthdevQueue final : public PacketIo {
            std::to_string(port_->queues());
   }
   bool host_local() const override { return port_->host_local(); }
+  bool tx_external() const override { return port_->tx_external(); }
   void attach_thread() override { port_->attach_thread(); }
   void detach_thread() override { port_->detach_thread(); }
 
@@ -907,6 +996,7 @@ PacketIoStats EthdevPort::queue_stats(uint16_t queue) const {
   s.tx_frames = q.tx_frames;
   s.tx_ring_full = q.tx_ring_full;
   s.rx_missed = q.rx_chained_dropped;
+  s.tx_external = q.tx_external;
   return s;
 }
 
@@ -938,7 +1028,8 @@ std::string EthdevPort::describe() const {
   out << ", mbufs " << (pool ? pool->size : 0) << " x " << data_room_ << " B"
       << (queues_.size() > 1 ? " each" : "") << ", rxd " << rx_descriptors_ << " txd "
       << tx_descriptors_ << ", offloads rx " << offload_names(rx_offloads_, true) << " tx "
-      << offload_names(tx_offloads_, false);
+      << offload_names(tx_offloads_, false)
+      << (tx_external_ ? ", payloads sent from registered memory" : ", payloads copied into mbufs");
   return out.str();
 }
 

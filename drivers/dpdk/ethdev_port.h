@@ -42,6 +42,11 @@ struct EthdevPortConfig {
   // engine (queue()). The PMD must have as many (memif and vhost: the
   // vdev's queues argument).
   uint16_t queues = 1;
+  // Send payloads straight from registered memory (a header mbuf chained
+  // to an mbuf attached to the application's buffer) where the PMD copies
+  // every frame out within tx_burst: memif in copy mode. Elsewhere, and
+  // when false, the payload is copied into the mbuf (PacketIo::tx_external).
+  bool tx_external = true;
 };
 
 class EthdevPort final : public PacketIo {
@@ -90,6 +95,7 @@ class EthdevPort final : public PacketIo {
   std::string describe() const override;
   // memif, vhost-user, virtio-user, ring and null ports.
   bool host_local() const override;
+  bool tx_external() const override { return tx_external_; }
 
   uint16_t port_id() const { return port_id_; }
   uint32_t mtu() const { return mtu_; }
@@ -125,12 +131,15 @@ class EthdevPort final : public PacketIo {
   // Each queue pair's pool and counters (written by its one thread).
   struct Queue {
     rte_mempool* pool = nullptr;
+    rte_mempool* ext_pool = nullptr;  // mbufs attached to external payloads
+    uint64_t tx_external = 0;         // frames sent that way
     uint64_t rx_frames = 0;
     uint64_t tx_frames = 0;
     uint64_t tx_ring_full = 0;
     uint64_t rx_chained_dropped = 0;
   };
   std::vector<Queue> queues_;
+  bool tx_external_ = false;
 };
 
 }  // namespace braid::dpdk

@@ -101,6 +101,12 @@ struct braid_device_config {
    * the reply the QP goes to RTR all the same and sends once it arrives; a
    * caller that must not block (an NCCL plugin's connect) sets -1. */
   int rtr_arp_wait_us;
+  /* Payloads sent: 0 (default) straight from registered memory where the
+   * port can take them so (memif in copy mode: the PMD copies every frame
+   * out before its burst call returns; braid_port_attr.tx_in_place says
+   * whether a port does), otherwise copied into the packet buffer; 1
+   * always copied. */
+  int tx_copy;
 };
 
 enum braid_path_policy {
@@ -176,8 +182,9 @@ struct braid_port_attr {
   enum braid_mtu active_mtu;
   int gid_tbl_len;
   uint32_t max_msg_sz;
-  uint8_t link_layer; /* 2: Ethernet, as IBV_LINK_LAYER_ETHERNET */
-  uint32_t link_mtu;  /* Ethernet MTU of the DPDK port */
+  uint8_t link_layer;  /* 2: Ethernet, as IBV_LINK_LAYER_ETHERNET */
+  uint32_t link_mtu;   /* Ethernet MTU of the DPDK port */
+  uint8_t tx_in_place; /* 1: payloads leave from registered memory, not copied first */
 };
 
 enum braid_wc_status {
@@ -463,6 +470,7 @@ struct braid_port_stats {
   uint64_t arp_frames;    /* ARP frames sent */
   uint64_t tx_stalled_ms; /* how long the TX ring has taken nothing while frames wait */
   uint64_t rx_bad_crc;    /* frames whose CRC-32C trailer did not match (in rx_dropped) */
+  uint64_t tx_in_place;   /* frames sent with their payload read from registered memory */
 };
 int braid_query_port_stats(struct braid_context* context, struct braid_port_stats* stats);
 

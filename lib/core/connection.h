@@ -132,6 +132,14 @@ struct SendRequest {
 
 enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
 
+// A data frame's payload left where it is (registered memory) instead of
+// copied after the headers: the frame is the headers in the caller's
+// buffer followed by these bytes.
+struct TxPayloadRef {
+  const uint8_t* data = nullptr;
+  uint32_t len = 0;
+};
+
 class Connection {
  public:
   Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs, CompletionQueue* send_cq,
@@ -161,6 +169,16 @@ class Connection {
   // endpoint asks for control frames first.
   uint32_t produce_control(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now);
+  // With `ext`, the frame produce_data_frame builds next may leave its
+  // payload in place (when it lies in one piece of memory and no CRC
+  // trailer covers it): ext says where, and only the headers are written
+  // into buf (the length returned is still the whole frame's). Null: the
+  // payload is always copied.
+  void set_external_payload(TxPayloadRef* ext) { ext_out_ = ext; }
+  // Payloads shorter than this are copied all the same: a copy of a few
+  // hundred bytes costs less than the second buffer that points at them
+  // (64 B WRITEs over memif: 17% fewer messages a second in place).
+  static constexpr uint32_t kExternalPayloadMin = 1024;
   // Whether a control frame is due, and whether a data frame may be ready
   // (it may still turn out that none can go: a READ limit, an RNR wait).
   // False for data while pacing holds it back: a timer ends the wait.
@@ -537,11 +555,12 @@ class Connection {
   Timer credit_timer_;
   // ... the receiver's half.
   CreditPacer* pacer_ = nullptr;
-  uint32_t peer_target_ = 0;   // what the peer asked for, cumulative
-  uint32_t peer_granted_ = 0;  // what we granted it, cumulative
-  bool credit_due_ = false;    // a CREDIT is to go out
-  uint8_t credit_copies_ = 0;  // ... and again this many times (the last grant of a demand)
-  bool peer_credit_ = false;   // the peer asks for credit
+  TxPayloadRef* ext_out_ = nullptr;  // set_external_payload
+  uint32_t peer_target_ = 0;         // what the peer asked for, cumulative
+  uint32_t peer_granted_ = 0;        // what we granted it, cumulative
+  bool credit_due_ = false;          // a CREDIT is to go out
+  uint8_t credit_copies_ = 0;        // ... and again this many times (the last grant of a demand)
+  bool peer_credit_ = false;         // the peer asks for credit
 
   // Receive state.
   ReceiveWindow rx_;

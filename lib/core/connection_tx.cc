@@ -336,7 +336,13 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.modified_length = job.length;
     s.message_offset = r.offset;
     wire::encode_ses_response_data(ses_at, s);
-    if (payload_len > 0) std::memcpy(payload, read_src, payload_len);
+    if (payload_len > 0) {
+      if (ext_out_ != nullptr && !cfg_.crc_trailer && payload_len >= kExternalPayloadMin) {
+        *ext_out_ = TxPayloadRef{read_src, payload_len};
+      } else {
+        std::memcpy(payload, read_src, payload_len);
+      }
+    }
   } else {
     const SendWqe& w = sq_[r.seq & sq_mask_];
     const Opcode op = w.wr.opcode;
@@ -375,7 +381,16 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.message_offset = r.offset;
     wire::encode_ses_request(ses_at, s);
     if (op == Opcode::kRead) read_progress_at_ = read_heard_at_ = now;
-    if (r.len > 0) copy_from_sgl(w.wr.local, r.offset, payload, r.len);
+    if (r.len > 0) {
+      const uint8_t* span = ext_out_ != nullptr && !cfg_.crc_trailer && r.len >= kExternalPayloadMin
+                                ? sgl_span(w.wr.local, r.offset, r.len)
+                                : nullptr;
+      if (span != nullptr) {
+        *ext_out_ = TxPayloadRef{span, r.len};
+      } else {
+        copy_from_sgl(w.wr.local, r.offset, payload, r.len);
+      }
+    }
   }
   // Ask for an immediate ACK when nothing else will follow soon: the last
   // packet queued, a retransmission, or a window about to close. Otherwise

@@ -108,7 +108,8 @@ bool Endpoint::wants_to_send() {
   return !data_.empty();
 }
 
-uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef* ext) {
+  if (ext != nullptr) ext->len = 0;
   // Control frames first: an ACK held behind another connection's data
   // delays the peer's window and its loss detection.
   for (size_t n = control_.size(); n > 0; --n) {
@@ -132,7 +133,10 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
       data_run_id_ = id;
       data_run_ = 0;
     }
-    const uint32_t len = conns_[id]->produce_data_frame(buf, cap, now);
+    Connection& c = *conns_[id];
+    c.set_external_payload(ext);
+    const uint32_t len = c.produce_data_frame(buf, cap, now);
+    c.set_external_payload(nullptr);
     if (len > 0) {
       if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
         data_.pop();

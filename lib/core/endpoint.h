@@ -72,7 +72,10 @@ class Endpoint {
   // One received frame; drops are counted by reason.
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);
   // Writes up to one frame into buf. Returns its length, 0 if nothing to send.
-  uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now);
+  // With `ext`, a data frame may leave its payload where it is: ext->len
+  // bytes at ext->data follow the (length - ext->len) bytes written into
+  // buf (Connection::set_external_payload); ext->len is 0 otherwise.
+  uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef* ext = nullptr);
   // Whether a connection has something to send (it may still turn out that
   // it cannot: transmit() then returns 0).
   bool wants_to_send();

@@ -27,6 +27,18 @@ struct SgList {
   }
 };
 
+// The address of bytes [offset, offset + len) of the list when they lie in
+// one element (null when they span two, or lie beyond the list).
+inline const uint8_t* sgl_span(const SgList& l, uint64_t offset, uint32_t len) {
+  for (uint8_t i = 0; i < l.num; ++i) {
+    if (offset < l.sge[i].length) {
+      return l.sge[i].length - offset >= len ? l.sge[i].addr + offset : nullptr;
+    }
+    offset -= l.sge[i].length;
+  }
+  return nullptr;
+}
+
 // Copies len bytes starting at byte `offset` of the list into dst.
 inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32_t len) {
   for (uint8_t i = 0; i < l.num && len > 0; ++i) {

@@ -27,7 +27,8 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
         return ec;
       }()),
       rx_(cfg.burst),
-      tx_(cfg.burst) {
+      tx_(cfg.burst),
+      tx_external_(io_->tx_external()) {
   net::ArpConfig ac;
   ac.mac = io_->mac();
   ac.ip = cfg.ip;
@@ -293,8 +294,23 @@ uint32_t Engine::transmit_at(TimeNs t) {
     uint16_t used = 0;
     while (used < k && local < max_local) {
       TxFrame& f = tx_[filled + used];
-      f.len = endpoint_.transmit(f.data, f.cap, t);
+      TxPayloadRef ext;
+      f.len = endpoint_.transmit(f.data, f.cap, t, tx_external_ ? &ext : nullptr);
       if (f.len == 0) break;
+      f.ext = nullptr;
+      f.ext_len = 0;
+      if (ext.len > 0) {
+        f.len -= ext.len;
+        if (to_self(f)) {
+          // Delivered here, read as one frame: the payload goes in.
+          std::memcpy(f.data + f.len, ext.data, ext.len);
+          f.len += ext.len;
+        } else {
+          f.ext = ext.data;
+          f.ext_len = ext.len;
+          ++stats_.tx_external;
+        }
+      }
       if (to_self(f)) {
         ++local;
         uint16_t owner = 0;

@@ -48,6 +48,9 @@ struct EngineStats {
   uint64_t steered_out = 0;
   uint64_t steered_in = 0;
   uint64_t steer_dropped = 0;
+  // Frames sent with their payload read in place from registered memory
+  // (PacketIo::tx_external), not copied into the buffer first.
+  uint64_t tx_external = 0;
 };
 
 class Engine {
@@ -157,6 +160,7 @@ class Engine {
   uint16_t group_index_ = 0;
   std::vector<std::vector<RxFrame>> steer_out_;  // per engine of the group: frames for it
   std::vector<TxFrame> tx_;
+  bool tx_external_ = false;          // io_->tx_external(), at creation
   uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
   TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing
   bool tx_held_back_ = false;         // transmit waits (see poll)

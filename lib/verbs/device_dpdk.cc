@@ -70,6 +70,7 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
   dpdk::EthdevPortConfig pc;
   pc.name = port_name;
   pc.mtu = config.mtu == 0 ? 1500 : config.mtu;
+  pc.tx_external = config.tx_copy != 1;
   // The passive side of memif and vhost-user waits for its peer to appear.
   const bool passive =
       spec.find("role=server") != std::string::npos || spec.rfind("net_vhost", 0) == 0;

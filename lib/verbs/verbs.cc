@@ -453,6 +453,7 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   a->state =
       c->engine->io().link_up() && !c->engine->tx_stalled() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
+  a->tx_in_place = c->engine->io().tx_external() ? 1 : 0;
   a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->crc));
   a->gid_tbl_len = 1;
   a->max_msg_sz = 0x7fffffff;
@@ -974,6 +975,7 @@ int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out
   out->tx_no_buffer = e.tx_no_buffer;
   out->arp_frames = e.arp_frames;
   out->rx_bad_crc = c->engine->endpoint().stats().drops_for(braid::wire::DropReason::kBadCrc);
+  out->tx_in_place = io.tx_external;
   return 0;
 }
 

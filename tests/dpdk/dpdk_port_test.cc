@@ -1,5 +1,5 @@
 // Tests for the DPDK ethdev backend (drivers/dpdk). The EAL runs on plain
-// memory (--no-huge -m 256, --no-pci), so no hugepages, NIC or network
+// memory (--no-huge -m 512, --no-pci), so no hugepages, NIC or network
 // interface is needed. Two ports made in this process from a pair of rings
 // (rte_eth_from_rings) are joined crosswise, A's TX ring being B's RX ring
 // and back: a real PMD with real mbufs, passing pointers. A net_ring0 vdev
@@ -100,7 +100,7 @@ class DpdkEnvironment : public ::testing::Environment {
     plant_runtime_dirs();
     EalConfig config;
     config.memory = EalMemoryMode::kNoHuge;
-    config.memory_mb = 256;
+    config.memory_mb = 512;
     config.no_pci = true;
     config.vdevs = {kLoopVdev};
     if (Status st = Eal::init(config); !st.ok()) {
@@ -507,6 +507,77 @@ TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
   }
   EXPECT_TRUE(Eal::remove_vdev("net_memif2").ok());
   EXPECT_TRUE(Eal::remove_vdev("net_memif1").ok());
+}
+
+// memif copies every frame out within tx_burst, so a frame may end with a
+// payload outside the port's buffers (registered memory): it arrives whole,
+// and a frame the full ring hands back comes back whole, its payload copied
+// in, so that nothing refers to that memory after the call.
+TEST_F(EthdevPortTest, MemifSendsPayloadsInPlaceAndHandsBackWholeFrames) {
+  static int run = 0;
+  ScratchDir dir;
+  const std::string socket = (dir.path / ("ext" + std::to_string(run++) + ".sock")).string();
+  ASSERT_EQ(rte_dev_probe(("net_memif7,role=server,id=7,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif8,role=client,id=7,socket=" + socket).c_str()), 0);
+  {
+    EthdevPortConfig c;
+    c.name = "net_memif7";
+    c.require_link_up = false;
+    c.mbufs = 4095;
+    std::string error;
+    auto server = EthdevPort::open(c, &error);
+    ASSERT_TRUE(server) << error;
+    c.name = "net_memif8";
+    c.require_link_up = true;
+    auto client = EthdevPort::open(c, &error);
+    ASSERT_TRUE(client) << error;
+    ASSERT_TRUE(client->tx_external());
+    EXPECT_NE(client->describe().find("payloads sent from registered memory"), std::string::npos);
+    const uint32_t idle = client->pool_available();
+
+    constexpr uint32_t kHeader = 60, kPayload = 1300, kFrames = 1500;
+    const std::vector<uint8_t> payloads = pattern(kPayload * kFrames, 9);
+    auto expected = [&](uint32_t i) {
+      std::vector<uint8_t> f = pattern(kHeader, i);
+      f.insert(f.end(), payloads.begin() + i * kPayload, payloads.begin() + (i + 1) * kPayload);
+      return f;
+    };
+    // Bursts of 32 until the ring (1024 slots) refuses: the peer does not
+    // read yet.
+    uint32_t sent = 0;
+    std::vector<TxFrame> back;
+    for (uint32_t first = 0; first < kFrames && back.empty(); first += 32) {
+      TxFrame tx[32];
+      ASSERT_EQ(client->tx_alloc(tx, 32), 32);
+      for (uint32_t j = 0; j < 32; ++j) {
+        const std::vector<uint8_t> h = pattern(kHeader, first + j);
+        std::memcpy(tx[j].data, h.data(), kHeader);
+        tx[j].len = kHeader;
+        tx[j].ext = payloads.data() + size_t{first + j} * kPayload;
+        tx[j].ext_len = kPayload;
+      }
+      const uint16_t queued = client->tx_burst(tx, 32);
+      sent += queued;
+      back.assign(tx + queued, tx + 32);
+    }
+    ASSERT_FALSE(back.empty()) << "the ring never filled";
+    EXPECT_EQ(client->stats().tx_external, sent);
+    for (uint32_t j = 0; j < back.size(); ++j) {
+      const TxFrame& f = back[j];
+      EXPECT_EQ(f.ext, nullptr);
+      EXPECT_EQ(f.ext_len, 0u);
+      ASSERT_EQ(f.len, kHeader + kPayload);
+      ASSERT_EQ(std::vector<uint8_t>(f.data, f.data + f.len), expected(sent + j)) << j;
+    }
+    client->tx_free(back.data(), static_cast<uint16_t>(back.size()));
+    const auto got = receive(*server, sent);
+    ASSERT_EQ(got.size(), sent);
+    for (uint32_t i = 0; i < sent; ++i) ASSERT_EQ(got[i], expected(i)) << i;
+    // Every buffer of the client is back: memif freed what it copied.
+    EXPECT_EQ(client->pool_available(), idle);
+  }
+  EXPECT_TRUE(Eal::remove_vdev("net_memif8").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif7").ok());
 }
 
 // What a port's open and close could leave behind: DPDK pools and heap, and

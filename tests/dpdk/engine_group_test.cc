@@ -41,7 +41,7 @@ std::unique_ptr<EthdevPort> open_port(const char* name, uint16_t queues, std::st
   EthdevPortConfig c;
   c.name = name;
   c.queues = queues;
-  c.mbufs = 4095;  // per queue: the EAL of these tests has 256 MB for all ports
+  c.mbufs = 4095;  // per queue: the EAL of these tests has 512 MB for all ports
   return EthdevPort::open(c, error);
 }
 

@@ -1,6 +1,7 @@
 // Single operations over a clean and a lossy simulated network.
 #include <cstring>
 
+#include "direct_pair.h"
 #include "sim_pair.h"
 
 namespace braid::test {
@@ -29,6 +30,90 @@ TEST(BasicTransfer, WriteArrivesAndCompletes) {
   EXPECT_EQ(wc.opcode, WcOpcode::kRdmaWrite);
   EXPECT_EQ(src, dst);
   EXPECT_EQ(p.qa->stats().retransmits, 0u);
+}
+
+}  // namespace
+}  // namespace braid::test
+
+namespace braid::test {
+namespace {
+
+// Frames whose payload stays in registered memory (Endpoint::transmit with
+// a TxPayloadRef): the headers in the buffer followed by the referenced
+// bytes are the frame a copy would have built. Large payloads go that way,
+// small ones (under Connection::kExternalPayloadMin) and CRC-covered ones
+// are copied.
+void external_payload_transfer(bool crc) {
+  ConnectionConfig cc;
+  cc.mtu = 4096;
+  DirectPair p(cc, 1024, crc);
+  std::vector<uint8_t> src(100'000), dst(100'000, 0), small(500), inbox(500, 0);
+  fill_pattern(src.data(), src.size(), 3);
+  fill_pattern(small.data(), small.size(), 4);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(),
+                                                     kAccessLocalWrite | kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qb->post_recv(9, sgl_of(inbox.data(), 500)), PostError::kOk);
+  SendRequest wr;
+  wr.opcode = Opcode::kWrite;
+  wr.local = sgl_of(src.data(), static_cast<uint32_t>(src.size()));
+  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
+  wr.rkey = rkey;
+  ASSERT_EQ(p.qa->post_send(wr), PostError::kOk);
+  SendRequest send;
+  send.wr_id = 1;
+  send.opcode = Opcode::kSend;
+  send.local = sgl_of(small.data(), 500);
+  ASSERT_EQ(p.qa->post_send(send), PostError::kOk);
+
+  uint64_t in_place = 0, copied_data = 0;
+  std::vector<uint8_t> buf(9216);
+  for (int round = 0; round < 1000 && p.a_scq.size() < 2; ++round) {
+    std::vector<Frame> ab;
+    TxPayloadRef ext;
+    uint32_t n;
+    while ((n = p.a.transmit(buf.data(), static_cast<uint32_t>(buf.size()), p.now, &ext)) > 0) {
+      ASSERT_LE(ext.len, n);
+      Frame f(buf.begin(), buf.begin() + (n - ext.len));
+      if (ext.len > 0) {
+        ++in_place;
+        EXPECT_GE(ext.len, Connection::kExternalPayloadMin);
+        // It points into the posted buffer, not at a copy.
+        EXPECT_GE(ext.data, src.data());
+        EXPECT_LE(ext.data + ext.len, src.data() + src.size());
+        f.insert(f.end(), ext.data, ext.data + ext.len);
+      } else if (n > wire::kL2L4Size + 100) {
+        ++copied_data;
+      }
+      ab.push_back(std::move(f));
+    }
+    p.now += 1000;
+    p.deliver(p.b, ab);
+    p.deliver(p.a, p.drain(p.b));
+    p.a.advance(p.now);
+    p.b.advance(p.now);
+  }
+  ASSERT_EQ(p.a_scq.size(), 2u);
+  WorkCompletion wc[2];
+  ASSERT_EQ(p.a_scq.poll(wc, 2), 2u);
+  EXPECT_EQ(wc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wc[1].status, WcStatus::kSuccess);
+  EXPECT_EQ(src, dst);
+  EXPECT_EQ(small, inbox);
+  if (crc) {
+    EXPECT_EQ(in_place, 0u);  // the trailer covers the payload: copied
+  } else {
+    // Every packet of the WRITE (24 of 4096 B and a 1696-byte tail);
+    // the 500-byte SEND is copied.
+    EXPECT_EQ(in_place, (src.size() + 4095) / 4096);
+    EXPECT_EQ(copied_data, 1u);
+  }
+}
+
+TEST(BasicTransfer, LargePayloadsLeaveFromRegisteredMemory) {
+  external_payload_transfer(false);
+}
+TEST(BasicTransfer, CrcCoveredPayloadsAreCopied) {
+  external_payload_transfer(true);
 }
 
 }  // namespace
