@@ -521,16 +521,10 @@ TEST_F(EthdevPortTest, MemifSendsPayloadsInPlaceAndHandsBackWholeFrames) {
   ASSERT_EQ(rte_dev_probe(("net_memif8,role=client,id=7,socket=" + socket).c_str()), 0);
   {
     EthdevPortConfig c;
-    c.name = "net_memif7";
-    c.require_link_up = false;
     c.mbufs = 4095;
     std::string error;
-    auto server = EthdevPort::open(c, &error);
-    ASSERT_TRUE(server) << error;
-    c.name = "net_memif8";
-    c.require_link_up = true;
-    auto client = EthdevPort::open(c, &error);
-    ASSERT_TRUE(client) << error;
+    auto [server, client] = open_memif_pair("net_memif7", "net_memif8", c, &error);
+    ASSERT_TRUE(server && client) << error;
     ASSERT_TRUE(client->tx_external());
     EXPECT_NE(client->describe().find("payloads sent from registered memory"), std::string::npos);
     const uint32_t idle = client->pool_available();
@@ -661,16 +655,9 @@ TEST_F(EthdevPortTest, MemifPairOpenedAndClosedRepeatedlyGrowsNothing) {
   ASSERT_EQ(rte_dev_probe(("net_memif5,role=server,id=5,socket=" + socket).c_str()), 0);
   ASSERT_EQ(rte_dev_probe(("net_memif6,role=client,id=5,socket=" + socket).c_str()), 0);
   auto cycle = [&](uint32_t i) {
-    EthdevPortConfig c;
-    c.name = "net_memif5";
-    c.require_link_up = false;
     std::string error;
-    auto server = EthdevPort::open(c, &error);
-    ASSERT_TRUE(server) << error;
-    c.name = "net_memif6";
-    c.require_link_up = true;
-    auto client = EthdevPort::open(c, &error);
-    ASSERT_TRUE(client) << error;
+    auto [server, client] = open_memif_pair("net_memif5", "net_memif6", {}, &error);
+    ASSERT_TRUE(server && client) << error;
     const std::vector<std::vector<uint8_t>> frames = {pattern(60, i), pattern(1514, i)};
     ASSERT_EQ(send(*client, frames), frames.size());
     EXPECT_EQ(receive(*server, frames.size()), frames);
@@ -883,6 +870,19 @@ TEST(EalArgs, MemoryModeNamesRoundTrip) {
 bool test_env_up(std::string* why) {
   *why = g_eal_error;
   return g_eal_up;
+}
+
+PortPair open_memif_pair(const std::string& server, const std::string& client, EthdevPortConfig c,
+                         std::string* error) {
+  PortPair p;
+  c.name = server;
+  c.require_link_up = false;  // its peer is not there yet
+  p.server = EthdevPort::open(c, error);
+  if (!p.server) return p;
+  c.name = client;
+  c.require_link_up = true;  // waits for the handshake
+  p.client = EthdevPort::open(c, error);
+  return p;
 }
 
 }  // namespace braid::dpdk

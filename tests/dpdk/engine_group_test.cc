@@ -310,26 +310,20 @@ TEST_F(EngineGroupTest, TwoEnginesPerPortOverMemifByteExact) {
   static int run = 0;
   const std::string socket =
       "/tmp/braid-mq-" + std::to_string(::getpid()) + "-" + std::to_string(run++) + ".sock";
-  ASSERT_EQ(rte_dev_probe(("net_memif5,role=server,id=5,socket=" + socket).c_str()), 0);
-  ASSERT_EQ(rte_dev_probe(("net_memif6,role=client,id=5,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif9,role=server,id=9,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif10,role=client,id=9,socket=" + socket).c_str()), 0);
   {
     EthdevPortConfig c;
-    c.name = "net_memif5";
     c.queues = 2;
     c.mbufs = 4095;
-    c.require_link_up = false;  // its peer is not there yet
     std::string error;
-    auto server = EthdevPort::open(c, &error);
-    ASSERT_TRUE(server) << error;
-    c.name = "net_memif6";
-    c.require_link_up = true;
-    auto client = EthdevPort::open(c, &error);
-    ASSERT_TRUE(client) << error;
+    auto [server, client] = open_memif_pair("net_memif9", "net_memif10", c, &error);
+    ASSERT_TRUE(server && client) << error;
     ASSERT_TRUE(server->link_up());
     transfer_on_two_engines_per_port(client.get(), server.get());
   }
-  EXPECT_TRUE(Eal::remove_vdev("net_memif6").ok());
-  EXPECT_TRUE(Eal::remove_vdev("net_memif5").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif10").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif9").ok());
 }
 
 }  // namespace
