@@ -64,6 +64,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.base_rtt_us = base_rtt_us;
   c.idle_yield = idle_yield;
   c.credit = credit;
+  c.tx_copy = tx_copy;
   return c;
 }
 
@@ -87,10 +88,10 @@ DeviceSettings load_settings(std::string* error) {
     return s;
   }
   static const char* const kKeys[] = {
-      "name",         "port",  "ip",        "prefix_len", "gateway",   "neighbors",
-      "eal_args",     "mtu",   "entropies", "udp_port",   "lcore",     "progress_thread",
-      "link_wait_ms", "crc",   "paths",     "cc",         "link_mbps", "base_rtt_us",
-      "idle_yield",   "credit"};
+      "name",         "port",   "ip",        "prefix_len", "gateway",   "neighbors",
+      "eal_args",     "mtu",    "entropies", "udp_port",   "lcore",     "progress_thread",
+      "link_wait_ms", "crc",    "paths",     "cc",         "link_mbps", "base_rtt_us",
+      "idle_yield",   "credit", "tx_copy"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -137,6 +138,10 @@ DeviceSettings load_settings(std::string* error) {
   if (kv.count("link_wait_ms")) {
     if (!to_number(kv["link_wait_ms"], 0, 3'600'000, &n)) return bad("link_wait_ms");
     s.link_wait_ms = static_cast<uint32_t>(n);
+  }
+  if (kv.count("tx_copy")) {
+    if (!to_number(kv["tx_copy"], 0, 1, &n)) return bad("tx_copy");
+    s.tx_copy = static_cast<int>(n);
   }
   if (kv.count("crc")) {
     // 1: on, 0: off; unset: on where frames leave the host.

@@ -43,6 +43,7 @@ struct DeviceSettings {
   uint32_t idle_yield = 0;   // braid_device_config.idle_yield
   int credit = 0;            // braid_device_config.credit
   int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
+  int tx_copy = 0;           // braid_device_config.tx_copy: 1 always copy payloads
   std::string source;        // where the settings came from, for messages
 
   bool usable() const { return !port.empty() && !ip.empty(); }

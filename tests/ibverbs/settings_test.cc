@@ -74,4 +74,19 @@ TEST(IbvSettings, CreditIsOnOrOff) {
   unsetenv("BRAID_IBV_CREDIT");
 }
 
+// Payloads in place unless BRAID_IBV_TX_COPY=1; other values are refused.
+TEST(IbvSettings, TxCopyIsOnOrOff) {
+  std::string error;
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().tx_copy, 0);
+  setenv("BRAID_IBV_TX_COPY", "1", 1);
+  error.clear();
+  EXPECT_EQ(braid::ibv::load_settings(&error).to_config().tx_copy, 1);
+  EXPECT_TRUE(error.empty()) << error;
+  setenv("BRAID_IBV_TX_COPY", "yes", 1);
+  error.clear();
+  braid::ibv::load_settings(&error);
+  EXPECT_NE(error.find("for tx_copy"), std::string::npos) << error;
+  unsetenv("BRAID_IBV_TX_COPY");
+}
+
 }  // namespace
