@@ -446,8 +446,12 @@ TEST_P(VerbsPipe, QpAndPathStatsAccountForEveryPacketSent) {
     EXPECT_EQ(p.state, 0u);
   }
   EXPECT_EQ(ports.size(), 16u);
+  // Every transmission is counted on its path, and every packet acked once
+  // (on the path of its last copy). A retransmission (a spurious timeout on
+  // a loaded CI host resent 32 of 212) is a second transmission of a packet
+  // acked once, so acked equals the packets, not the transmissions.
   EXPECT_EQ(sent, q.data_packets_sent + q.retransmits);
-  EXPECT_EQ(acked, sent);
+  EXPECT_EQ(acked, q.data_packets_sent);
   braid_path_stats p{};
   EXPECT_EQ(braid_query_path_stats(a.qp, 16, &p), EINVAL);
   EXPECT_EQ(braid_query_path_stats(nullptr, 0, &p), EINVAL);
