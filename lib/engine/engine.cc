@@ -297,11 +297,12 @@ uint32_t Engine::transmit_at(TimeNs t) {
       TxPayloadRef ext;
       f.len = endpoint_.transmit(f.data, f.cap, t, tx_external_ ? &ext : nullptr);
       if (f.len == 0) break;
+      f.len -= ext.len;  // the headers (ext.len is 0 unless the payload stayed in place)
+      const bool self = to_self(f);
       f.ext = nullptr;
       f.ext_len = 0;
       if (ext.len > 0) {
-        f.len -= ext.len;
-        if (to_self(f)) {
+        if (self) {
           // Delivered here, read as one frame: the payload goes in.
           std::memcpy(f.data + f.len, ext.data, ext.len);
           f.len += ext.len;
@@ -311,7 +312,7 @@ uint32_t Engine::transmit_at(TimeNs t) {
           ++stats_.tx_external;
         }
       }
-      if (to_self(f)) {
+      if (self) {
         ++local;
         uint16_t owner = 0;
         if (group_ == nullptr || !steered_elsewhere(f.data, f.len, &owner)) {
