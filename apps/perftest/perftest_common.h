@@ -69,6 +69,10 @@ struct Options {
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;
+  // Bytes each QP's local and target regions span (0: the largest message).
+  // Bandwidth tests cycle their messages through them, so one QP can touch
+  // as much memory as many QPs do.
+  uint64_t buffer_span = 0;
 
   bool is_server() const { return host.empty(); }
   bool is_duration() const { return duration_s > 0; }
@@ -167,6 +171,9 @@ class Session {
   braid_qp* qp(int i) const { return qps_[static_cast<size_t>(i)]; }
   uint32_t lkey() const { return mr_->lkey; }
   uint8_t* local(int i) const { return buf_ + (2 * static_cast<uint64_t>(i)) * region_; }
+  // Bytes of each local and target region (--buffer-span, at least the
+  // largest message, rounded up to a page).
+  uint64_t region() const { return region_; }
   uint8_t* target(int i) const { return buf_ + (2 * static_cast<uint64_t>(i) + 1) * region_; }
   const braid_conn_info& remote(int i) const { return remote_[static_cast<size_t>(i)]; }
 
