@@ -35,9 +35,12 @@ struct EndpointConfig {
   // Data frames a connection sends in a row before the next one's turn
   // (1: a frame each in turn). A run of packets of one connection lets its
   // receiver coalesce ACKs (ack_every) even when many connections send at
-  // once; round robin by single frames gave every packet its own ACK at
-  // 1024 busy QPs.
-  uint32_t data_quantum = 8;
+  // once, and keeps each end on one connection's state for a burst: round
+  // robin by single frames gave every packet its own ACK at 1024 busy QPs;
+  // turns of 8 gave 56% of one QP's goodput there, turns of 32 (an engine's
+  // burst) 81% (docs/benchmarks.md). A turn of 32 full frames is 48 KiB at
+  // MTU 1500: what a small message waits behind, per busy connection.
+  uint32_t data_quantum = 32;
 };
 
 struct EndpointStats {

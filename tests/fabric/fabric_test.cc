@@ -334,10 +334,12 @@ TEST(FabricWorkloads, FlowsOfOneHostPairShareAConnectionUnlessOnAnotherQp) {
     ASSERT_TRUE(a.ok && b.ok);
     if (two_qps) {
       // Side by side on two connections: each sent its own 64 packets and
-      // they end together.
+      // they end within a turn of each other (EndpointConfig::data_quantum
+      // packets, a third of a's time at turns of 32); one after the other,
+      // they would end a whole flow apart.
       EXPECT_EQ(a.sender.data_sent, 64u);
       EXPECT_EQ(b.sender.data_sent, 64u);
-      EXPECT_LT(b.end > a.end ? b.end - a.end : a.end - b.end, a.fct() / 4);
+      EXPECT_LT(b.end > a.end ? b.end - a.end : a.end - b.end, a.fct() / 2);
     } else {
       // One connection: the second WRITE follows the first.
       EXPECT_EQ(a.sender.data_sent, 128u);

@@ -26,6 +26,10 @@ Sent what(const Frame& f) {
   return Sent{pkt.pro.type, ack ? pkt.ack.spdcid : pkt.req.spdcid};
 }
 
+// Data frames a connection sends in a row (EndpointConfig::data_quantum).
+constexpr uint32_t kTurn = EndpointConfig{}.data_quantum;
+static_assert(kTurn % 4 == 0 && kTurn >= 4, "the turn tests split turns in quarters");
+
 bool is_ack(const Sent& s) {
   return s.type == static_cast<uint8_t>(wire::PdsType::kAckCc);
 }
@@ -65,11 +69,10 @@ struct ThreePairs {
 TEST(TxScheduler, AnAckGoesBeforeAnotherConnectionsData) {
   ThreePairs t;
   // b's connections 4 and 6 have data for a; b's connection 2 has nothing.
-  t.write(t.qb4, 64 * 1024, true);
-  t.write(t.qb6, 64 * 1024, true);
-  // A turn of data frames from b (EndpointConfig::data_quantum, 8), so
-  // that connection 6 is next.
-  for (int i = 0; i < 8; ++i) ASSERT_EQ(what(t.one(t.p.b)).from, 4) << i;
+  t.write(t.qb4, 2 * kTurn * 4096, true);
+  t.write(t.qb6, 2 * kTurn * 4096, true);
+  // A turn of data frames from b, so that connection 6 is next.
+  for (uint32_t i = 0; i < kTurn; ++i) ASSERT_EQ(what(t.one(t.p.b)).from, 4) << i;
   // A one-packet WRITE from a's connection 1 arrives at b's connection 2: it
   // asks for an ACK at once.
   t.write(t.p.qa, 100, false);
@@ -81,18 +84,21 @@ TEST(TxScheduler, AnAckGoesBeforeAnotherConnectionsData) {
   EXPECT_EQ(what(t.one(t.p.b)).from, 6);
 }
 
-// Turns of 8 frames (EndpointConfig::data_quantum): a run of one
+// Turns of kTurn frames (EndpointConfig::data_quantum): a run of one
 // connection's packets lets its receiver coalesce their ACKs.
-TEST(TxScheduler, ConnectionsWithDataTakeTurnsOfEightFrames) {
+TEST(TxScheduler, ConnectionsWithDataTakeTurnsOfAQuantumOfFrames) {
   ThreePairs t;
-  t.write(t.qb4, 20 * 4096, true);
-  t.write(t.qb6, 10 * 4096, true);
+  const uint32_t q = kTurn, from4 = 2 * q + q / 2, from6 = q + q / 4;
+  t.write(t.qb4, from4 * 4096, true);
+  t.write(t.qb6, from6 * 4096, true);
   std::vector<uint16_t> order;
   for (const Frame& f : t.p.drain(t.p.b)) order.push_back(what(f).from);
-  ASSERT_EQ(order.size(), 30u);
-  const std::vector<uint16_t> turns = {4, 6, 4, 6};  // 8, 8, 8, 2, then 4's last 4
-  for (size_t i = 0; i < 26; ++i) EXPECT_EQ(order[i], turns[i / 8]) << i;
-  for (size_t i = 26; i < 30; ++i) EXPECT_EQ(order[i], 4) << i;
+  ASSERT_EQ(order.size(), size_t{from4 + from6});
+  // Turns: 4 (q), 6 (q), 4 (q), 6 (its last q/4), then 4's last q/2 alone.
+  const std::vector<uint16_t> turns = {4, 6, 4};
+  for (size_t i = 0; i < 3 * q; ++i) EXPECT_EQ(order[i], turns[i / q]) << i;
+  for (size_t i = 3 * q; i < 3 * q + q / 4; ++i) EXPECT_EQ(order[i], 6) << i;
+  for (size_t i = 3 * q + q / 4; i < order.size(); ++i) EXPECT_EQ(order[i], 4) << i;
 }
 
 TEST(TxScheduler, AnEndpointSaysWhetherItHasAnythingToSend) {
