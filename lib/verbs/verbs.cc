@@ -91,6 +91,7 @@ void channel_drain_if_empty(braid_comp_channel* ch) {
 }
 
 void signal_armed_cqs(braid_context* c) {
+  if (c->armed.load(std::memory_order_relaxed) == 0) return;  // most polls: none armed
   for (braid_cq* cq : c->cqs) {
     if (!cq->armed || cq->channel == nullptr || cq->ring.pushed() == cq->armed_at) continue;
     cq->armed = false;
