@@ -237,6 +237,30 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
   StallGuard guard(o.timeout_s);
   braid_wc wc[kPollBatch];
 
+  // Polls the send CQ once. RC completes in order: a signaled completion
+  // covers every unsignaled message before it on its QP; `covered(qi, n)`
+  // hears of each before the total counts them. False after reporting a
+  // failed poll or completion.
+  const auto poll_sends = [&](auto&& covered) {
+    const int n = braid_poll_cq(s.send_cq(), kPollBatch, wc);
+    if (n < 0) {
+      std::fprintf(stderr, "poll CQ failed %d\n", n);
+      return false;
+    }
+    for (int k = 0; k < n; ++k) {
+      if (wc[k].status != BRAID_WC_SUCCESS) {
+        print_completion_error(s.context(), wc[k], side, totscnt, totccnt);
+        return false;
+      }
+      const size_t qi = static_cast<size_t>(wc[k].wr_id >> kWrIdQpShift);
+      const uint64_t n_covered = (wc[k].wr_id & kWrIdSeqMask) + 1 - ccnt[qi];
+      ccnt[qi] += n_covered;
+      covered(qi, n_covered);
+      totccnt += n_covered;
+    }
+    return true;
+  };
+
   if (sending && !peak && !dur) t_start = now_ns();
   for (;;) {
     const DurationClock::Phase phase = dur ? clock.update() : DurationClock::Phase::kWarmup;
@@ -271,21 +295,7 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
         }
       }
       ready.clear();
-      const int n = braid_poll_cq(s.send_cq(), kPollBatch, wc);
-      if (n < 0) {
-        std::fprintf(stderr, "poll CQ failed %d\n", n);
-        return 1;
-      }
-      for (int k = 0; k < n; ++k) {
-        if (wc[k].status != BRAID_WC_SUCCESS) {
-          print_completion_error(s.context(), wc[k], side, totscnt, totccnt);
-          return 1;
-        }
-        // RC completes in order: a signaled completion covers every
-        // unsignaled message before it on its QP.
-        const size_t qi = static_cast<size_t>(wc[k].wr_id >> kWrIdQpShift);
-        const uint64_t covered = (wc[k].wr_id & kWrIdSeqMask) + 1 - ccnt[qi];
-        ccnt[qi] += covered;
+      const bool ok = poll_sends([&](size_t qi, uint64_t covered) {
         if (!is_ready[qi] && (dur || scnt[qi] < iters)) {
           is_ready[qi] = 1;
           ready.push_back(static_cast<int>(qi));
@@ -294,9 +304,9 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
           const uint64_t t = now_ns();
           for (uint64_t m = totccnt; m < totccnt + covered && m < total; ++m) tcompleted[m] = t;
         }
-        totccnt += covered;
         if (dur && phase == DurationClock::Phase::kSample) sampled += covered;
-      }
+      });
+      if (!ok) return 1;
     }
 
     if (receiving) {
@@ -323,8 +333,8 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
           }
           ++rposted[qi];
           if (slots > 1) {
-            rsge[qi].addr = reinterpret_cast<uintptr_t>(s.target(static_cast<int>(qi))) +
-                            next_slot(rslot[qi]);
+            rsge[qi].addr =
+                reinterpret_cast<uintptr_t>(s.target(static_cast<int>(qi))) + next_slot(rslot[qi]);
           }
         }
       }
@@ -352,21 +362,12 @@ int run_bw(Session& s, uint64_t size, bool sending, bool receiving, uint64_t pre
   if (dur && sending) {
     for (int i = 0; i < q; ++i) {
       while (ccnt[i] < signaled_to[i]) {
-        const int n = braid_poll_cq(s.send_cq(), kPollBatch, wc);
-        if (n < 0) return 1;
-        for (int k = 0; k < n; ++k) {
-          if (wc[k].status != BRAID_WC_SUCCESS) {
-            print_completion_error(s.context(), wc[k], side, totscnt, totccnt);
-            return 1;
-          }
-          const size_t qi = static_cast<size_t>(wc[k].wr_id >> kWrIdQpShift);
-          const uint64_t covered = (wc[k].wr_id & kWrIdSeqMask) + 1 - ccnt[qi];
-          ccnt[qi] += covered;
-          totccnt += covered;
-        }
+        if (!poll_sends([](size_t, uint64_t) {})) return 1;
         if (guard.stalled(totccnt)) {
-          std::fprintf(stderr, " No completion for %d s after the run: the peer or the transport "
-                       "stopped\n", o.timeout_s);
+          std::fprintf(stderr,
+                       " No completion for %d s after the run: the peer or the transport "
+                       "stopped\n",
+                       o.timeout_s);
           return 1;
         }
       }
