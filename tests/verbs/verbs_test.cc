@@ -135,16 +135,19 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
           0);
     }
   }
+  // Drives the other side's engine once, then polls `s`'s CQ (which drives
+  // its own) and appends what it found to `out`.
+  void poll_once(Side& s, std::vector<braid_wc>& out) {
+    braid_progress(s.ctx == a.ctx ? b.ctx : a.ctx);
+    braid_wc wc[16];
+    const int k = braid_poll_cq(s.cq, 16, wc);
+    EXPECT_GE(k, 0);
+    out.insert(out.end(), wc, wc + std::max(k, 0));
+  }
   // Polls `s` (driving both engines) until n completions or a bound.
   std::vector<braid_wc> wait(Side& s, size_t n) {
     std::vector<braid_wc> out;
-    for (int i = 0; i < 200000 && out.size() < n; ++i) {
-      braid_progress(s.ctx == a.ctx ? b.ctx : a.ctx);
-      braid_wc wc[16];
-      const int k = braid_poll_cq(s.cq, 16, wc);
-      EXPECT_GE(k, 0);
-      out.insert(out.end(), wc, wc + std::max(k, 0));
-    }
+    for (int i = 0; i < 200000 && out.size() < n; ++i) poll_once(s, out);
     return out;
   }
   // As wait, but for up to `seconds` of the clock rather than a count of
@@ -153,13 +156,7 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
   std::vector<braid_wc> wait_for(Side& s, size_t n, int seconds) {
     std::vector<braid_wc> out;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-    while (out.size() < n && std::chrono::steady_clock::now() < end) {
-      braid_progress(s.ctx == a.ctx ? b.ctx : a.ctx);
-      braid_wc wc[16];
-      const int k = braid_poll_cq(s.cq, 16, wc);
-      EXPECT_GE(k, 0);
-      out.insert(out.end(), wc, wc + std::max(k, 0));
-    }
+    while (out.size() < n && std::chrono::steady_clock::now() < end) poll_once(s, out);
     return out;
   }
   // A signaled WRITE of *s to `to`'s buffer at `offset`.
