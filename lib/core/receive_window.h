@@ -35,6 +35,11 @@ class ReceiveWindow {
 
   // Marks a PSN that check() called kNew. Returns how far cack() advanced.
   uint32_t mark(uint32_t psn) {
+    if (held_ == 0 && psn == cack_ + 1) {
+      // In order with nothing held above: no bit to set and clear again.
+      cack_ = psn;
+      return 1;
+    }
     const uint32_t i = psn & mask_;
     words_[i >> 6] |= uint64_t{1} << (i & 63);
     ++held_;

@@ -8,7 +8,9 @@
 namespace braid::wire {
 
 inline uint16_t load_be16(const uint8_t* p) {
-  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return __builtin_bswap16(v);
 }
 inline uint32_t load_be24(const uint8_t* p) {
   return (uint32_t{p[0]} << 16) | (uint32_t{p[1]} << 8) | p[2];
@@ -24,8 +26,8 @@ inline uint64_t load_be64(const uint8_t* p) {
   return __builtin_bswap64(v);
 }
 inline void store_be16(uint8_t* p, uint16_t v) {
-  p[0] = static_cast<uint8_t>(v >> 8);
-  p[1] = static_cast<uint8_t>(v);
+  v = __builtin_bswap16(v);
+  std::memcpy(p, &v, 2);
 }
 inline void store_be24(uint8_t* p, uint32_t v) {
   p[0] = static_cast<uint8_t>(v >> 16);

@@ -117,6 +117,41 @@ TEST(ReceiveWindow, RandomOrderMatchesReferenceSet) {
   }
 }
 
+// In-order packets with nothing held take a path that touches no bitmap
+// word; runs of them between reordered bursts, over many laps of the window,
+// must leave no stale bit behind (a stale bit would make a PSN of a later
+// lap a duplicate) and keep the SACK bits exact.
+TEST(ReceiveWindow, InOrderRunsBetweenReorderedBurstsLeaveNoStaleBits) {
+  std::mt19937 g(7);
+  ReceiveWindow w(128, 0);
+  std::set<uint32_t> got;
+  uint32_t cack = 0xffffffffu;
+  uint32_t next = 0;
+  uint32_t fast = 0;
+  while (next < 20 * 128) {
+    std::vector<uint32_t> burst(std::uniform_int_distribution<uint32_t>(1, 48)(g));
+    std::iota(burst.begin(), burst.end(), next);
+    next += static_cast<uint32_t>(burst.size());
+    if (g() % 2 == 0) std::shuffle(burst.begin(), burst.end(), g);
+    for (uint32_t p : burst) {
+      ASSERT_EQ(w.check(p), ReceiveWindow::Verdict::kNew) << p;
+      if (w.held_out_of_order() == 0 && p == w.cack() + 1) ++fast;
+      const uint32_t before = cack;
+      got.insert(p);
+      while (got.count(cack + 1)) got.erase(++cack);
+      ASSERT_EQ(w.mark(p), cack - before) << p;
+      ASSERT_EQ(w.cack(), cack);
+      ASSERT_EQ(w.check(p), ReceiveWindow::Verdict::kDuplicate);
+      const uint64_t bits = w.sack_bits(cack + 1);
+      for (uint32_t i = 0; i < 64; ++i) {
+        ASSERT_EQ((bits >> i) & 1, got.count(cack + 1 + i) ? 1u : 0u) << "bit " << i;
+      }
+    }
+  }
+  EXPECT_GT(fast, 128u);  // the in-order path was taken, many times
+  EXPECT_EQ(w.held_out_of_order(), 0u);
+}
+
 TEST(ReceiveWindow, SackBitsNeverReportBeyondWindow) {
   ReceiveWindow w(128, 0);
   w.mark(1);  // cack stays -1, PSN 1 held
