@@ -399,7 +399,7 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why
 
 void Connection::on_in_order_advance() {
   complete_recvs();
-  if (state_ == ConnectionState::kActive) execute_reads();
+  if (reads_head_ != reads_tail_ && state_ == ConnectionState::kActive) execute_reads();
 }
 
 void Connection::execute_reads() {

@@ -257,10 +257,10 @@ uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (!window_takes_full_packet()) return 0;
   if (credit_on_ && rr_tx_ == rr_tail_ && !credit_.may_send(false)) return 0;
-  if (cap < wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + next_payload_len() +
-                trailer()) {
-    return 0;  // the caller's buffer is too small for this packet
-  }
+  // The caller's buffer may be too small for this packet; a buffer that
+  // takes a full MTU takes any (no packet carries more).
+  const size_t headers = wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + trailer();
+  if (cap < headers + cfg_.mtu && cap < headers + next_payload_len()) return 0;
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
