@@ -1,6 +1,7 @@
 // libFuzzer target for Braid's receive path: decode_frame, decode_udp_payload
 // and every per-header decoder, each followed by a re-encode / re-decode
-// check of whatever decoded successfully.
+// check of whatever decoded successfully; decode_frame's short path for data
+// requests is checked against decode_frame_generic on every input.
 //
 // Input layout: byte 0 selects the options, the rest is the packet.
 //   bit 0     crc_trailer (the last 4 bytes of the UDP payload are CRC-32C)
@@ -210,9 +211,30 @@ void fuzz_udp_payload(const uint8_t* data, size_t size, bool crc) {
   check_upper_layers(p, q);
 }
 
+void check_frame(const ParsedPacket& p, const ParsedPacket& q) {
+  FUZZ_CHECK_EQ(p.dst_mac, q.dst_mac);
+  FUZZ_CHECK_EQ(p.src_mac, q.src_mac);
+  FUZZ_CHECK_EQ(p.ip.src, q.ip.src);
+  FUZZ_CHECK_EQ(p.ip.dst, q.ip.dst);
+  FUZZ_CHECK_EQ(p.ip.dscp, q.ip.dscp);
+  FUZZ_CHECK_EQ(p.ip.ecn, q.ip.ecn);
+  FUZZ_CHECK_EQ(p.ip.ttl, q.ip.ttl);
+  FUZZ_CHECK_EQ(p.entropy, q.entropy);
+  FUZZ_CHECK_EQ(p.dst_port, q.dst_port);
+  FUZZ_CHECK_EQ(p.trimmed, q.trimmed);
+  check_upper_layers(p, q);
+}
+
 void fuzz_frame(const uint8_t* data, size_t size, const DecodeOptions& opt) {
   ParsedPacket p;
-  if (decode_frame(data, size, opt, &p) != DropReason::kNone) return;
+  const DropReason r = decode_frame(data, size, opt, &p);
+  // decode_frame's short path for data requests decodes as the general one.
+  ParsedPacket g;
+  FUZZ_CHECK_EQ(r, decode_frame_generic(data, size, opt, &g));
+  if (r != DropReason::kNone) return;
+  check_frame(p, g);
+  FUZZ_CHECK_EQ(p.crc_checked, g.crc_checked);
+  FUZZ_CHECK_EQ(p.payload, g.payload);
   // (CTRL is exempt: decode_udp_payload hands its tail over before looking at
   // `trimmed`.)
   if (p.trimmed && p.pro.type != static_cast<uint8_t>(PdsType::kCtrl) &&
@@ -231,17 +253,7 @@ void fuzz_frame(const uint8_t* data, size_t size, const DecodeOptions& opt) {
   if (decode_frame(frame.data(), frame.size(), opt, &q) != DropReason::kNone) {
     mismatch("drop reason of the re-encoded frame");
   }
-  FUZZ_CHECK_EQ(p.dst_mac, q.dst_mac);
-  FUZZ_CHECK_EQ(p.src_mac, q.src_mac);
-  FUZZ_CHECK_EQ(p.ip.src, q.ip.src);
-  FUZZ_CHECK_EQ(p.ip.dst, q.ip.dst);
-  FUZZ_CHECK_EQ(p.ip.dscp, q.ip.dscp);
-  FUZZ_CHECK_EQ(p.ip.ecn, q.ip.ecn);
-  FUZZ_CHECK_EQ(p.ip.ttl, q.ip.ttl);
-  FUZZ_CHECK_EQ(p.entropy, q.entropy);
-  FUZZ_CHECK_EQ(p.dst_port, q.dst_port);
-  FUZZ_CHECK_EQ(p.trimmed, q.trimmed);
-  check_upper_layers(p, q);
+  check_frame(p, q);
 }
 
 // Each header decoder on its own, whatever the prologue says.

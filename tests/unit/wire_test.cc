@@ -15,6 +15,7 @@
 #include <cstring>
 #include <initializer_list>
 #include <memory>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -888,6 +889,96 @@ TEST(WireFrame, IpOptionsAreSkipped) {
   ASSERT_EQ(decode(f, &p), DropReason::kNone);
   EXPECT_EQ(p.entropy, kEntropy);
   EXPECT_EQ(p.payload_len, 10u);
+}
+
+// decode_frame takes a short path for data requests; whatever it accepts
+// must decode exactly as the general path does, and whatever it refuses
+// must reach the general path. Frames of every shape the short path might
+// take, and mutations of them (each byte changed, with the IP checksum
+// fixed up or not; random bytes), under several decode options.
+void expect_same_decode(const Bytes& f, const DecodeOptions& opt) {
+  auto copy = exact_copy(f.data(), f.size());
+  ParsedPacket a, b;
+  const DropReason ra = decode_frame(copy.data(), f.size(), opt, &a);
+  const DropReason rb = decode_frame_generic(copy.data(), f.size(), opt, &b);
+  ASSERT_EQ(ra, rb);
+  if (ra != DropReason::kNone) return;
+  EXPECT_EQ(a.dst_mac, b.dst_mac);
+  EXPECT_EQ(a.src_mac, b.src_mac);
+  EXPECT_EQ(a.ip.src, b.ip.src);
+  EXPECT_EQ(a.ip.dst, b.ip.dst);
+  EXPECT_EQ(a.ip.dscp, b.ip.dscp);
+  EXPECT_EQ(a.ip.ecn, b.ip.ecn);
+  EXPECT_EQ(a.ip.ttl, b.ip.ttl);
+  EXPECT_EQ(a.entropy, b.entropy);
+  EXPECT_EQ(a.dst_port, b.dst_port);
+  EXPECT_EQ(a.trimmed, b.trimmed);
+  EXPECT_EQ(a.crc_checked, b.crc_checked);
+  expect_pro_eq(a.pro, b.pro);
+  ASSERT_EQ(a.has_ses_request, b.has_ses_request);
+  ASSERT_EQ(a.has_ses_response, b.has_ses_response);
+  if (is_request_type(a.pro.type)) expect_request_eq(a.req, b.req);
+  if (a.has_ses_request) expect_ses_request_eq(a.ses, b.ses);
+  EXPECT_EQ(a.payload, b.payload);
+  EXPECT_EQ(a.payload_len, b.payload_len);
+}
+
+TEST(WireFrame, ShortPathForDataDecodesAsTheGeneralPath) {
+  std::vector<Bytes> frames;
+  for (bool som : {true, false}) {
+    for (size_t len : {0, 1, 100, 1400}) {
+      Bytes udp(kRequestSize + kSesStandardSize + len);
+      RequestHeader req = make_request(PdsType::kRudReq, false);
+      req.pro.flags = som ? kReqFlagAckReq : kReqFlagRetx;
+      encode_request(udp.data(), req);
+      encode_ses_request(udp.data() + kRequestSize, make_ses_request(som));
+      for (size_t i = 0; i < len; ++i) udp[kRequestSize + kSesStandardSize + i] = uint8_t(i);
+      frames.push_back(make_frame(udp, som ? kTosData : uint8_t((46 << 2) | kEcnCe)));
+    }
+  }
+  frames.push_back(frames[0]);
+  frames.back().resize(frames.back().size() + 20, 0);  // Ethernet padding
+  std::vector<DecodeOptions> opts(4);
+  opts[1].trim_dscp = 46;
+  opts[2].crc_trailer = true;
+  opts[3].udp_port = 5000;
+  std::mt19937 g(13);
+  uint32_t accepted = 0;
+  for (size_t k = 0; k < frames.size(); ++k) {
+    SCOPED_TRACE(k);
+    for (const DecodeOptions& opt : opts) {
+      expect_same_decode(frames[k], opt);
+      // Every byte of the headers, changed.
+      const size_t headers = std::min(frames[k].size(), kL2L4Size + kRequestSize + 48);
+      for (size_t i = 0; i < headers; ++i) {
+        for (uint8_t x : {0x01, 0x04, 0x40, 0x80, 0xff}) {
+          Bytes m = frames[k];
+          m[i] ^= x;
+          expect_same_decode(m, opt);
+          if (i >= kEthernetSize && i < kEthernetSize + kIpv4Size &&
+              (m[kEthernetSize] & 0xf) >= 5 &&
+              size_t{m[kEthernetSize] & 0xfu} * 4 + kEthernetSize <= m.size()) {
+            fix_ip_checksum(m);
+            expect_same_decode(m, opt);
+          }
+        }
+      }
+      // Cut short anywhere.
+      for (size_t n = 0; n < frames[k].size(); n += 7) {
+        expect_same_decode(Bytes(frames[k].begin(), frames[k].begin() + n), opt);
+      }
+      // A few random bytes at once.
+      for (int r = 0; r < 200; ++r) {
+        Bytes m = frames[k];
+        for (int j = 0; j < 3; ++j) m[g() % std::min(m.size(), headers)] = uint8_t(g());
+        if (g() % 2) fix_ip_checksum(m);
+        expect_same_decode(m, opt);
+      }
+    }
+    ParsedPacket p;
+    if (decode(frames[k], &p) == DropReason::kNone) ++accepted;
+  }
+  EXPECT_EQ(accepted, frames.size());  // the unchanged frames all decode
 }
 
 TEST(WireFrameDrop, TruncatedEthernet) {
