@@ -425,7 +425,9 @@ class Connection {
   // During an RNR wait: READ responses (lost ones first), no requests.
   uint32_t produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now);
   // The next new packet (a READ response first), window and CC allowing.
-  uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
+  // Flattened: build_data and what it calls are inlined into the path most
+  // packets take (42 of about 1120 instructions per packet were calls).
+  [[gnu::flatten]] uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
   // `blame` false: the loss is not its path's fault (PathSet::on_lost).
   void mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame = true);
   void queue_retransmit(TxRecord& r);
