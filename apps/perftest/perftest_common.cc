@@ -1239,6 +1239,8 @@ void Session::print_stats() const {
               " times; payloads sent in place %" PRIu64 "\n",
               port.rx_frames, port.tx_frames, port.rx_dropped, port.rx_bad_crc, port.rx_missed,
               port.tx_dropped, port.tx_ring_full, port.tx_no_buffer, port.tx_in_place);
+  std::printf(" Polling: gaps of 0.5 ms or more between polls %" PRIu64 " (longest %.1f ms)\n",
+              port.poll_gaps, static_cast<double>(port.longest_poll_gap_us) / 1000.0);
   print_result_line();
 }
 

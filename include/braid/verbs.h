@@ -471,6 +471,11 @@ struct braid_port_stats {
   uint64_t tx_stalled_ms; /* how long the TX ring has taken nothing while frames wait */
   uint64_t rx_bad_crc;    /* frames whose CRC-32C trailer did not match (in rx_dropped) */
   uint64_t tx_in_place;   /* frames sent with their payload read from registered memory */
+  /* Polls that came 0.5 ms or more after the previous one (the core was
+     taken away, or the application did not call), and the longest such gap.
+     Each first takes in what arrived meanwhile, then runs the timers. */
+  uint64_t poll_gaps;
+  uint64_t longest_poll_gap_us;
 };
 int braid_query_port_stats(struct braid_context* context, struct braid_port_stats* stats);
 

@@ -201,11 +201,47 @@ void Engine::update_routes(TimeNs now) {
   }
 }
 
-uint32_t Engine::poll(TimeNs ack_hold_ns) {
+uint32_t Engine::poll_at(TimeNs t, TimeNs ack_hold_ns) {
   ++stats_.polls;
-  const TimeNs t = now();
   uint32_t moved = 0;
   const uint64_t acks_asked = endpoint_.stats().immediate_acks;
+  const bool after_gap = last_poll_ != kNever && t > last_poll_ && t - last_poll_ >= cfg_.stall_ns;
+  if (after_gap) {
+    ++stats_.poll_gaps;
+    stats_.longest_poll_gap_ns = std::max(stats_.longest_poll_gap_ns, t - last_poll_);
+  }
+  last_poll_ = t;
+  uint16_t n = receive_burst(t);
+  moved += n;
+  // After a gap, what waits in the ring goes in before the timers run.
+  for (uint16_t more = 1; after_gap && n == cfg_.burst && more < cfg_.stall_drain_bursts; ++more) {
+    n = receive_burst(t);
+    moved += n;
+  }
+  if (group_ != nullptr) moved += receive_handed_over(t);
+  endpoint_.advance(t);
+  if (t >= stats_next_) {
+    publisher_->publish(*this, t);
+    stats_next_ = t + cfg_.stats_interval_ns;
+  }
+  if (arp_->arp.next_timer() <= t) send_arp_requests(t);
+  if (!pending_routes_.empty()) update_routes(t);
+  // Packets that asked for an ACK at once are often the last of a message
+  // the application answers right away (a ping-pong): the transmit step
+  // waits (one poll, or ack_hold_ns), so the ACK leaves in one burst with
+  // the answer instead of a burst of its own. Sent alone, it would let the
+  // peer's application see its completion before the answer, and wait for
+  // it without polling.
+  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_ && ack_hold_ns != kAckNow) {
+    tx_held_back_ = true;
+    tx_hold_until_ = t + ack_hold_ns;
+    return moved;
+  }
+  if (tx_held_back_ && t < tx_hold_until_ && ack_hold_ns != kAckNow) return moved;
+  return moved + transmit_at(t);
+}
+
+uint16_t Engine::receive_burst(TimeNs t) {
   const uint16_t n = io_->rx_burst(rx_.data(), cfg_.burst);
   uint16_t kept = 0;  // frames handled here, released below
   bool steered = false;
@@ -233,28 +269,7 @@ uint32_t Engine::poll(TimeNs ack_hold_ns) {
   }
   if (kept > 0) io_->rx_release(rx_.data(), kept);
   stats_.rx_frames += n;
-  moved += n;
-  if (group_ != nullptr) moved += receive_handed_over(t);
-  endpoint_.advance(t);
-  if (t >= stats_next_) {
-    publisher_->publish(*this, t);
-    stats_next_ = t + cfg_.stats_interval_ns;
-  }
-  if (arp_->arp.next_timer() <= t) send_arp_requests(t);
-  if (!pending_routes_.empty()) update_routes(t);
-  // Packets that asked for an ACK at once are often the last of a message
-  // the application answers right away (a ping-pong): the transmit step
-  // waits (one poll, or ack_hold_ns), so the ACK leaves in one burst with
-  // the answer instead of a burst of its own. Sent alone, it would let the
-  // peer's application see its completion before the answer, and wait for
-  // it without polling.
-  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_ && ack_hold_ns != kAckNow) {
-    tx_held_back_ = true;
-    tx_hold_until_ = t + ack_hold_ns;
-    return moved;
-  }
-  if (tx_held_back_ && t < tx_hold_until_ && ack_hold_ns != kAckNow) return moved;
-  return moved + transmit_at(t);
+  return n;
 }
 
 uint32_t Engine::transmit() {

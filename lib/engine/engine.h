@@ -30,6 +30,13 @@ struct EngineConfig {
   // Live statistics (stats_shm.h): published every stats_interval_ns of
   // the engine's clock once enable_stats() has been called.
   TimeNs stats_interval_ns = 100'000'000;
+  // A poll this long after the previous one (the core was taken away, or
+  // nobody polled) first takes in everything that arrived meanwhile, up to
+  // stall_drain_bursts bursts, before any timer runs: the ACKs waiting in
+  // the ring must not come second to the retransmission timers they would
+  // have stopped.
+  TimeNs stall_ns = 500'000;
+  uint16_t stall_drain_bursts = 64;
 };
 
 struct EngineStats {
@@ -51,6 +58,10 @@ struct EngineStats {
   // Frames sent with their payload read in place from registered memory
   // (PacketIo::tx_external), not copied into the buffer first.
   uint64_t tx_external = 0;
+  // Polls that came stall_ns or more after the previous one, and the
+  // longest such gap.
+  uint64_t poll_gaps = 0;
+  TimeNs longest_poll_gap_ns = 0;
 };
 
 class Engine {
@@ -65,7 +76,9 @@ class Engine {
   // kAckNow: no hold, the ACKs leave in this poll (before whoever waits
   // for the completions this poll made is woken).
   static constexpr TimeNs kAckNow = ~TimeNs{0};
-  uint32_t poll(TimeNs ack_hold_ns = 0);
+  uint32_t poll(TimeNs ack_hold_ns = 0) { return poll_at(now(), ack_hold_ns); }
+  // The same at a time the caller read (tests: a clock of their own).
+  uint32_t poll_at(TimeNs t, TimeNs ack_hold_ns = 0);
   // Sends what the core has ready, nothing else (after a post: the
   // doorbell). Returns frames sent.
   uint32_t transmit();
@@ -143,6 +156,8 @@ class Engine {
   // inbox refused.
   void hand_over(uint16_t to, RxFrame* frames, uint16_t n);
   uint32_t receive_handed_over(TimeNs now);
+  // One rx_burst into the core; returns the frames it took.
+  uint16_t receive_burst(TimeNs t);
   uint32_t flush_tx(uint16_t filled, TimeNs now);
   struct PendingRoute {
     uint16_t local_id;
@@ -168,6 +183,7 @@ class Engine {
   EngineStats stats_;
   std::unique_ptr<stats::Publisher> publisher_;
   TimeNs stats_next_ = kNever;
+  TimeNs last_poll_ = kNever;
 };
 
 }  // namespace braid

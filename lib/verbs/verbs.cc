@@ -977,6 +977,8 @@ int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out
   out->arp_frames = e.arp_frames;
   out->rx_bad_crc = c->engine->endpoint().stats().drops_for(braid::wire::DropReason::kBadCrc);
   out->tx_in_place = io.tx_external;
+  out->poll_gaps = e.poll_gaps;
+  out->longest_poll_gap_us = e.longest_poll_gap_ns / 1000;
   return 0;
 }
 
