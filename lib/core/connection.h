@@ -383,7 +383,7 @@ class Connection {
     const uint16_t id = cfg_.local_id;
     if (!control_q_->contains(id) && control_due()) control_q_->push(id);
     // Nothing queued to send (a receiver's usual case) needs no closer look.
-    const bool work = retx_count_ > 0 || sq_tx_ != sq_tail_ || rr_tx_ != rr_tail_;
+    const bool work = retx_count_ > 0 || !at_tail();
     if (work && !data_q_->contains(id) && data_ready()) data_q_->push(id);
   }
   // Receiver-driven credit, sender's half: a CREDIT_REQ is due when the
