@@ -530,6 +530,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: CRC-32C trailer on what we send: on, off, or auto (default: on where "
                  "frames leave the host); every trailer received is checked")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--engines", o.engines,
+                 "Braid: engines on the port, one per queue pair (default 1); QP n runs on "
+                 "engine n % engines, and both ends' ports need that many queues")
+      ->check(CLI::Range(1, 16));
   app.add_flag("--tx-copy", o.tx_copy,
                "Braid: copy every payload into the packet buffer, also where the port could "
                "send it from registered memory (memif)");
@@ -779,6 +783,7 @@ int Session::open_device() {
   cfg.udp_port = o_.udp_port;
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
   cfg.tx_copy = o_.tx_copy ? 1 : 0;
+  cfg.engines = o_.engines;
   cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
               : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
                                         : BRAID_PATHS_REPS;
@@ -1241,6 +1246,11 @@ void Session::print_stats() const {
               port.tx_dropped, port.tx_ring_full, port.tx_no_buffer, port.tx_in_place);
   std::printf(" Polling: gaps of 0.5 ms or more between polls %" PRIu64 " (longest %.1f ms)\n",
               port.poll_gaps, static_cast<double>(port.longest_poll_gap_us) / 1000.0);
+  if (o_.engines > 1) {
+    std::printf(" Engines: %d; frames handed to the QP's engine %" PRIu64
+                ", dropped (its inbox full) %" PRIu64 "\n",
+                o_.engines, port.steered, port.steer_dropped);
+  }
   print_result_line();
 }
 

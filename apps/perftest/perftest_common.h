@@ -60,6 +60,7 @@ struct Options {
   uint16_t udp_port = 0;
   std::string crc = "auto";
   bool tx_copy = false;
+  int engines = 1;
   std::string paths = "reps";
   std::string cc = "fixed";
   uint32_t link_mbps = 0;

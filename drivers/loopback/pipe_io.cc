@@ -13,21 +13,19 @@ std::pair<std::unique_ptr<PipeIo>, std::unique_ptr<PipeIo>> PipeIo::make_pair(
 uint16_t PipeIo::rx_burst(RxFrame* frames, uint16_t n) {
   std::lock_guard<std::mutex> g(in_->lock);
   uint16_t k = 0;
-  held_.clear();
   while (k < n && !in_->frames.empty()) {
-    held_.push_back(std::move(in_->frames.front()));
+    // Each frame owns its buffer until released, by whichever end (an
+    // engine of a group hands frames to another before they are released).
+    auto* buf = new std::vector<uint8_t>(std::move(in_->frames.front()));
     in_->frames.pop_front();
-    ++k;
-  }
-  for (uint16_t i = 0; i < k; ++i) {
-    frames[i] = RxFrame{held_[i].data(), static_cast<uint32_t>(held_[i].size()), nullptr};
+    frames[k++] = RxFrame{buf->data(), static_cast<uint32_t>(buf->size()), buf};
   }
   stats_.rx_frames += k;
   return k;
 }
 
-void PipeIo::rx_release(RxFrame*, uint16_t) {
-  held_.clear();
+void PipeIo::rx_release(RxFrame* frames, uint16_t n) {
+  for (uint16_t i = 0; i < n; ++i) delete static_cast<std::vector<uint8_t>*>(frames[i].handle);
 }
 
 uint16_t PipeIo::tx_alloc(TxFrame* frames, uint16_t n) {

@@ -1,7 +1,9 @@
 // A software packet backend for tests: two PacketIo ends joined by in-memory
 // queues, like a cable. Frames are copied; it allocates; it is for tests and
 // examples, not the datapath. Both ends may be driven from one thread, or each
-// from its own (the queues are locked).
+// from its own (the queues are locked). Several pairs make the queues of one
+// port for a device with several engines: a received frame may be released
+// through any of them, from any thread.
 #pragma once
 
 #include <deque>
@@ -57,7 +59,6 @@ class PipeIo : public PacketIo {
   wire::MacAddr mac_;
   uint32_t max_frame_;
   std::shared_ptr<Wire> in_, out_;
-  std::vector<std::vector<uint8_t>> held_;  // received, not yet released
   bool cut_ = false;
   bool tx_stuck_ = false;
   uint32_t corrupt_every_ = 0;

@@ -107,6 +107,15 @@ struct braid_device_config {
    * whether a port does), otherwise copied into the packet buffer; 1
    * always copied. */
   int tx_copy;
+  /* Engines on the port, one per core: 0 or 1 (default) one; N (up to 16)
+   * opens the port with N queue pairs (the PMD must have them: memif and
+   * vhost take the peer's count) and runs an engine on each. A QP runs on
+   * engine qp_num % N; packets that arrive on another engine's queue are
+   * handed to it. Calls may come from any thread (each takes the locks of
+   * the engines it touches); with progress_thread, each engine has its own
+   * thread. A CQ takes completions from QPs of any engine, in order per QP
+   * (docs/ibverbs.md). */
+  int engines;
 };
 
 enum braid_path_policy {
@@ -476,6 +485,11 @@ struct braid_port_stats {
      Each first takes in what arrived meanwhile, then runs the timers. */
   uint64_t poll_gaps;
   uint64_t longest_poll_gap_us;
+  /* With several engines (braid_device_config.engines): frames that
+     arrived on one engine's queue for another's QP and were handed over,
+     and those dropped because the owner's inbox was full (resent). */
+  uint64_t steered;
+  uint64_t steer_dropped;
 };
 int braid_query_port_stats(struct braid_context* context, struct braid_port_stats* stats);
 

@@ -7,6 +7,7 @@ namespace braid {
 
 Endpoint::Endpoint(const EndpointConfig& cfg)
     : cfg_(cfg),
+      memory_(cfg.shared_memory != nullptr ? cfg.shared_memory : &mrs_),
       wheel_(cfg.timer_tick_ns, 4096),
       pacer_(cfg.credit, &wheel_, &Endpoint::grant_thunk, this) {
   decode_.udp_port = cfg.udp_port;
@@ -37,7 +38,7 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   data_.reserve_ids(conns_.size());
   pacer_.reserve_ids(conns_.size());
   Connection* c =
-      (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, &mrs_, send_cq, recv_cq, &wheel_))
+      (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, memory_, send_cq, recv_cq, &wheel_))
           .get();
   c->set_immediate_ack_counter(&stats_.immediate_acks);
   c->set_ready_queues(&control_, &data_);

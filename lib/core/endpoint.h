@@ -41,6 +41,11 @@ struct EndpointConfig {
   // burst) 81% (docs/benchmarks.md). A turn of 32 full frames is 48 KiB at
   // MTU 1500: what a small message waits behind, per busy connection.
   uint32_t data_quantum = 32;
+  // Memory regions: this endpoint's own table (nullptr), or one shared with
+  // other endpoints that must honour the same keys (the engines of one
+  // verbs device). A shared table outlives the endpoint and is changed only
+  // while none of its endpoints runs.
+  MemoryRegionTable* shared_memory = nullptr;
 };
 
 struct EndpointStats {
@@ -86,7 +91,7 @@ class Endpoint {
   void advance(TimeNs now) { wheel_.advance(now); }
   TimeNs next_timer() const { return wheel_.next_deadline(); }
 
-  MemoryRegionTable& memory() { return mrs_; }
+  MemoryRegionTable& memory() { return *memory_; }
   TimingWheel& wheel() { return wheel_; }
   const EndpointConfig& config() const { return cfg_; }
   const EndpointStats& stats() const { return stats_; }
@@ -99,6 +104,7 @@ class Endpoint {
   EndpointConfig cfg_;
   wire::DecodeOptions decode_;
   MemoryRegionTable mrs_;
+  MemoryRegionTable* memory_;  // &mrs_ or the shared table
   TimingWheel wheel_;
   std::vector<std::unique_ptr<Connection>> conns_;
   ReadyQueue control_;        // connections with an ACK or NACK due

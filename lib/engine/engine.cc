@@ -24,6 +24,7 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
         ec.udp_port = cfg.udp_port;
         ec.crc_trailer = cfg.crc_trailer;
         ec.credit.rate_bps = cfg.credit_rate_bps;
+        ec.shared_memory = cfg.shared_memory;
         return ec;
       }()),
       rx_(cfg.burst),
@@ -162,6 +163,10 @@ bool Engine::resolve_neighbor(uint32_t ip, wire::MacAddr* mac, TimeNs timeout_ns
     poll();
   }
   return true;
+}
+
+void Engine::learn_neighbor(uint32_t ip, const wire::MacAddr& mac) {
+  arp_->arp.neighbors().learn(arp_->arp.next_hop(ip), mac, now());
 }
 
 void Engine::route_when_resolved(uint16_t local_id, uint32_t peer_ip) {

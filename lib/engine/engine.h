@@ -37,6 +37,8 @@ struct EngineConfig {
   // have stopped.
   TimeNs stall_ns = 500'000;
   uint16_t stall_drain_bursts = 64;
+  // The engines of one device share their memory regions (EndpointConfig).
+  MemoryRegionTable* shared_memory = nullptr;
 };
 
 struct EngineStats {
@@ -104,6 +106,9 @@ class Engine {
   bool lookup_neighbor(uint32_t ip, wire::MacAddr* mac);
   // Polls until the peer's MAC is known or timeout_ns passes.
   bool resolve_neighbor(uint32_t ip, wire::MacAddr* mac, TimeNs timeout_ns);
+  // The next hop's MAC towards ip, as another engine of the group learnt
+  // it (ARP replies arrive on whichever queue the NIC chooses).
+  void learn_neighbor(uint32_t ip, const wire::MacAddr& mac);
   // The connection `local_id` sends to `peer_ip` once its MAC is resolved;
   // if resolution fails the connection fails (RETRY_EXC_ERR).
   void route_when_resolved(uint16_t local_id, uint32_t peer_ip);

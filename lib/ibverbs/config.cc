@@ -65,6 +65,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.idle_yield = idle_yield;
   c.credit = credit;
   c.tx_copy = tx_copy;
+  c.engines = engines;
   return c;
 }
 
@@ -91,7 +92,7 @@ DeviceSettings load_settings(std::string* error) {
       "name",         "port",   "ip",        "prefix_len", "gateway",   "neighbors",
       "eal_args",     "mtu",    "entropies", "udp_port",   "lcore",     "progress_thread",
       "link_wait_ms", "crc",    "paths",     "cc",         "link_mbps", "base_rtt_us",
-      "idle_yield",   "credit", "tx_copy"};
+      "idle_yield",   "credit", "tx_copy",   "engines"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -138,6 +139,10 @@ DeviceSettings load_settings(std::string* error) {
   if (kv.count("link_wait_ms")) {
     if (!to_number(kv["link_wait_ms"], 0, 3'600'000, &n)) return bad("link_wait_ms");
     s.link_wait_ms = static_cast<uint32_t>(n);
+  }
+  if (kv.count("engines")) {
+    if (!to_number(kv["engines"], 1, 16, &n)) return bad("engines");
+    s.engines = static_cast<int>(n);
   }
   if (kv.count("tx_copy")) {
     if (!to_number(kv["tx_copy"], 0, 1, &n)) return bad("tx_copy");

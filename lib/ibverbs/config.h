@@ -44,6 +44,7 @@ struct DeviceSettings {
   int credit = 0;            // braid_device_config.credit
   int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
   int tx_copy = 0;           // braid_device_config.tx_copy: 1 always copy payloads
+  int engines = 0;           // braid_device_config.engines
   std::string source;        // where the settings came from, for messages
 
   bool usable() const { return !port.empty() && !ip.empty(); }

@@ -42,10 +42,16 @@ braid_context* fail(int err, const std::string& why) {
 }  // namespace
 
 braid_context* open_device(const braid_device_config* config, std::unique_ptr<PacketIo> io) {
+  std::vector<std::unique_ptr<PacketIo>> ios;
+  if (io != nullptr) ios.push_back(std::move(io));
+  return open_device(config, std::move(ios));
+}
+
+braid_context* open_device(const braid_device_config* config,
+                           std::vector<std::unique_ptr<PacketIo>> ios) {
   if (config == nullptr) return fail(EINVAL, "open_device: no configuration");
   auto c = std::make_unique<braid_context>();
   c->config = *config;
-  c->idle = braid::IdleYield(config->idle_yield);
   auto own = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   c->port_spec = own(config->port);
   c->ipv4 = own(config->ipv4);
@@ -78,6 +84,15 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
     return fail(EINVAL, "open_device: stats must be 1 (publish), 0 (if BRAID_STATS=1) or -1");
   }
   if (c->config.prefix_len == 0) c->config.prefix_len = 24;
+  if (c->config.engines == 0) c->config.engines = 1;
+  if (c->config.engines < 1 || c->config.engines > kMaxEngines) {
+    return fail(EINVAL, "open_device: engines must be 1.." + std::to_string(kMaxEngines));
+  }
+  const auto engines = static_cast<uint16_t>(c->config.engines);
+  if (!ios.empty() && ios.size() != engines) {
+    return fail(EINVAL, "open_device: " + std::to_string(ios.size()) + " backends for " +
+                            std::to_string(engines) + " engines");
+  }
   if (!parse_ipv4(config->ipv4, &c->ip)) {
     return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
   }
@@ -85,11 +100,13 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   if (config->gateway != nullptr && !parse_ipv4(config->gateway, &gateway)) {
     return fail(EINVAL, "open_device: gateway is not an IPv4 address");
   }
-  if (io == nullptr) {
+  if (ios.empty()) {
     std::string error;
-    io = open_dpdk_port(c->config, &error);
-    if (io == nullptr) return fail(ENODEV, error);
+    ios = open_dpdk_port(c->config, &error);
+    if (ios.empty()) return fail(ENODEV, error);
+    c->io_stats_cover_port = true;
   }
+  PacketIo* io = ios[0].get();
   if (c->config.link_mbps == 0) c->config.link_mbps = io->link_mbps();
   if (c->config.link_mbps == 0) c->config.link_mbps = 100'000;
   EngineConfig ec;
@@ -100,7 +117,18 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
   ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
   c->crc = ec.crc_trailer;
   ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000;
-  c->engine = std::make_unique<Engine>(std::move(io), ec);
+  c->memory = std::make_unique<MemoryRegionTable>();
+  ec.shared_memory = c->memory.get();
+  if (engines > 1) c->group = std::make_unique<EngineGroup>(engines);
+  for (uint16_t k = 0; k < engines; ++k) {
+    auto slot = std::make_unique<EngineSlot>();
+    slot->engine = std::make_unique<Engine>(std::move(ios[k]), ec);
+    if (c->group) slot->engine->join(c->group.get(), k);
+    c->slots.push_back(std::move(slot));
+  }
+  c->engine = c->slots[0]->engine.get();
+  // Several engines may be driven from several threads: every call locks.
+  c->locking = engines > 1;
   // Static neighbours: "ip=mac,ip=mac".
   std::stringstream ss(c->neighbors);
   std::string item;
@@ -113,14 +141,18 @@ braid_context* open_device(const braid_device_config* config, std::unique_ptr<Pa
         !parse_mac(item.substr(eq + 1), &mac)) {
       return fail(EINVAL, "open_device: neighbors must look like 198.18.0.2=02:00:00:00:00:02");
     }
-    c->engine->add_neighbor(ip, mac);
+    for (auto& s : c->slots) s->engine->add_neighbor(ip, mac);
   }
   const char* env = std::getenv("BRAID_STATS");
   if (c->config.stats == 1 ||
       (c->config.stats == 0 && env != nullptr && std::strcmp(env, "1") == 0)) {
     std::string error;
-    if (!c->engine->enable_stats(kStatsMaxQps, c->config.entropies, &error)) {
-      return fail(EIO, error);
+    // One object per engine, each with its own QPs; braid_stats_name
+    // names engine 0's.
+    for (auto& s : c->slots) {
+      if (!s->engine->enable_stats(kStatsMaxQps, c->config.entropies, &error)) {
+        return fail(EIO, error);
+      }
     }
     c->stats_name = c->engine->stats_name();
   }

@@ -22,14 +22,16 @@ bool looks_like_pci(const std::string& s) {
 
 }  // namespace
 
-std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std::string* error) {
+std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config& config,
+                                                      std::string* error) {
+  std::vector<std::unique_ptr<PacketIo>> ios;
   const std::string spec = config.port == nullptr ? "" : config.port;
   if (spec.empty()) {
     *error =
         "open_device: no port given (a vdev spec such as "
         "net_memif0,role=client,socket=/tmp/m.sock, "
         "or a PCI address)";
-    return nullptr;
+    return ios;
   }
   dpdk::EalConfig eal;
   std::string port_name = spec;
@@ -51,7 +53,7 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
     const dpdk::Status s = dpdk::Eal::init(eal);
     if (!s.ok()) {
       *error = s.error;
-      return nullptr;
+      return ios;
     }
     // The EAL lives until the process ends (it cannot start twice); then its
     // runtime directory goes too.
@@ -64,7 +66,7 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
     const dpdk::Status s = dpdk::Eal::probe_vdev(spec);
     if (!s.ok()) {
       *error = s.error;
-      return nullptr;
+      return ios;
     }
   }
   dpdk::EthdevPortConfig pc;
@@ -76,7 +78,12 @@ std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std:
       spec.find("role=server") != std::string::npos || spec.rfind("net_vhost", 0) == 0;
   pc.require_link_up = !passive;
   if (config.link_wait_ms != 0) pc.link_wait_ms = config.link_wait_ms;
-  return dpdk::EthdevPort::open(pc, error);
+  pc.queues = static_cast<uint16_t>(config.engines < 1 ? 1 : config.engines);
+  std::unique_ptr<dpdk::EthdevPort> port = dpdk::EthdevPort::open(pc, error);
+  if (port == nullptr) return ios;
+  for (uint16_t q = 1; q < pc.queues; ++q) ios.push_back(port->queue(q));
+  ios.insert(ios.begin(), std::move(port));
+  return ios;
 }
 
 }  // namespace braid

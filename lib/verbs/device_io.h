@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "braid/verbs.h"
 #include "packet_io.h"
@@ -23,10 +24,20 @@ inline uint32_t max_payload(uint32_t link_mtu, bool crc = false) {
   return link_mtu > hdr + 64 ? link_mtu - hdr : 64;
 }
 
+inline constexpr int kMaxEngines = 16;
+
 // io == nullptr: open the DPDK port named in the configuration.
 braid_context* open_device(const braid_device_config* config, std::unique_ptr<PacketIo> io);
+// One backend per engine (config->engines of them: the queues of one port,
+// each taking back buffers any of the others received), or none: the DPDK
+// port named in the configuration.
+braid_context* open_device(const braid_device_config* config,
+                           std::vector<std::unique_ptr<PacketIo>> ios);
 
-// The DPDK backend (device_dpdk.cc); sets *error on failure.
-std::unique_ptr<PacketIo> open_dpdk_port(const braid_device_config& config, std::string* error);
+// The DPDK backend (device_dpdk.cc): one PacketIo per queue pair of the
+// port (config.engines), the port itself first; empty (and *error) on
+// failure.
+std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config& config,
+                                                      std::string* error);
 
 }  // namespace braid

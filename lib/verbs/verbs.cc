@@ -34,42 +34,72 @@ T* fail_null(int err, std::string why) {
   return nullptr;
 }
 
-// Takes the device lock only when a progress thread runs.
 uint64_t steady_ns() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
                                    .count());
 }
 
-// A call that drives the engine itself (poll, post, progress) tells the
-// progress thread the application is active; other calls (queries,
-// registrations, modify) do not: an application that only queries while it
-// waits for a WRITE would otherwise starve the thread.
+// A call that drives an engine itself (poll, post, progress) tells the
+// engine's progress thread the application is active; other calls
+// (queries, registrations, modify) do not: an application that only queries
+// while it waits for a WRITE would otherwise starve the thread.
 enum class Drives : bool { kNo, kYes };
 
+// Every engine's lock, in index order: calls that change what all engines
+// share (memory regions, the lists of QPs and CQs) or read all of them.
+// Taken only when the device locks (a progress thread, several engines).
 class Guard {
  public:
-  explicit Guard(braid_context* c, Drives drives = Drives::kNo) : c_(c) {
-    if (c_->threaded) {
-      c_->lock.lock();
-      // Only the lock holder writes it: no read-modify-write needed.
-      if (drives == Drives::kYes) {
-        c_->calls.store(c_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      }
-    }
+  explicit Guard(braid_context* c) : c_(c) {
+    if (!c_->locking) return;
+    for (auto& s : c_->slots) s->lock.lock();
   }
   ~Guard() {
-    if (c_->threaded) c_->lock.unlock();
+    if (!c_->locking) return;
+    for (size_t i = c_->slots.size(); i-- > 0;) c_->slots[i]->lock.unlock();
   }
 
  private:
   braid_context* c_;
 };
 
+// One engine's lock: calls about one QP, or one engine's part of a CQ.
+class EngineGuard {
+ public:
+  EngineGuard(braid_context* c, uint16_t k, Drives drives = Drives::kNo)
+      : s_(c->locking ? c->slots[k].get() : nullptr) {
+    if (s_ == nullptr) return;
+    s_->lock.lock();
+    // Only the lock holder writes it: no read-modify-write needed.
+    if (drives == Drives::kYes) {
+      s_->calls.store(s_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    }
+  }
+  ~EngineGuard() {
+    if (s_ != nullptr) s_->lock.unlock();
+  }
+
+ private:
+  braid::EngineSlot* s_;
+};
+
+// config.idle_yield for the calling thread: calls in a row that found no
+// work (outside every lock: the thread may give its core away).
+void idle_pass(const braid_context* c, bool worked) {
+  thread_local uint32_t idle = 0;
+  const uint32_t after = c->config.idle_yield;
+  if (worked || after == 0) {
+    idle = 0;
+  } else if (++idle >= after) {
+    idle = 0;
+    sched_yield();
+  }
+}
+
 // A completion channel's fd is readable exactly while an event is pending,
 // as rdma-core's: the eventfd's counter is 1 while `fired` holds a CQ and 0
-// when it is empty. (Both change under the device lock: a channel starts the
-// progress thread, so every call takes it.)
+// when it is empty. (Both change under the device's event_lock.)
 void channel_push(braid_comp_channel* ch, braid_cq* cq) {
   const bool was_empty = ch->fired.empty();
   ch->fired.push_back(cq);
@@ -90,24 +120,30 @@ void channel_drain_if_empty(braid_comp_channel* ch) {
   }
 }
 
-void signal_armed_cqs(braid_context* c) {
+// After engine k completed: fires the armed CQs it completed into (under
+// k's lock, which keeps the list of CQs and k's rings still).
+void signal_armed_cqs(braid_context* c, uint16_t k) {
   if (c->armed.load(std::memory_order_relaxed) == 0) return;  // most polls: none armed
+  std::lock_guard<std::mutex> e(c->event_lock);
   for (braid_cq* cq : c->cqs) {
-    if (!cq->armed || cq->channel == nullptr || cq->ring.pushed() == cq->armed_at) continue;
+    const braid::CompletionQueue* r = cq->rings[k].get();
+    if (!cq->armed || cq->channel == nullptr || r == nullptr || r->pushed() == cq->armed_at[k]) {
+      continue;
+    }
     cq->armed = false;
     c->armed.fetch_sub(1, std::memory_order_relaxed);
     channel_push(cq->channel, cq);
   }
 }
 
-int progress_locked(braid_context* c, braid::TimeNs ack_hold_ns = 0) {
-  const int n = static_cast<int>(c->engine->poll(ack_hold_ns));
-  signal_armed_cqs(c);
+int progress_locked(braid_context* c, uint16_t k, braid::TimeNs ack_hold_ns = 0) {
+  const int n = static_cast<int>(c->slots[k]->engine->poll(ack_hold_ns));
+  signal_armed_cqs(c, k);
   return n;
 }
 
-// The progress thread drives the device while the application does not.
-// While the application calls into the device (polling a CQ, posting) it
+// Each engine's progress thread drives it while the application does not.
+// While the application calls into the engine (polling a CQ, posting) it
 // drives the engine itself and the thread sleeps instead of fighting it for
 // the lock and the core. Once the application has been away for a while
 // (blocked on a socket, or spinning on memory for a WRITE to land, as
@@ -120,7 +156,7 @@ int progress_locked(braid_context* c, braid::TimeNs ack_hold_ns = 0) {
 // 2 ms) but made small ones worse (typical 1.4 -> 11..160 us), the
 // figure perftest reports; the fair scheduler's time slices are what a
 // large message waits for now.
-void progress_loop(braid_context* c) {
+void progress_loop(braid_context* c, uint16_t k) {
   // How often the thread looks whether the application still calls. Each
   // timed wake costs 15 us or more on these VMs: looking every 200 us took
   // a tenth of a busy ib_write_bw client's rate.
@@ -141,14 +177,15 @@ void progress_loop(braid_context* c) {
 
   constexpr braid::TimeNs kAckHoldNs = 30'000;
   constexpr uint64_t kAnswerWindowNs = 2'000'000;
-  c->engine->io().attach_thread();
-  uint64_t seen = c->calls.load(std::memory_order_relaxed);
+  braid::EngineSlot& slot = *c->slots[k];
+  slot.engine->io().attach_thread();
+  uint64_t seen = slot.calls.load(std::memory_order_relaxed);
   uint64_t last_active_ns = steady_ns();
   bool may_answer = true;
   braid::IdleYield idle(kIdlePolls);
   uint32_t polls = 0;
   while (!c->stop.load(std::memory_order_relaxed)) {
-    const uint64_t calls = c->calls.load(std::memory_order_relaxed);
+    const uint64_t calls = slot.calls.load(std::memory_order_relaxed);
     auto waits_for_events = [c] { return c->armed.load(std::memory_order_relaxed) > 0; };
     if (calls != seen && !waits_for_events()) {  // the application called since the last look
       seen = calls;
@@ -167,19 +204,19 @@ void progress_loop(braid_context* c) {
     if ((++polls & 63) == 0) may_answer = steady_ns() - last_active_ns < kAnswerWindowNs;
     int moved = 0;
     {
-      std::unique_lock<std::mutex> g(c->lock, std::try_to_lock);
+      std::unique_lock<std::mutex> g(slot.lock, std::try_to_lock);
       if (g.owns_lock()) {
         // ACKs of what woke an event waiter leave before it is woken: once
         // it runs, this thread may wait a time slice for the core.
         const braid::TimeNs hold = waits_for_events() ? braid::Engine::kAckNow
                                    : may_answer       ? kAckHoldNs
                                                       : 0;
-        moved = progress_locked(c, hold);
+        moved = progress_locked(c, k, hold);
       }
     }
     idle.pass(moved > 0);
   }
-  c->engine->io().detach_thread();
+  slot.engine->io().detach_thread();
 }
 
 // Local key check for a work request's buffers: every SGE must lie inside a
@@ -191,8 +228,8 @@ bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32
   for (int i = 0; i < n; ++i) {
     uint8_t* p = nullptr;
     if (sges[i].length > 0 &&
-        c->engine->endpoint().memory().resolve(sges[i].lkey, sges[i].addr, sges[i].length, need,
-                                               pd->id, &p) != braid::AccessError::kNone) {
+        c->memory->resolve(sges[i].lkey, sges[i].addr, sges[i].length, need, pd->id, &p) !=
+            braid::AccessError::kNone) {
       return false;
     }
     out->sge[out->num++] = braid::Sge{p, sges[i].length, sges[i].lkey};
@@ -315,13 +352,14 @@ braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
 // Work requests posted to a QP in the error state complete at once with
 // WR_FLUSH_ERR, as on InfiniBand (the drain pattern: post a marker, wait
 // for its flush). A full CQ drops the completion (an overrun).
-void flush_posted(braid_cq* cq, uint32_t qp_num, uint64_t wr_id, braid::WcOpcode op) {
+// (Into the ring of the QP's engine: after the QP's own completions.)
+void flush_posted(braid_cq* cq, const braid_qp* qp, uint64_t wr_id, braid::WcOpcode op) {
   braid::WorkCompletion wc;
   wc.wr_id = wr_id;
   wc.status = braid::WcStatus::kWrFlushErr;
   wc.opcode = op;
-  wc.qp_num = qp_num;
-  cq->ring.push(wc);
+  wc.qp_num = qp->qp_num;
+  cq->ring(qp->engine).push(wc);
 }
 
 }  // namespace
@@ -338,19 +376,24 @@ std::vector<braid_context*> g_threaded;  // contexts whose progress thread runs
 void start_progress_thread(braid_context* c) {
   if (c->threaded) return;
   c->threaded = true;
-  c->progress = std::thread(progress_loop, c);
+  c->locking = true;
+  for (uint16_t k = 0; k < c->engines(); ++k) {
+    c->slots[k]->progress = std::thread(progress_loop, c, k);
+  }
   std::lock_guard<std::mutex> g(g_threads_lock);
   g_threaded.push_back(c);
 }
 
 void stop_progress_thread(braid_context* c) {
-  if (!c->progress.joinable()) return;
+  if (!c->threaded || c->stop.load()) return;
   {
     std::lock_guard<std::mutex> w(c->wake_lock);
     c->stop = true;
   }
-  c->wake.notify_one();
-  c->progress.join();
+  c->wake.notify_all();
+  for (auto& s : c->slots) {
+    if (s->progress.joinable()) s->progress.join();
+  }
   std::lock_guard<std::mutex> g(g_threads_lock);
   g_threaded.erase(std::remove(g_threaded.begin(), g_threaded.end(), c), g_threaded.end());
 }
@@ -410,9 +453,12 @@ const char* braid_stats_name(struct braid_context* c) {
 }
 
 int braid_progress(struct braid_context* c) {
-  Guard g(c, Drives::kYes);
-  const int n = progress_locked(c);
-  c->idle.pass(n > 0);
+  int n = 0;
+  for (uint16_t k = 0; k < c->engines(); ++k) {
+    EngineGuard g(c, k, Drives::kYes);
+    n += progress_locked(c, k);
+  }
+  idle_pass(c, n > 0);
   return n;
 }
 
@@ -451,8 +497,9 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   Guard g(c);
   std::memset(a, 0, sizeof(*a));
   const uint32_t link_mtu = c->engine->io().max_frame() - braid::wire_l2();
-  a->state =
-      c->engine->io().link_up() && !c->engine->tx_stalled() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
+  bool stalled = false;
+  for (auto& s : c->slots) stalled |= s->engine->tx_stalled();
+  a->state = c->engine->io().link_up() && !stalled ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
   a->tx_in_place = c->engine->io().tx_external() ? 1 : 0;
   a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->crc));
@@ -505,8 +552,7 @@ struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, in
   const uint32_t core_access =
       static_cast<uint32_t>(access) &
       (braid::kAccessLocalWrite | braid::kAccessRemoteWrite | braid::kAccessRemoteRead);
-  const uint32_t key =
-      c->engine->endpoint().memory().register_region(addr, length, core_access, pd->id);
+  const uint32_t key = c->memory->register_region(addr, length, core_access, pd->id);
   if (key == 0) return fail_null<braid_mr>(ENOMEM, "reg_mr: memory-region table full");
   ++c->open_objects;
   ++pd->users;
@@ -517,11 +563,13 @@ int braid_dereg_mr(struct braid_mr* mr) {
   if (mr == nullptr) return EINVAL;
   braid_context* c = mr->context;
   Guard g(c);
-  if (!c->engine->endpoint().memory().deregister(mr->lkey)) return EINVAL;
+  if (!c->memory->deregister(mr->lkey)) return EINVAL;
   // Work still outstanding on the region fails (LOC_PROT_ERR, its QP to
   // error) rather than touching memory the application may free now.
   for (braid_qp* qp : c->qps) {
-    if (qp->conn != nullptr && qp->conn->revoke_local_key(mr->lkey)) c->engine->transmit();
+    if (qp->conn != nullptr && qp->conn->revoke_local_key(mr->lkey)) {
+      c->slots[qp->engine]->engine->transmit();
+    }
     auto& early = qp->early_recvs;
     for (auto it = early.begin(); it != early.end();) {
       bool uses = false;
@@ -535,7 +583,7 @@ int braid_dereg_mr(struct braid_mr* mr) {
       wc.status = braid::WcStatus::kLocProtErr;
       wc.opcode = braid::WcOpcode::kRecv;
       wc.qp_num = qp->qp_num;
-      qp->recv_cq->ring.push(wc);
+      qp->recv_cq->ring(qp->engine).push(wc);
       it = early.erase(it);
     }
   }
@@ -593,6 +641,7 @@ int braid_destroy_cq(struct braid_cq* cq) {
   braid_context* c = cq->context;
   Guard g(c);
   if (cq->users > 0) return fail(EBUSY, "destroy_cq: QPs still use this CQ");
+  std::lock_guard<std::mutex> e(c->event_lock);
   c->cqs.erase(std::remove(c->cqs.begin(), c->cqs.end(), cq), c->cqs.end());
   if (cq->armed) c->armed.fetch_sub(1, std::memory_order_relaxed);
   if (cq->channel != nullptr) {
@@ -608,28 +657,49 @@ int braid_destroy_cq(struct braid_cq* cq) {
 int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (cq == nullptr || n < 0 || (n > 0 && out == nullptr)) return -EINVAL;
   braid_context* c = cq->context;
-  Guard g(c, Drives::kYes);
-  if (cq->ring.size() == 0) c->idle.pass(progress_locked(c) > 0 || cq->ring.size() > 0);
+  const uint16_t engines = c->engines();
+  // The engines' rings in turn, from a different one each call; each
+  // engine whose ring is empty is driven once (with several engines, all
+  // of them: a QP's packets may arrive on any engine's queue).
+  const uint16_t first = cq->next_ring.load(std::memory_order_relaxed);
+  if (engines > 1) {
+    cq->next_ring.store(static_cast<uint16_t>((first + 1) % engines), std::memory_order_relaxed);
+  }
   braid::WorkCompletion wc[64];
   int got = 0;
-  while (got < n) {
-    const uint32_t k = cq->ring.poll(wc, static_cast<uint32_t>(std::min(n - got, 64)));
-    if (k == 0) break;
-    for (uint32_t i = 0; i < k; ++i) {
-      braid_wc& w = out[got + static_cast<int>(i)];
-      std::memset(&w, 0, sizeof(w));
-      w.wr_id = wc[i].wr_id;
-      w.status = static_cast<braid_wc_status>(wc[i].status);
-      w.opcode = static_cast<braid_wc_opcode>(wc[i].opcode);
-      w.byte_len = wc[i].byte_len;
-      w.qp_num = wc[i].qp_num;
-      if (wc[i].has_imm) {
-        w.imm_data = htonl(wc[i].imm_data);
-        w.wc_flags = BRAID_WC_WITH_IMM;
+  bool worked = false;
+  for (uint16_t i = 0; i < engines; ++i) {
+    const auto k = static_cast<uint16_t>((first + i) % engines);
+    bool progressed = false;
+    for (;;) {
+      uint32_t taken = 0;
+      {
+        EngineGuard g(c, k, Drives::kYes);
+        braid::CompletionQueue* r = cq->rings[k].get();
+        if (!progressed && (r == nullptr || r->size() == 0)) {
+          worked |= progress_locked(c, k) > 0;
+          progressed = true;
+        }
+        if (r != nullptr) taken = r->poll(wc, static_cast<uint32_t>(std::min(n - got, 64)));
       }
+      for (uint32_t j = 0; j < taken; ++j) {
+        braid_wc& w = out[got + static_cast<int>(j)];
+        std::memset(&w, 0, sizeof(w));
+        w.wr_id = wc[j].wr_id;
+        w.status = static_cast<braid_wc_status>(wc[j].status);
+        w.opcode = static_cast<braid_wc_opcode>(wc[j].opcode);
+        w.byte_len = wc[j].byte_len;
+        w.qp_num = wc[j].qp_num;
+        if (wc[j].has_imm) {
+          w.imm_data = htonl(wc[j].imm_data);
+          w.wc_flags = BRAID_WC_WITH_IMM;
+        }
+      }
+      got += static_cast<int>(taken);
+      if (taken < 64 || got == n) break;
     }
-    got += static_cast<int>(k);
   }
+  idle_pass(c, worked || got > 0);
   return got;
 }
 
@@ -637,15 +707,18 @@ int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
   (void)solicited_only;
   if (cq == nullptr || cq->channel == nullptr) return EINVAL;
   braid_context* c = cq->context;
-  Guard g(c);
+  Guard g(c);  // every engine's ring stands still
+  std::lock_guard<std::mutex> e(c->event_lock);
   if (!cq->armed) {
     cq->armed = true;
-    cq->armed_at = cq->ring.pushed();
+    for (uint16_t k = 0; k < c->engines(); ++k) {
+      cq->armed_at[k] = cq->rings[k] ? cq->rings[k]->pushed() : 0;
+    }
     // The application is about to wait for an event: from now on only the
-    // thread drives the device.
+    // threads drive the device.
     if (c->armed.fetch_add(1, std::memory_order_relaxed) == 0 && c->threaded) {
       std::lock_guard<std::mutex> w(c->wake_lock);
-      c->wake.notify_one();
+      c->wake.notify_all();
     }
   }
   return 0;
@@ -655,7 +728,7 @@ int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void
   if (ch == nullptr || cq == nullptr || cq_context == nullptr) return EINVAL;
   for (;;) {
     {
-      Guard g(ch->context);
+      std::lock_guard<std::mutex> e(ch->context->event_lock);
       if (!ch->fired.empty()) {
         *cq = ch->fired.front();
         ch->fired.pop_front();
@@ -675,7 +748,7 @@ int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void
 
 void braid_ack_cq_events(struct braid_cq* cq, unsigned int n) {
   if (cq == nullptr) return;
-  Guard g(cq->context);
+  std::lock_guard<std::mutex> e(cq->context->event_lock);
   cq->acked += n;
 }
 
@@ -718,14 +791,19 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->recv_cq = a->recv_cq;
   qp->qp_context = a->qp_context;
   qp->qp_num = qpn;
+  qp->engine = c->engine_of(qpn);
   qp->init = *a;
   qp->init.cap.max_send_wr = std::max<uint32_t>(a->cap.max_send_wr, 1);
   qp->init.cap.max_recv_wr = std::max<uint32_t>(a->cap.max_recv_wr, 1);
   qp->sq_sig_all = a->sq_sig_all != 0;
   qp->inline_slots = std::bit_ceil(qp->init.cap.max_send_wr);
   qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
-  ++a->send_cq->users;
-  ++a->recv_cq->users;
+  for (braid_cq* cq : {a->send_cq, a->recv_cq}) {
+    ++cq->users;
+    if (cq->users_on[qp->engine]++ == 0 && cq->rings[qp->engine] == nullptr) {
+      cq->rings[qp->engine] = std::make_unique<braid::CompletionQueue>(cq->cqe);
+    }
+  }
   ++pd->users;
   ++c->open_objects;
   c->qps.push_back(qp);
@@ -740,17 +818,47 @@ int braid_destroy_qp(struct braid_qp* qp) {
     // What this QP received and has not acknowledged yet (a coalesced or
     // deferred ACK) is acknowledged now: the peer's last sends completed
     // here, and without the ACK they would end in RETRY_EXC_ERR there.
-    if (qp->conn->acknowledge_now()) c->engine->transmit();
-    c->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
+    braid::Engine& e = *c->slots[qp->engine]->engine;
+    if (qp->conn->acknowledge_now()) e.transmit();
+    e.destroy_connection(static_cast<uint16_t>(qp->qp_num));
   }
   c->qpn_used[qp->qp_num] = false;
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
-  --qp->send_cq->users;
-  --qp->recv_cq->users;
+  // A CQ keeps its rings (and the completions in them) until it goes.
+  for (braid_cq* cq : {qp->send_cq, qp->recv_cq}) {
+    --cq->users;
+    --cq->users_on[qp->engine];
+  }
   --qp->pd->users;
   --c->open_objects;
   delete qp;
   return 0;
+}
+
+// The MAC of the next hop towards peer_ip, for engine k (every engine's
+// lock held). With one engine, its own resolution; with several, the reply
+// may arrive on any engine's queue (a NIC's RSS sends ARP to one queue), so
+// each of them asks, all are polled, and whichever learns it first tells k.
+// wait_us < 0: only what is known now (resolution starts).
+static bool resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us,
+                        braid::wire::MacAddr* mac) {
+  braid::Engine& e = *c->slots[k]->engine;
+  if (c->engines() == 1) {
+    return wait_us < 0 ? e.lookup_neighbor(peer_ip, mac)
+                       : e.resolve_neighbor(peer_ip, mac, uint64_t(wait_us) * 1000);
+  }
+  const braid::TimeNs deadline = e.now() + (wait_us < 0 ? 0 : uint64_t(wait_us) * 1000);
+  for (;;) {
+    for (auto& s : c->slots) {
+      if (!s->engine->lookup_neighbor(peer_ip, mac)) continue;
+      if (s->engine.get() != &e) e.learn_neighbor(peer_ip, *mac);
+      return true;
+    }
+    if (e.neighbor_state(peer_ip) == braid::net::NeighborState::kFailed || e.now() >= deadline) {
+      return false;
+    }
+    for (auto& s : c->slots) s->engine->poll();
+  }
 }
 
 static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
@@ -766,14 +874,13 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
     return fail(EINVAL, "modify_qp RTR: destination QP number out of range");
   }
   braid_context* c = qp->context;
-  braid::Engine& e = *c->engine;
+  braid::Engine& e = *c->slots[qp->engine]->engine;
   // The MAC comes from ARP. A short wait covers a peer that answers at once;
   // otherwise the QP goes to RTR now and sends once the reply arrives (the
   // peer may be busy in its own connection set-up).
   braid::wire::MacAddr mac{};
   const int arp_wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
-  const bool known = arp_wait_us < 0 ? e.lookup_neighbor(peer_ip, &mac)
-                                     : e.resolve_neighbor(peer_ip, &mac, arp_wait_us * 1000ull);
+  const bool known = resolve_for(c, qp->engine, peer_ip, arp_wait_us, &mac);
   braid::ConnectionConfig cc;
   cc.await_remote_mac = !known;
   cc.local_id = static_cast<uint16_t>(qp->qp_num);
@@ -807,7 +914,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.cc.trimming = false;
   cc.cc.credit = c->config.credit == 1;
   cc.max_rd_atomic = 16;
-  qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring, &qp->recv_cq->ring);
+  qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
+                                            &qp->recv_cq->ring(qp->engine));
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
   if (!known) e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
   for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(id, sgl);
@@ -851,12 +959,12 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     if (qp->conn != nullptr) qp->conn->set_error(braid::WcStatus::kWrFlushErr);
     // Receives posted before RTR have no connection to flush them.
     for (auto& r : qp->early_recvs) {
-      flush_posted(qp->recv_cq, qp->qp_num, r.first, braid::WcOpcode::kRecv);
+      flush_posted(qp->recv_cq, qp, r.first, braid::WcOpcode::kRecv);
     }
     qp->early_recvs.clear();
   } else if (to == BRAID_QPS_RESET) {
     if (qp->conn != nullptr) {
-      c->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
+      c->slots[qp->engine]->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
       qp->conn = nullptr;
     }
     qp->early_recvs.clear();
@@ -881,7 +989,7 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
                    struct braid_qp_init_attr* init) {
   (void)mask;
   if (qp == nullptr || a == nullptr) return EINVAL;
-  Guard g(qp->context);
+  EngineGuard g(qp->context, qp->engine);
   *a = qp->attr;
   a->qp_state = a->cur_qp_state =
       qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError ? BRAID_QPS_ERR
@@ -893,7 +1001,7 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
 
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   if (qp == nullptr || out == nullptr) return EINVAL;
-  Guard g(qp->context);
+  EngineGuard g(qp->context, qp->engine);
   std::memset(out, 0, sizeof(*out));
   if (qp->conn == nullptr) return 0;
   const braid::ConnectionStats& s = qp->conn->stats();
@@ -942,7 +1050,7 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
 
 int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid_path_stats* out) {
   if (qp == nullptr || out == nullptr) return EINVAL;
-  Guard g(qp->context);
+  EngineGuard g(qp->context, qp->engine);
   if (qp->conn == nullptr || index >= qp->conn->paths().count()) return EINVAL;
   const braid::PathSet& p = qp->conn->paths();
   const auto i = static_cast<uint8_t>(index);
@@ -964,33 +1072,48 @@ int braid_query_path_stats(struct braid_qp* qp, unsigned int index, struct braid
 int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out) {
   if (c == nullptr || out == nullptr) return EINVAL;
   Guard g(c);
-  const braid::PacketIoStats io = c->engine->io().stats();
-  const braid::EngineStats& e = c->engine->stats();
+  std::memset(out, 0, sizeof(*out));
+  // The port's frames (every queue's) and each engine's counters.
+  braid::PacketIoStats io = c->engine->io().stats();
+  for (uint16_t k = 1; k < c->engines() && !c->io_stats_cover_port; ++k) {
+    const braid::PacketIoStats q = c->slots[k]->engine->io().stats();
+    io.rx_frames += q.rx_frames;
+    io.tx_frames += q.tx_frames;
+    io.rx_missed += q.rx_missed;
+    io.tx_dropped += q.tx_dropped;
+    io.tx_external += q.tx_external;
+  }
   out->rx_frames = io.rx_frames;
   out->tx_frames = io.tx_frames;
-  out->rx_dropped = c->engine->endpoint().stats().dropped();
   out->rx_missed = io.rx_missed;
   out->tx_dropped = io.tx_dropped;
-  out->tx_ring_full = e.tx_ring_full;
-  out->tx_stalled_ms = c->engine->tx_blocked_ns() / 1'000'000;
-  out->tx_no_buffer = e.tx_no_buffer;
-  out->arp_frames = e.arp_frames;
-  out->rx_bad_crc = c->engine->endpoint().stats().drops_for(braid::wire::DropReason::kBadCrc);
   out->tx_in_place = io.tx_external;
-  out->poll_gaps = e.poll_gaps;
-  out->longest_poll_gap_us = e.longest_poll_gap_ns / 1000;
+  for (auto& s : c->slots) {
+    braid::Engine& en = *s->engine;
+    const braid::EngineStats& e = en.stats();
+    out->rx_dropped += en.endpoint().stats().dropped();
+    out->rx_bad_crc += en.endpoint().stats().drops_for(braid::wire::DropReason::kBadCrc);
+    out->tx_ring_full += e.tx_ring_full;
+    out->tx_stalled_ms = std::max<uint64_t>(out->tx_stalled_ms, en.tx_blocked_ns() / 1'000'000);
+    out->tx_no_buffer += e.tx_no_buffer;
+    out->arp_frames += e.arp_frames;
+    out->poll_gaps += e.poll_gaps;
+    out->longest_poll_gap_us = std::max<uint64_t>(out->longest_poll_gap_us, e.longest_poll_gap_ns / 1000);
+    out->steered += e.steered_in;
+    out->steer_dropped += e.steer_dropped;
+  }
   return 0;
 }
 
 int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c, Drives::kYes);
+  EngineGuard g(c, qp->engine, Drives::kYes);
   for (; wr != nullptr; wr = wr->next) {
     braid::SgList sgl;
     int rc = 0;
     if (in_error(qp)) {
-      flush_posted(qp->recv_cq, qp->qp_num, wr->wr_id, braid::WcOpcode::kRecv);
+      flush_posted(qp->recv_cq, qp, wr->wr_id, braid::WcOpcode::kRecv);
       continue;
     }
     if (qp->state == BRAID_QPS_RESET) {
@@ -1013,19 +1136,19 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
       return rc;
     }
   }
-  c->engine->transmit();  // the doorbell: send now
+  c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
 int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c, Drives::kYes);
+  EngineGuard g(c, qp->engine, Drives::kYes);
   // An idle QP sends at once (latency); one with work under way leaves the
   // frames for the next poll, which sends them in one burst with the rest.
   if (in_error(qp)) {
     for (; wr != nullptr; wr = wr->next) {
-      flush_posted(qp->send_cq, qp->qp_num, wr->wr_id, wc_opcode_of(wr));
+      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
     }
     return 0;
   }
@@ -1039,17 +1162,17 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       return rc;
     }
   }
-  if (was_idle) c->engine->transmit();  // the doorbell: send now
+  if (was_idle) c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
   return 0;
 }
 
 int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
-  Guard g(c, Drives::kYes);
+  EngineGuard g(c, qp->engine, Drives::kYes);
   if (in_error(qp)) {
     for (; wr != nullptr; wr = wr->next) {
-      flush_posted(qp->send_cq, qp->qp_num, wr->wr_id, wc_opcode_of(wr));
+      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
     }
     return 0;
   }
@@ -1071,7 +1194,7 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
     if (rc == 0) rc = post_error(qp->conn->post_send(req), "post_send");
     if (rc != 0) return rc;  // not reached: checked above
   }
-  if (was_idle) c->engine->transmit();
+  if (was_idle) c->slots[qp->engine]->engine->transmit();
   return 0;
 }
 

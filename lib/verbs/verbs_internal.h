@@ -16,28 +16,58 @@
 #include "engine/engine.h"
 #include "idle_yield.h"
 
+namespace braid {
+// One engine of a device, on one queue pair of its port.
+struct EngineSlot {
+  std::unique_ptr<Engine> engine;
+  // Taken by every call that touches this engine, its QPs or its part of a
+  // CQ, when the device locks (braid_context::locking).
+  std::mutex lock;
+  std::thread progress;
+  // Calls the application made that drive this engine (threaded mode):
+  // its progress thread sees the counter move while the application drives
+  // it. A counter, not a clock: reading the clock on every call cost a
+  // fifth of a busy client's time.
+  std::atomic<uint64_t> calls{0};
+};
+}  // namespace braid
+
 struct braid_context {
   braid_device_config config{};
   std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
   std::string stats_name;                                     // live statistics object ("": none)
   uint32_t ip = 0;
   bool crc = false;  // a CRC-32C trailer on what we send (config.crc resolved)
-  std::unique_ptr<braid::Engine> engine;
-  // Run-to-completion by default; with a progress thread every entry point
-  // takes `lock`.
-  bool threaded = false;
-  std::mutex lock;
-  std::thread progress;
+  // The engines, one per queue pair of the port (config.engines); QP n runs
+  // on engine n % engines. With more than one, they share one
+  // memory-region table (`memory`, changed only under every engine's lock)
+  // and hand each other frames through `group`.
+  std::vector<std::unique_ptr<braid::EngineSlot>> slots;
+  braid::Engine* engine = nullptr;  // slots[0]'s
+  std::unique_ptr<braid::EngineGroup> group;
+  std::unique_ptr<braid::MemoryRegionTable> memory;
+  // Engine 0's backend counts the frames of every queue (a DPDK port);
+  // otherwise each engine's backend counts its own.
+  bool io_stats_cover_port = false;
+  ~braid_context() {
+    // Engines go before the group they hand frames through, and queues
+    // before the port (engine 0's) they belong to.
+    for (size_t k = slots.size(); k-- > 0;) slots[k]->engine.reset();
+  }
+  // Run-to-completion with one engine by default: no lock is taken. With a
+  // progress thread, or several engines, every entry point takes the locks
+  // of the engines it touches (in index order when several).
+  bool locking = false;
+  bool threaded = false;  // progress threads run
   std::atomic<bool> stop{false};
-  // Calls the application made (threaded mode): the progress thread sees it
-  // move while the application drives the device. A counter, not a clock:
-  // reading the clock on every call cost a fifth of a busy client's time.
-  std::atomic<uint64_t> calls{0};
+  // Completion events: CQs' armed state and channels' fired lists, changed
+  // by the application and by whichever engine completed into a CQ.
+  std::mutex event_lock;
   // CQs armed for an event (req_notify_cq, not fired yet): the application
-  // waits for the device, so the thread drives it whatever `calls` says.
+  // waits for the device, so the threads drive it whatever `calls` says.
   std::atomic<int> armed{0};
-  // The thread's sleep while the application calls; arming a CQ (and stop)
-  // wakes it.
+  // The threads' sleep while the application calls; arming a CQ (and stop)
+  // wakes them.
   std::mutex wake_lock;
   std::condition_variable wake;
   uint32_t next_pd = 1;
@@ -45,8 +75,11 @@ struct braid_context {
   uint32_t next_qpn = 1;  // where the search for a free QP number starts
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
-  braid::IdleYield idle;  // config.idle_yield: application calls that found no work
-  int open_objects = 0;   // PDs, CQs, QPs, MRs, channels not yet destroyed
+  int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
+  uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
+  uint16_t engine_of(uint32_t qp_num) const {
+    return static_cast<uint16_t>(qp_num % slots.size());
+  }
 };
 
 namespace braid {
@@ -74,24 +107,42 @@ struct braid_comp_channel {
 
 struct braid_cq {
   braid_context* context;
-  braid::CompletionQueue ring;
+  // One ring per engine that has QPs on this CQ (created with the first),
+  // each written only by its engine under its lock: a QP's completions
+  // stay in order, and engines never share a ring. With one engine, one.
+  std::vector<std::unique_ptr<braid::CompletionQueue>> rings;
+  std::vector<int> users_on;  // per engine: QPs using this CQ
+  uint32_t cqe;
+  std::atomic<uint16_t> next_ring{0};  // where the next poll starts (fairness)
   void* cq_context;
   braid_comp_channel* channel;
+  // Under context->event_lock:
   bool armed = false;
-  // ring.pushed() when armed: as with a NIC, the event is for the next
-  // completion, not for one already there when the CQ was armed (which the
-  // application polls after arming). An event for an old one could still be
-  // pending when the CQ is destroyed; Gloo's device thread then handles it
-  // for a freed object.
-  uint64_t armed_at = 0;
+  // Per engine, ring.pushed() when armed: as with a NIC, the event is for
+  // the next completion, not for one already there when the CQ was armed
+  // (which the application polls after arming). An event for an old one
+  // could still be pending when the CQ is destroyed; Gloo's device thread
+  // then handles it for a freed object.
+  std::vector<uint64_t> armed_at;
   unsigned events = 0, acked = 0;
   int users = 0;  // QPs using it
   braid_cq(braid_context* c, uint32_t n, void* ctx, braid_comp_channel* ch)
-      : context(c), ring(n), cq_context(ctx), channel(ch) {}
+      : context(c),
+        rings(c->engines()),
+        users_on(c->engines(), 0),
+        cqe(n),
+        cq_context(ctx),
+        channel(ch),
+        armed_at(c->engines(), 0) {
+    if (c->engines() == 1) rings[0] = std::make_unique<braid::CompletionQueue>(n);
+  }
+  // The ring of engine k (created by the first QP of that engine).
+  braid::CompletionQueue& ring(uint16_t k) { return *rings[k]; }
 };
 
 struct braid_qp {
   braid_context* context;
+  uint16_t engine = 0;  // context->engine_of(qp_num)
   braid_pd* pd;
   braid_cq* send_cq;
   braid_cq* recv_cq;
