@@ -21,19 +21,23 @@ build_dir="${BRAID_BUILD_DIR:-build/release}"
 bin="$build_dir/apps/perftest/$tool"
 [[ -x "$bin" ]] || { echo "loopback: $bin not built (cmake --build --preset release)" >&2; exit 1; }
 
-# The link MTU the tool is asked for (--link-mtu N or --link-mtu=N).
+# The link MTU and the engines the tool is asked for (--link-mtu N or
+# --link-mtu=N; --engines likewise): the virtual NICs are made to match.
 link_mtu=1500
+engines=1
 prev=
 for a in "$@"; do
   [[ "$prev" == --link-mtu ]] && link_mtu="$a"
   [[ "$a" == --link-mtu=* ]] && link_mtu="${a#--link-mtu=}"
+  [[ "$prev" == --engines ]] && engines="$a"
+  [[ "$a" == --engines=* ]] && engines="${a#--engines=}"
   prev="$a"
 done
 
 tcp_port=$((20000 + RANDOM % 20000))
 source scripts/lib/vnic-pair.sh
 pair_run_dir braid-loopback
-vnic_pair "$path" "$run_dir" "$link_mtu" || {
+vnic_pair "$path" "$run_dir" "$link_mtu" "$engines" || {
   echo "loopback: unknown path '$path' (virtio or memif)" >&2
   exit 2
 }

@@ -1,17 +1,19 @@
 # Shared by the scripts that run a server and a client on this host joined
 # by a DPDK virtual NIC pair (source it; bash).
 
-# vnic_pair <virtio|memif> <run dir> <link MTU>: sets sock, server_port and
-# client_port. virtio: vhost-user on the server side, virtio-user on the
-# client side; memif: server and client, with buffers that hold jumbo frames
-# when the MTU asks for them. Returns 2 for an unknown path.
+# vnic_pair <virtio|memif> <run dir> <link MTU> <queue pairs>: sets sock,
+# server_port and client_port. virtio: vhost-user on the server side,
+# virtio-user on the client side, with that many queue pairs (one per
+# engine: --engines, BRAID_IBV_ENGINES); memif: server and client, with
+# buffers that hold jumbo frames when the MTU asks for them (memif's queues
+# are what each side configures). Returns 2 for an unknown path.
 vnic_pair() {
-  local path="$1" dir="$2" mtu="${3:-1500}"
+  local path="$1" dir="$2" mtu="${3:-1500}" queues="${4:-1}"
   case "$path" in
     virtio)
       sock="$dir/vhost.sock"
-      server_port="net_vhost0,iface=$sock,queues=1"
-      client_port="net_virtio_user0,path=$sock,queues=1,mac=02:00:c6:12:00:02"
+      server_port="net_vhost0,iface=$sock,queues=$queues"
+      client_port="net_virtio_user0,path=$sock,queues=$queues,mac=02:00:c6:12:00:02"
       ;;
     memif)
       sock="$dir/memif.sock"
