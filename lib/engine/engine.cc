@@ -72,6 +72,27 @@ bool Engine::steered_elsewhere(const uint8_t* data, uint32_t len, uint16_t* to) 
   return true;
 }
 
+void Engine::share_arp_reply(const RxFrame& f) {
+  // ARP operation (bytes 20-21 of the frame): 2 is a reply.
+  constexpr uint32_t kOp = wire::kEthernetSize + 6;
+  if (f.len < kOp + 2 || wire::load_be16(f.data + kOp) != 2) return;
+  for (uint16_t to = 0; to < group_->size(); ++to) {
+    if (to == group_index_) continue;
+    TxFrame b;
+    if (io_->tx_alloc(&b, 1) != 1) {
+      ++stats_.tx_no_buffer;
+      continue;
+    }
+    if (b.cap < f.len) {
+      io_->tx_free(&b, 1);
+      continue;
+    }
+    std::memcpy(b.data, f.data, f.len);
+    RxFrame copy{b.data, f.len, b.handle};
+    hand_over(to, &copy, 1);
+  }
+}
+
 void Engine::hand_over(uint16_t to, RxFrame* frames, uint16_t n) {
   const uint32_t pushed = group_->inbox(group_index_, to).push(frames, n);
   stats_.steered_out += pushed;
@@ -88,7 +109,14 @@ uint32_t Engine::receive_handed_over(TimeNs t) {
     const auto k =
         static_cast<uint16_t>(group_->inbox(from, group_index_).pop(rx_.data(), cfg_.burst));
     if (k == 0) continue;
-    for (uint16_t i = 0; i < k; ++i) endpoint_.receive(rx_[i].data, rx_[i].len, t);
+    for (uint16_t i = 0; i < k; ++i) {
+      const RxFrame& f = rx_[i];
+      if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
+        on_arp(f.data, f.len, t);  // a reply another engine received (share_arp_reply)
+      } else {
+        endpoint_.receive(f.data, f.len, t);
+      }
+    }
     io_->rx_release(rx_.data(), k);
     got += k;
   }
@@ -255,6 +283,7 @@ uint16_t Engine::receive_burst(TimeNs t) {
     uint16_t owner = 0;
     if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
       on_arp(f.data, f.len, t);
+      if (group_ != nullptr) share_arp_reply(f);
     } else if (group_ != nullptr && steered_elsewhere(f.data, f.len, &owner)) {
       steer_out_[owner].push_back(f);
       steered = true;

@@ -52,8 +52,9 @@ struct EngineStats {
   // delivered in software without touching the port.
   uint64_t local_frames = 0;
   // In an EngineGroup: frames this engine received for another engine's
-  // connections and handed over, frames handed to it, and frames dropped
-  // because the owner's inbox was full (a stalled engine).
+  // connections and handed over (and copies of ARP replies), frames handed
+  // to it, and frames dropped because the owner's inbox was full (a
+  // stalled engine).
   uint64_t steered_out = 0;
   uint64_t steered_in = 0;
   uint64_t steer_dropped = 0;
@@ -157,6 +158,10 @@ class Engine {
   // In a group: the engine that owns the frame's connection, when it is
   // another one.
   bool steered_elsewhere(const uint8_t* data, uint32_t len, uint16_t* to) const;
+  // An ARP reply arrives on whichever queue the NIC chooses (RSS sends
+  // non-IP frames to one): each other engine of the group gets a copy, so
+  // the engine that asked learns the answer too.
+  void share_arp_reply(const RxFrame& f);
   // Hands frames[0..n) received for `to` over; releases those its full
   // inbox refused.
   void hand_over(uint16_t to, RxFrame* frames, uint16_t n);

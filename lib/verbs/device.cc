@@ -102,9 +102,8 @@ braid_context* open_device(const braid_device_config* config,
   }
   if (ios.empty()) {
     std::string error;
-    ios = open_dpdk_port(c->config, &error);
+    ios = open_dpdk_port(c->config, &error, &c->port);
     if (ios.empty()) return fail(ENODEV, error);
-    c->io_stats_cover_port = true;
   }
   PacketIo* io = ios[0].get();
   if (c->config.link_mbps == 0) c->config.link_mbps = io->link_mbps();

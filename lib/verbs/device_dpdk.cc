@@ -23,7 +23,8 @@ bool looks_like_pci(const std::string& s) {
 }  // namespace
 
 std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config& config,
-                                                      std::string* error) {
+                                                      std::string* error,
+                                                      std::unique_ptr<PacketIo>* port_out) {
   std::vector<std::unique_ptr<PacketIo>> ios;
   const std::string spec = config.port == nullptr ? "" : config.port;
   if (spec.empty()) {
@@ -81,8 +82,12 @@ std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config&
   pc.queues = static_cast<uint16_t>(config.engines < 1 ? 1 : config.engines);
   std::unique_ptr<dpdk::EthdevPort> port = dpdk::EthdevPort::open(pc, error);
   if (port == nullptr) return ios;
-  for (uint16_t q = 1; q < pc.queues; ++q) ios.push_back(port->queue(q));
-  ios.insert(ios.begin(), std::move(port));
+  if (pc.queues == 1) {
+    ios.push_back(std::move(port));
+    return ios;
+  }
+  for (uint16_t q = 0; q < pc.queues; ++q) ios.push_back(port->queue(q));
+  *port_out = std::move(port);
   return ios;
 }
 

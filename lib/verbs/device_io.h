@@ -35,9 +35,11 @@ braid_context* open_device(const braid_device_config* config,
                            std::vector<std::unique_ptr<PacketIo>> ios);
 
 // The DPDK backend (device_dpdk.cc): one PacketIo per queue pair of the
-// port (config.engines), the port itself first; empty (and *error) on
-// failure.
+// port (config.engines); with one, the port itself, with several, a
+// handle on each queue and the port in *port (which must outlive them).
+// Empty (and *error) on failure.
 std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config& config,
-                                                      std::string* error);
+                                                      std::string* error,
+                                                      std::unique_ptr<PacketIo>* port);
 
 }  // namespace braid

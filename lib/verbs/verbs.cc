@@ -374,9 +374,10 @@ std::vector<braid_context*> g_threaded;  // contexts whose progress thread runs
 }  // namespace
 
 void start_progress_thread(braid_context* c) {
-  if (c->threaded) return;
+  std::lock_guard<std::mutex> t(c->thread_lock);
+  if (c->threaded.load() || c->stop.load()) return;
+  if (!c->locking) c->locking = true;  // (with several engines, already)
   c->threaded = true;
-  c->locking = true;
   for (uint16_t k = 0; k < c->engines(); ++k) {
     c->slots[k]->progress = std::thread(progress_loop, c, k);
   }
@@ -385,7 +386,10 @@ void start_progress_thread(braid_context* c) {
 }
 
 void stop_progress_thread(braid_context* c) {
-  if (!c->threaded || c->stop.load()) return;
+  // A second caller (close while the exit handler stops the threads)
+  // waits here until they have been joined.
+  std::lock_guard<std::mutex> t(c->thread_lock);
+  if (!c->threaded.load() || c->stop.load()) return;
   {
     std::lock_guard<std::mutex> w(c->wake_lock);
     c->stop = true;
@@ -670,16 +674,16 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   bool worked = false;
   for (uint16_t i = 0; i < engines; ++i) {
     const auto k = static_cast<uint16_t>((first + i) % engines);
-    bool progressed = false;
+    bool first_look = true;
     for (;;) {
       uint32_t taken = 0;
       {
         EngineGuard g(c, k, Drives::kYes);
         braid::CompletionQueue* r = cq->rings[k].get();
-        if (!progressed && (r == nullptr || r->size() == 0)) {
+        if (first_look && (r == nullptr || r->size() == 0)) {
           worked |= progress_locked(c, k) > 0;
-          progressed = true;
         }
+        first_look = false;
         if (r != nullptr) taken = r->poll(wc, static_cast<uint32_t>(std::min(n - got, 64)));
       }
       for (uint32_t j = 0; j < taken; ++j) {
@@ -1074,8 +1078,8 @@ int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out
   Guard g(c);
   std::memset(out, 0, sizeof(*out));
   // The port's frames (every queue's) and each engine's counters.
-  braid::PacketIoStats io = c->engine->io().stats();
-  for (uint16_t k = 1; k < c->engines() && !c->io_stats_cover_port; ++k) {
+  braid::PacketIoStats io = c->port ? c->port->stats() : c->engine->io().stats();
+  for (uint16_t k = 1; k < c->engines() && !c->port; ++k) {
     const braid::PacketIoStats q = c->slots[k]->engine->io().stats();
     io.rx_frames += q.rx_frames;
     io.tx_frames += q.tx_frames;

@@ -46,19 +46,24 @@ struct braid_context {
   braid::Engine* engine = nullptr;  // slots[0]'s
   std::unique_ptr<braid::EngineGroup> group;
   std::unique_ptr<braid::MemoryRegionTable> memory;
-  // Engine 0's backend counts the frames of every queue (a DPDK port);
-  // otherwise each engine's backend counts its own.
-  bool io_stats_cover_port = false;
+  // With several engines on a DPDK port: the port, each engine having a
+  // queue of it (with one engine, the engine has the port). Its counters
+  // sum every queue's, read only under every engine's lock.
+  std::unique_ptr<braid::PacketIo> port;
   ~braid_context() {
     // Engines go before the group they hand frames through, and queues
-    // before the port (engine 0's) they belong to.
+    // before the port they belong to.
     for (size_t k = slots.size(); k-- > 0;) slots[k]->engine.reset();
+    port.reset();
   }
   // Run-to-completion with one engine by default: no lock is taken. With a
   // progress thread, or several engines, every entry point takes the locks
   // of the engines it touches (in index order when several).
   bool locking = false;
-  bool threaded = false;  // progress threads run
+  // Progress threads run: started once (from any thread) and stopped once,
+  // under thread_lock.
+  std::atomic<bool> threaded{false};
+  std::mutex thread_lock;
   std::atomic<bool> stop{false};
   // Completion events: CQs' armed state and channels' fired lists, changed
   // by the application and by whichever engine completed into a CQ.

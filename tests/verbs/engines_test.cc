@@ -11,6 +11,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <map>
@@ -22,6 +23,7 @@
 
 #include "braid/verbs.h"
 #include "loopback/pipe_io.h"
+#include "net/arp.h"
 #include "verbs/device_io.h"
 #include "verbs/verbs_internal.h"
 
@@ -235,6 +237,10 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
     return st.steered;
   }
 
+  // Two application threads per device, each with QPs on both engines and
+  // a CQ of its own (progress_thread: braid_device_config's).
+  void threads(int progress_thread);
+
   std::string port_a_, port_b_;
 };
 
@@ -247,19 +253,19 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
 TEST_P(DeviceEngines, QpsOnEveryEngineShareOneCqByteExact) {
   Device a, b;
   std::mt19937 rng(1);
-  open(a, b, 0);
-  setup(a, 6, rng);
-  setup(b, 4, rng);
-  add_qps(a, 6);
-  add_qps(b, 4);
+  ASSERT_NO_FATAL_FAILURE(open(a, b, 0));
+  ASSERT_NO_FATAL_FAILURE(setup(a, 6, rng));
+  ASSERT_NO_FATAL_FAILURE(setup(b, 4, rng));
+  ASSERT_NO_FATAL_FAILURE(add_qps(a, 6));
+  ASSERT_NO_FATAL_FAILURE(add_qps(b, 4));
   std::vector<std::pair<End, End>> links = {
       {{&a, 0}, {&b, 0}}, {{&a, 1}, {&b, 1}}, {{&a, 2}, {&b, 3}},
       {{&a, 3}, {&b, 2}}, {{&a, 4}, {&a, 5}},
   };
   for (size_t i = 0; i < 6; ++i) EXPECT_EQ(a.qps[i]->engine, braid_qp_num(a.qps[i]) % kEngines);
   for (auto& [x, y] : links) {
-    to_rts(x, y, y.dev == &a ? b : a);
-    to_rts(y, x, x.dev == &a ? b : a);
+    ASSERT_NO_FATAL_FAILURE(to_rts(x, y, y.dev == &a ? b : a));
+    ASSERT_NO_FATAL_FAILURE(to_rts(y, x, x.dev == &a ? b : a));
   }
   for (auto& [x, y] : links) {
     post_receive(x);
@@ -294,15 +300,14 @@ TEST_P(DeviceEngines, QpsOnEveryEngineShareOneCqByteExact) {
 }
 
 // The same work from two application threads at once on each device, each
-// with its own CQ and QPs on both engines, while every engine has its own
-// progress thread: the locks of the engines (ThreadSanitizer runs this).
-// A third thread arms a CQ of a and waits for its event.
-TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
+// with its own CQ and QPs on both engines: the locks of the engines
+// (ThreadSanitizer runs this).
+void DeviceEngines::threads(int progress_thread) {
   Device a, b;
   std::mt19937 rng(2);
-  open(a, b, 1);
-  setup(a, 6, rng);  // slices for 4 QPs, and 2 more for the events below
-  setup(b, 6, rng);
+  ASSERT_NO_FATAL_FAILURE(open(a, b, progress_thread));
+  ASSERT_NO_FATAL_FAILURE(setup(a, 6, rng));  // slices for 4 QPs, and 2 for the events below
+  ASSERT_NO_FATAL_FAILURE(setup(b, 6, rng));
   // QPs 2t and 2t + 1 (engines 1 and 0) belong to thread t and complete
   // into its own CQ.
   braid_cq* own[2][2];
@@ -312,7 +317,8 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
       own[side][t] = braid_create_cq(d->ctx, 64, nullptr, nullptr, 0);
       ASSERT_NE(own[side][t], nullptr);
     }
-    add_qps(*d, 4, {own[side][0], own[side][0], own[side][1], own[side][1]});
+    ASSERT_NO_FATAL_FAILURE(
+        add_qps(*d, 4, {own[side][0], own[side][0], own[side][1], own[side][1]}));
   }
   // Thread t's QPs have numbers of both parities on each device.
   std::set<uint16_t> engines_of_thread0 = {a.qps[0]->engine, a.qps[1]->engine};
@@ -322,14 +328,15 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
   std::vector<std::pair<End, End>> links;
   for (size_t i = 0; i < 4; ++i) links.push_back({{&a, i}, {&b, (i + 1) % 4}});
   for (auto& [x, y] : links) {
-    to_rts(x, y, b);
-    to_rts(y, x, a);
+    ASSERT_NO_FATAL_FAILURE(to_rts(x, y, b));
+    ASSERT_NO_FATAL_FAILURE(to_rts(y, x, a));
   }
   for (auto& [x, y] : links) {
     post_receive(x);
     post_receive(y);
   }
   std::vector<braid_wc> results[2][2];
+  std::atomic<int> done{0};  // threads that have all their completions
   auto worker = [&](Device* d, int side, int t) {
     for (size_t i = 2 * static_cast<size_t>(t); i < 2 * static_cast<size_t>(t) + 2; ++i) {
       const auto& [x, y] = links[side == 0 ? i : (i + 3) % 4];
@@ -337,13 +344,21 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
       const End& peer = side == 0 ? y : x;
       post_work(me, peer);
     }
+    // Every thread polls until all have their completions: without a
+    // progress thread, a thread's polls also drive what its peers wait for
+    // (their ACKs and READ responses leave from its engines).
     auto& out = results[side][t];
+    bool counted = false;
     const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    while (out.size() < 10 && std::chrono::steady_clock::now() < end) {
+    while ((out.size() < 10 || done.load() < 4) && std::chrono::steady_clock::now() < end) {
       braid_wc wc[8];
       const int k = braid_poll_cq(own[side][t], 8, wc);
       ASSERT_GE(k, 0);
       out.insert(out.end(), wc, wc + k);
+      if (out.size() >= 10 && !counted) {
+        counted = true;
+        ++done;
+      }
     }
     (void)d;
   };
@@ -363,6 +378,28 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
   }
   EXPECT_GT(steered(a.ctx), 0u);
   EXPECT_GT(steered(b.ctx), 0u);
+  if (progress_thread == 0) {
+    // Two threads create a completion channel each at once: each starts
+    // the progress threads if none runs; they start once.
+    braid_comp_channel* chs[2] = {};
+    std::thread t0([&] { chs[0] = braid_create_comp_channel(a.ctx); });
+    std::thread t1([&] { chs[1] = braid_create_comp_channel(a.ctx); });
+    t0.join();
+    t1.join();
+    for (braid_comp_channel* ch : chs) {
+      ASSERT_NE(ch, nullptr);
+      EXPECT_EQ(braid_destroy_comp_channel(ch), 0);
+    }
+    EXPECT_TRUE(a.ctx->threaded.load());
+    for (Device* d : {&a, &b}) {
+      for (braid_qp* qp : d->qps) EXPECT_EQ(braid_destroy_qp(qp), 0);
+      d->qps.clear();
+      for (int t = 0; t < 2; ++t) EXPECT_EQ(braid_destroy_cq(own[d == &a ? 0 : 1][t]), 0);
+    }
+    teardown(a);
+    teardown(b);
+    return;
+  }
   // Completion events: a CQ of a with a channel, armed, and a QP on it
   // connected to a new QP of b; on each engine in turn (new QPs' numbers
   // alternate), the second time armed again after the first event.
@@ -372,12 +409,12 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
   ASSERT_NE(evcq, nullptr);
   std::set<uint16_t> event_engines;
   for (int round = 0; round < 2; ++round) {
-    add_qps(a, 1, {evcq});
-    add_qps(b, 1, {own[1][0]});
+    ASSERT_NO_FATAL_FAILURE(add_qps(a, 1, {evcq}));
+    ASSERT_NO_FATAL_FAILURE(add_qps(b, 1, {own[1][0]}));
     const End x{&a, a.qps.size() - 1}, y{&b, b.qps.size() - 1};
     event_engines.insert(x.qp()->engine);
-    to_rts(x, y, b);
-    to_rts(y, x, a);
+    ASSERT_NO_FATAL_FAILURE(to_rts(x, y, b));
+    ASSERT_NO_FATAL_FAILURE(to_rts(y, x, a));
     ASSERT_EQ(braid_req_notify_cq(evcq, 0), 0);
     braid_sge s{reinterpret_cast<uintptr_t>(x.at(kSrc)), 64, a.mr->lkey};
     braid_send_wr w{};
@@ -416,12 +453,116 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
   teardown(b);
 }
 
+// With no progress thread: the application threads alone drive both
+// engines (each poll drives every engine it can lock), then two threads
+// create completion channels at once.
+TEST_P(DeviceEngines, ApplicationThreadsWithoutProgressThreads) {
+  threads(0);
+}
+
+// With a progress thread per engine; then completion events from each
+// engine.
+TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
+  threads(1);
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceEngines,
                          ::testing::Values(Backend::kPipe, Backend::kMemif),
                          [](const auto& info) {
                            return info.param == Backend::kPipe ? std::string("Pipe")
                                                                : std::string("Memif");
                          });
+
+// An ARP reply arrives on another engine's queue (a NIC's RSS puts non-IP
+// frames on one queue): the engine whose QP asked still learns it. Device a
+// has two engines over pipes; the peer is the test, at the pipes' far ends.
+// a's QP 1 (engine 1) goes to RTR without waiting for ARP and posts a
+// WRITE; the peer answers the ARP request on queue 0 only; the WRITE must
+// then leave on queue 1, to the peer's MAC.
+TEST(DeviceEnginesArp, AReplyOnAnotherEnginesQueueReachesTheEngineThatAsked) {
+  const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
+  const uint32_t ip_a = 0xc6120001, ip_b = 0xc6120002;
+  std::vector<std::unique_ptr<braid::PacketIo>> ios;
+  std::vector<std::unique_ptr<braid::PipeIo>> peer;
+  for (int q = 0; q < kEngines; ++q) {
+    auto [x, y] = braid::PipeIo::make_pair(ma, mb, 1514);
+    ios.push_back(std::move(x));
+    peer.push_back(std::move(y));
+  }
+  braid_device_config c{};
+  c.ipv4 = "198.18.0.1";
+  c.engines = kEngines;
+  c.stats = -1;
+  c.rtr_arp_wait_us = -1;
+  braid_context* ctx = braid::open_device(&c, std::move(ios));
+  ASSERT_NE(ctx, nullptr) << braid_last_error();
+  braid_pd* pd = braid_alloc_pd(ctx);
+  braid_cq* cq = braid_create_cq(ctx, 16, nullptr, nullptr, 0);
+  std::vector<uint8_t> buf(4096, 0x5a);
+  braid_mr* mr = braid_reg_mr(pd, buf.data(), buf.size(), BRAID_ACCESS_LOCAL_WRITE);
+  braid_qp_init_attr ia{};
+  ia.send_cq = ia.recv_cq = cq;
+  ia.cap = {4, 4, 1, 1, 0};
+  ia.qp_type = BRAID_QPT_RC;
+  braid_qp* qp = braid_create_qp(pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  ASSERT_EQ(qp->engine, 1);
+  braid_qp_attr at{};
+  at.qp_state = BRAID_QPS_INIT;
+  ASSERT_EQ(braid_modify_qp(qp, &at, BRAID_QP_STATE), 0);
+  at = {};
+  at.qp_state = BRAID_QPS_RTR;
+  at.path_mtu = BRAID_MTU_1024;
+  at.dest_qp_num = 9;
+  braid_gid_from_ipv4(ip_b, &at.ah_attr.dgid);
+  ASSERT_EQ(braid_modify_qp(qp, &at,
+                            BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                                BRAID_QP_RQ_PSN),
+            0)
+      << braid_last_error();
+  at = {};
+  at.qp_state = BRAID_QPS_RTS;
+  ASSERT_EQ(braid_modify_qp(qp, &at, BRAID_QP_STATE | BRAID_QP_SQ_PSN), 0);
+  braid_sge s{reinterpret_cast<uintptr_t>(buf.data()), 64, mr->lkey};
+  braid_send_wr w{};
+  w.sg_list = &s;
+  w.num_sge = 1;
+  w.opcode = BRAID_WR_RDMA_WRITE;
+  w.rdma.remote_addr = 0x1000;
+  w.rdma.rkey = 1;
+  ASSERT_EQ(braid_post_send(qp, &w, nullptr), 0);
+  // What a sent on queue q: counts of ARP requests, and data frames to mb.
+  int arp_requests[kEngines] = {}, data_to_b[kEngines] = {};
+  auto drain = [&] {
+    braid_progress(ctx);
+    for (int q = 0; q < kEngines; ++q) {
+      braid::RxFrame f[8];
+      while (const uint16_t n = peer[q]->rx_burst(f, 8)) {
+        for (uint16_t i = 0; i < n; ++i) {
+          const uint16_t type = static_cast<uint16_t>(f[i].data[12] << 8 | f[i].data[13]);
+          if (type == 0x0806 && f[i].data[21] == 1) ++arp_requests[q];
+          if (type == 0x0800 && std::memcmp(f[i].data, mb.data(), 6) == 0) ++data_to_b[q];
+        }
+        peer[q]->rx_release(f, n);
+      }
+    }
+  };
+  for (int i = 0; i < 100 && arp_requests[1] == 0; ++i) drain();
+  ASSERT_GT(arp_requests[1], 0) << "engine 1 did not ask";
+  EXPECT_EQ(data_to_b[1], 0);
+  uint8_t reply[braid::net::kArpFrameSize];
+  const size_t n = braid::net::build_arp_reply(reply, sizeof(reply), mb, ip_b, ma, ip_a);
+  ASSERT_GT(n, 0u);
+  peer[0]->inject(reply, n);  // to a's queue 0: engine 0's
+  for (int i = 0; i < 100 && data_to_b[1] == 0; ++i) drain();
+  EXPECT_GT(data_to_b[1], 0) << "the WRITE did not leave on engine 1's queue";
+  EXPECT_EQ(data_to_b[0], 0);
+  EXPECT_EQ(braid_destroy_qp(qp), 0);
+  EXPECT_EQ(braid_dereg_mr(mr), 0);
+  EXPECT_EQ(braid_destroy_cq(cq), 0);
+  EXPECT_EQ(braid_dealloc_pd(pd), 0);
+  EXPECT_EQ(braid_close_device(ctx), 0);
+}
 
 TEST(DeviceEnginesConfig, RefusesACountOutOfRangeOrBackendsThatDoNotMatch) {
   braid_device_config c{};
