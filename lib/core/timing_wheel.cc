@@ -65,8 +65,14 @@ uint32_t TimingWheel::advance(TimeNs now) {
   if (target < current_tick_) return 0;
   uint32_t fired = 0;
   // Walk at most one rotation: beyond that every slot has been visited.
+  // Empty slots are skipped by their bits: the cost follows the timers
+  // due, not the time since the last call.
   const uint64_t last = target - current_tick_ > mask_ ? current_tick_ + mask_ : target;
   for (uint64_t tick = current_tick_; tick <= last; ++tick) {
+    const int64_t slot = next_occupied(tick);
+    if (slot < 0) break;
+    tick += (static_cast<uint64_t>(slot) - (tick & mask_)) & mask_;
+    if (tick > last) break;
     // A callback that schedules a deadline already due lands in this slot,
     // not one walked before, and fires before advance() returns.
     current_tick_ = tick;
