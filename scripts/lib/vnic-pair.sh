@@ -6,9 +6,10 @@
 # virtio-user on the client side, with that many queue pairs (one per
 # engine: --engines, BRAID_IBV_ENGINES); memif: server and client, with
 # buffers that hold jumbo frames when the MTU asks for them (memif's queues
-# are what each side configures). Returns 2 for an unknown path.
+# are what each side configures). Queue pairs default to BRAID_IBV_ENGINES.
+# Returns 2 for an unknown path.
 vnic_pair() {
-  local path="$1" dir="$2" mtu="${3:-1500}" queues="${4:-1}"
+  local path="$1" dir="$2" mtu="${3:-1500}" queues="${4:-${BRAID_IBV_ENGINES:-1}}"
   case "$path" in
     virtio)
       sock="$dir/vhost.sock"
