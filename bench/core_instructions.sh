@@ -24,39 +24,5 @@ for b in "${bins[@]}"; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
     --toggle-collect='braid::(anonymous namespace)::BM_CoreTransfer*' \
     "$b" --benchmark_filter="$filter\$" --benchmark_min_time=0.05 >/dev/null 2>&1
-  python3 - "$out/cg" "$b" <<'EOF'
-import re, sys
-names = {}
-def name(tok):
-    # "(id) name" defines an id, "(id)" refers to one.
-    m = re.match(r'\((\d+)\)(?: (.*))?', tok)
-    if not m:
-        return tok
-    if m.group(2):
-        names[m.group(1)] = m.group(2)
-    return names.get(m.group(1), '')
-fn = cfn = ''
-pending = False
-endpoint_ir = 0
-packets = 0
-for line in open(sys.argv[1]):
-    line = line.rstrip('\n')
-    if line.startswith('fn='):
-        fn = name(line[3:])
-    elif line.startswith('cfn='):
-        cfn = name(line[4:])
-    elif line.startswith('calls='):
-        n = int(line[6:].split()[0])
-        if 'Connection::produce_new(' in cfn:
-            packets += n
-        pending = 'BM_CoreTransfer' in fn and 'braid::Endpoint::' in cfn
-    elif pending:
-        # The line after calls= holds the inclusive cost of those calls.
-        endpoint_ir += int(line.split()[1])
-        pending = False
-if packets == 0:
-    sys.exit('no packets counted')
-print(f'{sys.argv[2]}: {endpoint_ir / packets:.0f} instructions per data packet '
-      f'({packets} packets)')
-EOF
+  python3 bench/callgrind_count.py endpoint "$out/cg" "$b"
 done

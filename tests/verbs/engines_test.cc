@@ -320,6 +320,16 @@ void DeviceEngines::threads(int progress_thread) {
     ASSERT_NO_FATAL_FAILURE(
         add_qps(*d, 4, {own[side][0], own[side][0], own[side][1], own[side][1]}));
   }
+  // The QPs, then the threads' CQs, then the rest.
+  auto finish = [&] {
+    for (Device* d : {&a, &b}) {
+      for (braid_qp* qp : d->qps) EXPECT_EQ(braid_destroy_qp(qp), 0);
+      d->qps.clear();
+      for (int t = 0; t < 2; ++t) EXPECT_EQ(braid_destroy_cq(own[d == &a ? 0 : 1][t]), 0);
+    }
+    teardown(a);
+    teardown(b);
+  };
   // Thread t's QPs have numbers of both parities on each device.
   std::set<uint16_t> engines_of_thread0 = {a.qps[0]->engine, a.qps[1]->engine};
   EXPECT_EQ(engines_of_thread0.size(), 2u);
@@ -391,13 +401,7 @@ void DeviceEngines::threads(int progress_thread) {
       EXPECT_EQ(braid_destroy_comp_channel(ch), 0);
     }
     EXPECT_TRUE(a.ctx->threaded.load());
-    for (Device* d : {&a, &b}) {
-      for (braid_qp* qp : d->qps) EXPECT_EQ(braid_destroy_qp(qp), 0);
-      d->qps.clear();
-      for (int t = 0; t < 2; ++t) EXPECT_EQ(braid_destroy_cq(own[d == &a ? 0 : 1][t]), 0);
-    }
-    teardown(a);
-    teardown(b);
+    finish();
     return;
   }
   // Completion events: a CQ of a with a channel, armed, and a QP on it
@@ -444,13 +448,7 @@ void DeviceEngines::threads(int progress_thread) {
   a.qps.clear();
   EXPECT_EQ(braid_destroy_cq(evcq), 0);
   EXPECT_EQ(braid_destroy_comp_channel(ch), 0);
-  for (Device* d : {&a, &b}) {
-    for (braid_qp* qp : d->qps) EXPECT_EQ(braid_destroy_qp(qp), 0);
-    d->qps.clear();
-    for (int t = 0; t < 2; ++t) EXPECT_EQ(braid_destroy_cq(own[d == &a ? 0 : 1][t]), 0);
-  }
-  teardown(a);
-  teardown(b);
+  finish();
 }
 
 // With no progress thread: the application threads alone drive both
