@@ -67,10 +67,20 @@ class Guard {
 // One engine's lock: calls about one QP, or one engine's part of a CQ.
 class EngineGuard {
  public:
-  EngineGuard(braid_context* c, uint16_t k, Drives drives = Drives::kNo)
+  // kTry: only if no other thread holds it (owns() says).
+  enum class Wait : bool { kBlock, kTry };
+  EngineGuard(braid_context* c, uint16_t k, Drives drives = Drives::kNo, Wait wait = Wait::kBlock)
       : s_(c->locking ? c->slots[k].get() : nullptr) {
     if (s_ == nullptr) return;
-    s_->lock.lock();
+    if (wait == Wait::kTry) {
+      if (!s_->lock.try_lock()) {
+        s_ = nullptr;
+        owns_ = false;
+        return;
+      }
+    } else {
+      s_->lock.lock();
+    }
     // Only the lock holder writes it: no read-modify-write needed.
     if (drives == Drives::kYes) {
       s_->calls.store(s_->calls.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
@@ -79,9 +89,11 @@ class EngineGuard {
   ~EngineGuard() {
     if (s_ != nullptr) s_->lock.unlock();
   }
+  bool owns() const { return owns_; }
 
  private:
   braid::EngineSlot* s_;
+  bool owns_ = true;  // (without locking, the caller is the only thread)
 };
 
 // config.idle_yield for the calling thread: calls in a row that found no
@@ -678,7 +690,14 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
     for (;;) {
       uint32_t taken = 0;
       {
-        EngineGuard g(c, k, Drives::kYes);
+        // An engine none of this CQ's QPs run on is driven only if no
+        // other thread is at it already (its progress thread, or a thread
+        // polling a CQ of its own): threads on different engines do not
+        // queue up for each other's locks.
+        const bool ours = cq->has_ring[k].load(std::memory_order_acquire);
+        EngineGuard g(c, k, Drives::kYes,
+                      ours ? EngineGuard::Wait::kBlock : EngineGuard::Wait::kTry);
+        if (!g.owns()) break;
         braid::CompletionQueue* r = cq->rings[k].get();
         if (first_look && (r == nullptr || r->size() == 0)) {
           worked |= progress_locked(c, k) > 0;
@@ -806,6 +825,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
     ++cq->users;
     if (cq->users_on[qp->engine]++ == 0 && cq->rings[qp->engine] == nullptr) {
       cq->rings[qp->engine] = std::make_unique<braid::CompletionQueue>(cq->cqe);
+      cq->has_ring[qp->engine].store(true, std::memory_order_release);
     }
   }
   ++pd->users;

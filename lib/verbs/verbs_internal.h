@@ -116,6 +116,9 @@ struct braid_cq {
   // each written only by its engine under its lock: a QP's completions
   // stay in order, and engines never share a ring. With one engine, one.
   std::vector<std::unique_ptr<braid::CompletionQueue>> rings;
+  // rings[k] exists: read without a lock (a poll decides whether to wait
+  // for engine k's lock), set under every lock.
+  std::unique_ptr<std::atomic<bool>[]> has_ring;
   std::vector<int> users_on;  // per engine: QPs using this CQ
   uint32_t cqe;
   std::atomic<uint16_t> next_ring{0};  // where the next poll starts (fairness)
@@ -134,12 +137,17 @@ struct braid_cq {
   braid_cq(braid_context* c, uint32_t n, void* ctx, braid_comp_channel* ch)
       : context(c),
         rings(c->engines()),
+        has_ring(new std::atomic<bool>[c->engines()]),
         users_on(c->engines(), 0),
         cqe(n),
         cq_context(ctx),
         channel(ch),
         armed_at(c->engines(), 0) {
-    if (c->engines() == 1) rings[0] = std::make_unique<braid::CompletionQueue>(n);
+    for (uint16_t k = 0; k < c->engines(); ++k) has_ring[k].store(false);
+    if (c->engines() == 1) {
+      rings[0] = std::make_unique<braid::CompletionQueue>(n);
+      has_ring[0].store(true);
+    }
   }
   // The ring of engine k (created by the first QP of that engine).
   braid::CompletionQueue& ring(uint16_t k) { return *rings[k]; }
