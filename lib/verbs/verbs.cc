@@ -99,9 +99,10 @@ class EngineGuard {
 // config.idle_yield for the calling thread: calls in a row that found no
 // work (outside every lock: the thread may give its core away).
 void idle_pass(const braid_context* c, bool worked) {
-  thread_local uint32_t idle = 0;
   const uint32_t after = c->config.idle_yield;
-  if (worked || after == 0) {
+  if (after == 0) return;  // the default: no thread-local access (a call in a shared library)
+  thread_local uint32_t idle = 0;
+  if (worked) {
     idle = 0;
   } else if (++idle >= after) {
     idle = 0;
