@@ -145,9 +145,9 @@ class Pair {
       at.path_mtu = BRAID_MTU_1024;
       at.dest_qp_num = braid_qp_num(peer->qp);
       braid_query_gid(peer->ctx, 1, 0, &at.ah_attr.dgid);
-      braid_modify_qp(me->qp, &at,
-                      BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
-                          BRAID_QP_RQ_PSN);
+      braid_modify_qp(
+          me->qp, &at,
+          BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN);
     }
     for (Side* s : {&a, &b}) {
       braid_qp_attr at{};

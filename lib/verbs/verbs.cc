@@ -240,9 +240,8 @@ bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32
   out->num = 0;
   for (int i = 0; i < n; ++i) {
     uint8_t* p = nullptr;
-    if (sges[i].length > 0 &&
-        c->memory->resolve(sges[i].lkey, sges[i].addr, sges[i].length, need, pd->id, &p) !=
-            braid::AccessError::kNone) {
+    if (sges[i].length > 0 && c->memory->resolve(sges[i].lkey, sges[i].addr, sges[i].length, need,
+                                                 pd->id, &p) != braid::AccessError::kNone) {
       return false;
     }
     out->sge[out->num++] = braid::Sge{p, sges[i].length, sges[i].lkey};
@@ -1123,7 +1122,8 @@ int braid_query_port_stats(struct braid_context* c, struct braid_port_stats* out
     out->tx_no_buffer += e.tx_no_buffer;
     out->arp_frames += e.arp_frames;
     out->poll_gaps += e.poll_gaps;
-    out->longest_poll_gap_us = std::max<uint64_t>(out->longest_poll_gap_us, e.longest_poll_gap_ns / 1000);
+    out->longest_poll_gap_us =
+        std::max<uint64_t>(out->longest_poll_gap_us, e.longest_poll_gap_ns / 1000);
     out->steered += e.steered_in;
     out->steer_dropped += e.steer_dropped;
   }

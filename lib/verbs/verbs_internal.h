@@ -82,9 +82,7 @@ struct braid_context {
   std::vector<braid_qp*> qps;
   int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
-  uint16_t engine_of(uint32_t qp_num) const {
-    return static_cast<uint16_t>(qp_num % slots.size());
-  }
+  uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
 };
 
 namespace braid {

@@ -15,8 +15,8 @@
 #include <chrono>
 #include <cstring>
 #include <map>
-#include <set>
 #include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -88,8 +88,8 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
           "/tmp/braid-engines-" + std::to_string(getpid()) + "-" + std::to_string(id) + ".sock";
       port_a_ = "net_memif" + std::to_string(2 * id) + ",role=server,id=" + std::to_string(id) +
                 ",socket=" + sock;
-      port_b_ = "net_memif" + std::to_string(2 * id + 1) +
-                ",role=client,id=" + std::to_string(id) + ",socket=" + sock;
+      port_b_ = "net_memif" + std::to_string(2 * id + 1) + ",role=client,id=" + std::to_string(id) +
+                ",socket=" + sock;
       ca.port = port_a_.c_str();
       cb.port = port_b_.c_str();
       a.ctx = braid_open_device(&ca);
@@ -161,10 +161,10 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
     at.sq_psn = 7;
     at.retry_cnt = 7;
     at.timeout = 14;
-    ASSERT_EQ(braid_modify_qp(x.qp(), &at,
-                              BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT |
-                                  BRAID_QP_TIMEOUT),
-              0);
+    ASSERT_EQ(
+        braid_modify_qp(x.qp(), &at,
+                        BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT),
+        0);
   }
 
   // A receive for the peer's SEND (before anyone sends: no RNR).
@@ -465,8 +465,7 @@ TEST_P(DeviceEngines, ApplicationThreadsAndProgressThreads) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceEngines,
-                         ::testing::Values(Backend::kPipe, Backend::kMemif),
-                         [](const auto& info) {
+                         ::testing::Values(Backend::kPipe, Backend::kMemif), [](const auto& info) {
                            return info.param == Backend::kPipe ? std::string("Pipe")
                                                                : std::string("Memif");
                          });
