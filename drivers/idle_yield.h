@@ -16,12 +16,15 @@ class IdleYield {
   explicit IdleYield(uint32_t after = 0) : after_(after) {}
   // One pass of the loop, which did work or found none; after `after`
   // fruitless passes in a row, yields the core. True when it yielded.
-  bool pass(bool worked) {
-    if (worked || after_ == 0) {
+  bool pass(bool worked) { return pass(worked, after_); }
+  // The same with the threshold given at each pass (a counter per thread
+  // shared by devices of different settings).
+  bool pass(bool worked, uint32_t after) {
+    if (worked || after == 0) {
       idle_ = 0;
       return false;
     }
-    if (++idle_ < after_) return false;
+    if (++idle_ < after) return false;
     idle_ = 0;
     sched_yield();
     return true;

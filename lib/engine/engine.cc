@@ -8,6 +8,12 @@
 
 namespace braid {
 
+namespace {
+bool is_arp(const RxFrame& f) {
+  return f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp;
+}
+}  // namespace
+
 struct Engine::Arp {
   explicit Arp(const net::ArpConfig& c) : arp(c) {}
   net::Arp arp;
@@ -111,7 +117,7 @@ uint32_t Engine::receive_handed_over(TimeNs t) {
     if (k == 0) continue;
     for (uint16_t i = 0; i < k; ++i) {
       const RxFrame& f = rx_[i];
-      if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
+      if (is_arp(f)) {
         on_arp(f.data, f.len, t);  // a reply another engine received (share_arp_reply)
       } else {
         endpoint_.receive(f.data, f.len, t);
@@ -281,7 +287,7 @@ uint16_t Engine::receive_burst(TimeNs t) {
   for (uint16_t i = 0; i < n; ++i) {
     const RxFrame f = rx_[i];
     uint16_t owner = 0;
-    if (f.len >= wire::kEthernetSize && wire::load_be16(f.data + 12) == wire::kEtherTypeArp) {
+    if (is_arp(f)) {
       on_arp(f.data, f.len, t);
       if (group_ != nullptr) share_arp_reply(f);
     } else if (group_ != nullptr && steered_elsewhere(f.data, f.len, &owner)) {

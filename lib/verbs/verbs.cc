@@ -101,13 +101,8 @@ class EngineGuard {
 void idle_pass(const braid_context* c, bool worked) {
   const uint32_t after = c->config.idle_yield;
   if (after == 0) return;  // the default: no thread-local access (a call in a shared library)
-  thread_local uint32_t idle = 0;
-  if (worked) {
-    idle = 0;
-  } else if (++idle >= after) {
-    idle = 0;
-    sched_yield();
-  }
+  thread_local braid::IdleYield idle;
+  idle.pass(worked, after);
 }
 
 // A completion channel's fd is readable exactly while an event is pending,
@@ -823,7 +818,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
   for (braid_cq* cq : {a->send_cq, a->recv_cq}) {
     ++cq->users;
-    if (cq->users_on[qp->engine]++ == 0 && cq->rings[qp->engine] == nullptr) {
+    if (cq->rings[qp->engine] == nullptr) {
       cq->rings[qp->engine] = std::make_unique<braid::CompletionQueue>(cq->cqe);
       cq->has_ring[qp->engine].store(true, std::memory_order_release);
     }
@@ -849,10 +844,8 @@ int braid_destroy_qp(struct braid_qp* qp) {
   c->qpn_used[qp->qp_num] = false;
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   // A CQ keeps its rings (and the completions in them) until it goes.
-  for (braid_cq* cq : {qp->send_cq, qp->recv_cq}) {
-    --cq->users;
-    --cq->users_on[qp->engine];
-  }
+  --qp->send_cq->users;
+  --qp->recv_cq->users;
   --qp->pd->users;
   --c->open_objects;
   delete qp;

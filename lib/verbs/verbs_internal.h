@@ -117,7 +117,6 @@ struct braid_cq {
   // rings[k] exists: read without a lock (a poll decides whether to wait
   // for engine k's lock), set under every lock.
   std::unique_ptr<std::atomic<bool>[]> has_ring;
-  std::vector<int> users_on;  // per engine: QPs using this CQ
   uint32_t cqe;
   std::atomic<uint16_t> next_ring{0};  // where the next poll starts (fairness)
   void* cq_context;
@@ -136,7 +135,6 @@ struct braid_cq {
       : context(c),
         rings(c->engines()),
         has_ring(new std::atomic<bool>[c->engines()]),
-        users_on(c->engines(), 0),
         cqe(n),
         cq_context(ctx),
         channel(ch),
