@@ -853,17 +853,13 @@ int braid_destroy_qp(struct braid_qp* qp) {
 }
 
 // The MAC of the next hop towards peer_ip, for engine k (every engine's
-// lock held). With one engine, its own resolution; with several, the reply
-// may arrive on any engine's queue (a NIC's RSS sends ARP to one queue), so
-// each of them asks, all are polled, and whichever learns it first tells k.
-// wait_us < 0: only what is known now (resolution starts).
+// lock held). The reply may arrive on any engine's queue (a NIC's RSS sends
+// ARP to one queue), so each engine asks, all are polled, and whichever
+// learns it first tells k. wait_us < 0: only what is known now (resolution
+// starts). With one engine this is Engine::resolve_neighbor's loop.
 static bool resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us,
                         braid::wire::MacAddr* mac) {
   braid::Engine& e = *c->slots[k]->engine;
-  if (c->engines() == 1) {
-    return wait_us < 0 ? e.lookup_neighbor(peer_ip, mac)
-                       : e.resolve_neighbor(peer_ip, mac, uint64_t(wait_us) * 1000);
-  }
   const braid::TimeNs deadline = e.now() + (wait_us < 0 ? 0 : uint64_t(wait_us) * 1000);
   for (;;) {
     for (auto& s : c->slots) {
