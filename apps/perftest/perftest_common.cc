@@ -728,8 +728,18 @@ void print_completion_error(braid_context* ctx, const braid_wc& wc, const char* 
 Session::Session(const Options& o) : o_(o) {}
 
 Session::~Session() {
+  // Past the final barrier both sides hold every completion: neither owes
+  // the other an ACK, so the QPs go through RESET, which sends nothing (a
+  // destroyed QP that received data would send its CLOSE, and the peer may
+  // be closing its port: see final_barrier).
   for (braid_qp* qp : qps_) {
-    if (qp) braid_destroy_qp(qp);
+    if (qp == nullptr) continue;
+    if (passed_final_barrier_) {
+      braid_qp_attr a{};
+      a.qp_state = BRAID_QPS_RESET;
+      braid_modify_qp(qp, &a, BRAID_QP_STATE);
+    }
+    braid_destroy_qp(qp);
   }
   if (recv_cq_ && recv_cq_ != send_cq_) braid_destroy_cq(recv_cq_);
   if (send_cq_) braid_destroy_cq(send_cq_);
@@ -1098,7 +1108,9 @@ int Session::barrier() {
 int Session::final_barrier() {
   if (barrier()) return 1;
   braid_exchange_set_idle(fd_, nullptr, nullptr);
-  return barrier();
+  if (barrier()) return 1;
+  passed_final_barrier_ = true;
+  return 0;
 }
 
 int Session::exchange_text(const std::string& mine, std::string* theirs) {

@@ -204,6 +204,7 @@ class Session {
   uint8_t* buf_ = nullptr;
   uint64_t region_ = 0;
   int fd_ = -1;
+  bool passed_final_barrier_ = false;  // both sides hold every completion
   braid_device_attr dev_attr_{};
   braid_port_attr port_attr_{};
   enum braid_mtu path_mtu_ = BRAID_MTU_1024;

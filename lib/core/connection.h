@@ -238,13 +238,16 @@ class Connection {
   // Counts the ACKs received packets asked for at once (the endpoint's
   // statistic; the engine sends them with the application's answer).
   void set_immediate_ack_counter(uint64_t* counter) { immediate_acks_ = counter; }
-  // Makes an ACK due at once for packets received and not yet acknowledged
-  // (before the connection goes away). True when one is due.
-  bool acknowledge_now() {
-    if (unacked_packets_ > 0 && state_ == ConnectionState::kActive) ack_due_ = true;
-    poke();
-    return ack_due_;
-  }
+  // Closing (Endpoint::close_connection). Whether the peer may still wait
+  // for this end's acknowledgement of what it sent: data arrived from it,
+  // and it has not said it closes itself.
+  bool peer_may_wait() const { return mac_known_ && stats_.data_received > 0 && !peer_closed_; }
+  // The CTRL CLOSE this end sends as it goes: its cumulative PSN (what it
+  // received in order), so that the peer's last sends complete even when
+  // the last ACK was lost. 0 when cap is too small or the MAC is unknown.
+  uint32_t build_close(uint8_t* buf, uint32_t cap);
+  // The ACK with the P flag that answers a peer's CLOSE.
+  uint32_t build_close_answer(uint8_t* buf, uint32_t cap);
 
  private:
   // --- transmit side ---
@@ -464,6 +467,8 @@ class Connection {
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
+  // The peer's CLOSE: what it received in order is acknowledged (cack).
+  void on_close(uint32_t cack, TimeNs now);
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
   void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now);
   // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
@@ -577,8 +582,10 @@ class Connection {
   PendingNack nacks_[32];
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
-  bool cnp_due_ = false;    // DCQCN: a CNP is to go out
-  TimeNs next_cnp_at_ = 0;  // ... not before this (one per cnp_interval_ns)
+  bool close_answer_due_ = false;  // a CLOSE arrived: answer it
+  bool peer_closed_ = false;       // ... and the peer needs nothing more from us
+  bool cnp_due_ = false;           // DCQCN: a CNP is to go out
+  TimeNs next_cnp_at_ = 0;         // ... not before this (one per cnp_interval_ns)
   uint32_t unacked_packets_ = 0;
   uint32_t ack_trigger_psn_ = 0;
   TimeNs ack_trigger_at_ = 0;  // when that packet arrived

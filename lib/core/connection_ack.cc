@@ -147,6 +147,42 @@ uint32_t Connection::build_cnp(uint8_t* buf, uint32_t cap) {
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
+uint32_t Connection::build_close(uint8_t* buf, uint32_t cap) {
+  if (!mac_known_ || cap < wire::kL2L4Size + wire::kCtrlSize + trailer()) return 0;
+  wire::CtrlHeader h;
+  h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
+  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kClose);
+  h.psn = rx_.cack();
+  h.spdcid = cfg_.local_id;
+  h.dpdcid = cfg_.remote_id;
+  wire::encode_ctrl(buf + wire::kL2L4Size, h);
+  return finish_frame(buf, wire::kCtrlSize, paths_.control_port(),
+                      static_cast<uint8_t>(wire::kDscpAck << 2));
+}
+
+uint32_t Connection::build_close_answer(uint8_t* buf, uint32_t cap) {
+  if (!mac_known_ || cap < wire::kL2L4Size + wire::kAckCcSize + trailer()) return 0;
+  const uint32_t cack = rx_.cack();
+  return write_ack(buf, cack, cack + 1, wire::kAckFlagProbe, 0);
+}
+
+void Connection::on_close(uint32_t cack, TimeNs now) {
+  // As a cumulative ACK (without SACK, RTT sample or congestion signal:
+  // the peer is going). An ACK may only cover PSNs we sent.
+  if (state_ == ConnectionState::kActive && psn_lt(cack, snd_nxt_) && psn_lt(snd_una_, cack + 1)) {
+    uint32_t acked = 0;
+    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked, false, now);
+    snd_una_ = cack + 1;
+    progress_at_ = now;
+    rnr_retries_ = 0;
+    arm_rto(now);
+    release_read_responses();
+    complete_sends();
+  }
+  peer_closed_ = true;
+  close_answer_due_ = true;
+}
+
 void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now) {
   if (r.state == TxState::kInFlight) {
     inflight_bytes_ -= charge(r);

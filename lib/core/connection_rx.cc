@@ -59,6 +59,11 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
       if (state_ == ConnectionState::kActive) on_nack(pkt, now);
       break;
     case wire::PdsType::kCtrl:
+      // A CLOSE is answered in any state: the peer waits for the answer.
+      if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kClose)) {
+        on_close(pkt.ctrl.psn, now);
+        break;
+      }
       if (state_ != ConnectionState::kActive) break;
       switch (static_cast<wire::CtrlType>(pkt.ctrl.pro.next_hdr)) {
         case wire::CtrlType::kCnp:

@@ -48,7 +48,7 @@ wire::SesOpcode ses_opcode(Opcode op) {
 bool Connection::control_due() const {
   if (!mac_known_) return false;
   if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0 ||
-      credit_due_ || credit_copies_ > 0)
+      credit_due_ || credit_copies_ > 0 || close_answer_due_)
     return true;
   if (credit_req_due_ && state_ == ConnectionState::kActive) return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
@@ -114,6 +114,11 @@ uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
     return len;
   }
   if (ack_due_) return build_ack(buf, cap, now);  // also the last one, in error
+  if (close_answer_due_) {
+    const uint32_t n = build_close_answer(buf, cap);
+    if (n > 0) close_answer_due_ = false;
+    return n;
+  }
   if (retx_ack_copies_ > 0) return build_ack_copy(buf, cap);
   if (state_ != ConnectionState::kActive || hole_acks_due_ == 0) return 0;
   return build_hole_ack(buf, cap);

@@ -17,7 +17,11 @@ Endpoint::Endpoint(const EndpointConfig& cfg)
   decode_.trim_dscp = cfg.trim_dscp;
 }
 
-Endpoint::~Endpoint() = default;
+Endpoint::~Endpoint() {
+  for (auto& r : closing_) {
+    if (r != nullptr) wheel_.cancel(&r->timer);
+  }
+}
 
 uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs) {
   Connection* c = static_cast<Endpoint*>(owner)->connection(id);
@@ -28,6 +32,7 @@ uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, boo
 Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
                                         CompletionQueue* recv_cq) {
   if (connection(cfg.local_id) != nullptr) return nullptr;
+  erase_closing(cfg.local_id);  // the id's last user waits no longer
   cfg.local_mac = cfg_.mac;
   cfg.local_ip = cfg_.ip;
   cfg.udp_port = cfg_.udp_port;
@@ -52,6 +57,119 @@ void Endpoint::destroy_connection(uint16_t local_id) {
   control_.remove(local_id);
   data_.remove(local_id);
   pacer_.remove(local_id);
+}
+
+void Endpoint::close_connection(uint16_t local_id) {
+  Connection* c = connection(local_id);
+  if (c == nullptr) return;
+  if (c->peer_may_wait() && cfg_.close_sends > 0) {
+    auto r = std::make_unique<Closing>();
+    r->close_len = c->build_close(r->close.data(), static_cast<uint32_t>(r->close.size()));
+    r->answer_len = c->build_close_answer(r->answer_frame.data(),
+                                          static_cast<uint32_t>(r->answer_frame.size()));
+    if (r->close_len > 0 && r->answer_len > 0) {
+      erase_closing(local_id);
+      r->timer.fn = &Endpoint::closing_timer;
+      r->timer.owner = r.get();
+      r->endpoint = this;
+      r->local_id = local_id;
+      r->remote_id = c->config().remote_id;
+      r->remote_ip = c->config().remote_ip;
+      r->sends_left = cfg_.close_sends;
+      r->interval = cfg_.close_retry_ns;
+      if (closing_.size() <= local_id) closing_.resize(size_t{local_id} + 1);
+      Closing& kept = *(closing_[local_id] = std::move(r));
+      ++closing_count_;
+      make_due(kept);  // the first CLOSE leaves with the next transmit
+    }
+  }
+  destroy_connection(local_id);
+}
+
+void Endpoint::closing_timer(Timer* t, TimeNs) {
+  Closing& r = *static_cast<Closing*>(t->owner);
+  r.endpoint->make_due(r);
+}
+
+void Endpoint::make_due(Closing& r) {
+  if (r.due) return;
+  r.due = true;
+  closing_due_.push_back(r.local_id);
+}
+
+void Endpoint::erase_closing(uint16_t id) {
+  if (id >= closing_.size() || closing_[id] == nullptr) return;
+  wheel_.cancel(&closing_[id]->timer);
+  closing_[id].reset();
+  --closing_count_;
+}
+
+// A packet for a connection that is gone: true when a closing record of
+// that connection took it.
+bool Endpoint::on_closing_packet(uint16_t dst, uint16_t src) {
+  if (dst >= closing_.size() || closing_[dst] == nullptr) return false;
+  Closing& r = *closing_[dst];
+  if (r.remote_id != src || r.remote_ip != pkt_.ip.src) return false;
+  switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
+    case wire::PdsType::kAck:
+    case wire::PdsType::kAckCc:
+    case wire::PdsType::kAckCcx:
+      // Only the answer to a CLOSE says the peer has our cumulative PSN: a
+      // plain ACK may have left before our CLOSE arrived.
+      if (!(pkt_.ack.pro.flags & wire::kAckFlagProbe)) return true;
+      ++stats_.closes_answered;
+      erase_closing(dst);
+      return true;
+    case wire::PdsType::kCtrl:
+      if (pkt_.ctrl.pro.next_hdr != static_cast<uint8_t>(wire::CtrlType::kClose)) return true;
+      // The peer closes as well: it waits for nothing of ours. Its own
+      // record waits for an answer: one goes, then this record.
+      ++stats_.closes_answered;
+      r.answer = true;
+      make_due(r);
+      return true;
+    case wire::PdsType::kNack:
+    case wire::PdsType::kNackCcx:
+      return true;
+    default:
+      // Data again: our ACK did not reach the peer. The CLOSE says it.
+      make_due(r);
+      return true;
+  }
+}
+
+uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
+  while (!closing_due_.empty()) {
+    const uint16_t id = closing_due_.back();
+    Closing* r = id < closing_.size() ? closing_[id].get() : nullptr;
+    if (r == nullptr || !r->due) {
+      closing_due_.pop_back();  // stale: the record went, or was served
+      continue;
+    }
+    const bool answer = r->answer;
+    const uint32_t len = answer ? r->answer_len : r->close_len;
+    if (!answer && r->sends_left == 0) {
+      closing_due_.pop_back();
+      ++stats_.closes_unanswered;
+      erase_closing(id);
+      continue;
+    }
+    if (cap < len) return 0;
+    closing_due_.pop_back();
+    r->due = false;
+    std::memcpy(buf, answer ? r->answer_frame.data() : r->close.data(), len);
+    ++stats_.tx_frames;
+    if (answer) {
+      erase_closing(id);
+    } else {
+      ++stats_.closes_sent;
+      --r->sends_left;
+      wheel_.schedule(&r->timer, now + r->interval);
+      r->interval *= 2;
+    }
+    return len;
+  }
+  return 0;
 }
 
 void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
@@ -93,6 +211,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   }
   Connection* c = connection(dst);
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
+    if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
     drop(wire::DropReason::kUnknownConnection);
     return;
   }
@@ -104,7 +223,7 @@ bool Endpoint::wants_to_send() {
   // error): those at the front are dropped here; each queues itself again
   // when it has something.
   while (!control_.empty() && !conns_[control_.front()]->control_due()) control_.pop();
-  if (!control_.empty()) return true;
+  if (!control_.empty() || !closing_due_.empty()) return true;
   while (!data_.empty() && !conns_[data_.front()]->data_ready()) data_.pop();
   return !data_.empty();
 }
@@ -123,6 +242,10 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef
       ++stats_.tx_frames;
       return len;
     }
+  }
+  if (!closing_due_.empty()) {
+    const uint32_t len = transmit_closing(buf, cap, now);
+    if (len > 0) return len;
   }
   // Then data, up to data_quantum frames per connection in turn. One that
   // used its turn stays queued, behind the others: whether it has more is

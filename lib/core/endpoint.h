@@ -46,12 +46,20 @@ struct EndpointConfig {
   // verbs device). A shared table outlives the endpoint and is changed only
   // while none of its endpoints runs.
   MemoryRegionTable* shared_memory = nullptr;
+  // Closing a connection whose peer may still wait for our ACK: the CLOSE
+  // is sent again after close_retry_ns, doubling, close_sends times in
+  // all; unanswered, the record goes one interval after the last.
+  TimeNs close_retry_ns = 1'000'000;
+  uint8_t close_sends = 6;
 };
 
 struct EndpointStats {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
-  uint64_t immediate_acks = 0;  // ACKs received packets asked for at once
+  uint64_t immediate_acks = 0;     // ACKs received packets asked for at once
+  uint64_t closes_sent = 0;        // CTRL CLOSEs of closed connections (and repeats)
+  uint64_t closes_answered = 0;    // ... the peer answered (or closed as well)
+  uint64_t closes_unanswered = 0;  // ... given up on
   std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
   uint64_t dropped() const {
     uint64_t n = 0;
@@ -70,7 +78,18 @@ class Endpoint {
   // Returns nullptr when cfg.local_id is taken.
   Connection* create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
                                 CompletionQueue* recv_cq);
+  // Removes the connection at once: nothing more is sent for it.
   void destroy_connection(uint16_t local_id);
+  // Removes the connection as an RC QP goes. When the peer may still wait
+  // for the ACK of what it sent last (that ACK may be lost, or still in a
+  // ring the peer has not read when our port closes), a CTRL CLOSE
+  // carrying our cumulative PSN goes to it, again on a timer and whenever
+  // the peer sends again, until the peer answers it (an ACK with the P
+  // flag) or closes as well (its CLOSE), or close_sends are spent. The
+  // closed connection is gone meanwhile: no completion, no placement.
+  void close_connection(uint16_t local_id);
+  // Closed connections still waiting for their peer's answer.
+  size_t closing() const { return closing_count_; }
   Connection* connection(uint16_t local_id) const {
     return local_id < conns_.size() ? conns_[local_id].get() : nullptr;
   }
@@ -101,6 +120,28 @@ class Endpoint {
   static uint32_t grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs now);
   void drop(wire::DropReason r) { ++stats_.drops[static_cast<size_t>(r)]; }
 
+  // A closed connection waiting for its peer (close_connection).
+  struct Closing {
+    Timer timer;
+    Endpoint* endpoint = nullptr;
+    uint16_t local_id = 0;
+    uint16_t remote_id = 0;
+    uint32_t remote_ip = 0;
+    uint8_t sends_left = 0;
+    bool due = false;     // on closing_due_: a frame to send (or the record to go)
+    bool answer = false;  // the peer closed too: answer it once, then go
+    TimeNs interval = 0;
+    uint32_t close_len = 0;
+    uint32_t answer_len = 0;
+    std::array<uint8_t, wire::kL2L4Size + wire::kCtrlSize + 4> close{};
+    std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize + 4> answer_frame{};
+  };
+  static void closing_timer(Timer* t, TimeNs now);
+  void make_due(Closing& r);
+  bool on_closing_packet(uint16_t dst, uint16_t src);
+  uint32_t transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now);
+  void erase_closing(uint16_t id);
+
   EndpointConfig cfg_;
   wire::DecodeOptions decode_;
   MemoryRegionTable mrs_;
@@ -113,7 +154,10 @@ class Endpoint {
   uint32_t data_run_ = 0;     // frames it has sent in its turn
   CreditPacer pacer_;
   EndpointStats stats_;
-  wire::ParsedPacket pkt_;  // scratch
+  wire::ParsedPacket pkt_;                         // scratch
+  std::vector<std::unique_ptr<Closing>> closing_;  // by local id
+  std::vector<uint16_t> closing_due_;              // ids with a frame due (or stale)
+  size_t closing_count_ = 0;
 };
 
 }  // namespace braid

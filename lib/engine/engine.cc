@@ -213,6 +213,11 @@ void Engine::destroy_connection(uint16_t local_id) {
   endpoint_.destroy_connection(local_id);
 }
 
+void Engine::close_connection(uint16_t local_id) {
+  std::erase_if(pending_routes_, [&](const PendingRoute& r) { return r.local_id == local_id; });
+  endpoint_.close_connection(local_id);
+}
+
 net::NeighborState Engine::neighbor_state(uint32_t ip) const {
   return arp_->arp.state(arp_->arp.next_hop(ip));
 }

@@ -117,6 +117,8 @@ class Engine {
   // (a resolution under way): a new connection that reuses the id is not
   // touched by the old one's ARP outcome.
   void destroy_connection(uint16_t local_id);
+  // As an RC QP goes: see Endpoint::close_connection.
+  void close_connection(uint16_t local_id);
   // Whether the next hop towards ip is known, being resolved, or failed.
   net::NeighborState neighbor_state(uint32_t ip) const;
 

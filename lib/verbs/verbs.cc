@@ -445,6 +445,25 @@ int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ip) {
   return 0;
 }
 
+// Before the port closes, the device's closed QPs wait for their peers'
+// answers (Endpoint::close_connection): a memif or vhost peer loses what it
+// has not read from the rings when the port goes. Bounded by the records'
+// own retries (about 63 ms unanswered); a link that goes down (the peer's
+// port closed) ends the wait.
+static void linger(braid_context* c) {
+  auto closing = [c] {
+    size_t n = 0;
+    for (auto& s : c->slots) n += s->engine->endpoint().closing();
+    return n;
+  };
+  while (closing() > 0) {
+    for (auto& s : c->slots) {
+      if (!s->engine->io().link_up()) return;
+    }
+    for (auto& s : c->slots) s->engine->poll();
+  }
+}
+
 struct braid_context* braid_open_device(const struct braid_device_config* config) {
   return braid::open_device(config, nullptr);
 }
@@ -455,6 +474,7 @@ int braid_close_device(struct braid_context* c) {
     return fail(EBUSY, std::to_string(c->open_objects) + " objects still exist on this device");
   }
   braid::stop_progress_thread(c);
+  linger(c);
   delete c;
   return 0;
 }
@@ -834,12 +854,14 @@ int braid_destroy_qp(struct braid_qp* qp) {
   braid_context* c = qp->context;
   Guard g(c);
   if (qp->conn != nullptr) {
-    // What this QP received and has not acknowledged yet (a coalesced or
-    // deferred ACK) is acknowledged now: the peer's last sends completed
-    // here, and without the ACK they would end in RETRY_EXC_ERR there.
+    // The peer's last sends completed here; it learns so from our ACK. An
+    // ACK not yet sent (coalesced, held), lost, or left in a ring the peer
+    // has not read when our port closes would end them in RETRY_EXC_ERR
+    // there: the connection's CLOSE says it again until the peer answers
+    // (Endpoint::close_connection; close_device waits for the answers).
     braid::Engine& e = *c->slots[qp->engine]->engine;
-    if (qp->conn->acknowledge_now()) e.transmit();
-    e.destroy_connection(static_cast<uint16_t>(qp->qp_num));
+    e.close_connection(static_cast<uint16_t>(qp->qp_num));
+    e.transmit();
   }
   c->qpn_used[qp->qp_num] = false;
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());

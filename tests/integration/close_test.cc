@@ -1,0 +1,214 @@
+// Closing a connection (Endpoint::close_connection), as an RC QP goes: the
+// peer's last sends complete although our last ACK never reached it (lost,
+// or left in a ring the peer had not read when our port closed), and the
+// closing end stops waiting once the peer answers, closes too, or the
+// retries are spent.
+#include "direct_pair.h"
+#include "wire/pds.h"
+
+namespace braid::test {
+namespace {
+
+constexpr uint16_t kIdA = 1, kIdB = 2;  // DirectPair's qa and qb
+
+uint8_t pds_type(const Frame& f) {
+  return wire::decode_prologue(f.data() + wire::kL2L4Size).type;
+}
+bool is_ack(const Frame& f) {
+  const auto t = static_cast<wire::PdsType>(pds_type(f));
+  return t == wire::PdsType::kAck || t == wire::PdsType::kAckCc || t == wire::PdsType::kAckCcx;
+}
+bool is_close(const Frame& f) {
+  const wire::Prologue p = wire::decode_prologue(f.data() + wire::kL2L4Size);
+  return p.type == static_cast<uint8_t>(wire::PdsType::kCtrl) &&
+         p.next_hdr == static_cast<uint8_t>(wire::CtrlType::kClose);
+}
+
+// a WRITEs one packet to b; b takes it in and its ACK is lost.
+struct LastAckLost : ::testing::Test {
+  void SetUp() override {
+    rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+    ASSERT_EQ(p.qa->post_send(request(7, Opcode::kWrite, src.data(), 64, dst.data(), rkey)),
+              PostError::kOk);
+    p.deliver(p.b, p.drain(p.a));
+    p.now += 20'000;  // past b's ACK delay
+    p.b.advance(p.now);
+    const auto acks = p.drain(p.b);
+    ASSERT_EQ(acks.size(), 1u);
+    ASSERT_TRUE(is_ack(acks[0]));
+    ASSERT_EQ(dst, src);
+  }
+  DirectPair p;
+  std::vector<uint8_t> src = std::vector<uint8_t>(64, 5), dst = std::vector<uint8_t>(64, 0);
+  uint32_t rkey = 0;
+};
+
+// What the close is for: without it, a's WRITE, complete at b, fails.
+TEST_F(LastAckLost, WithoutACloseThePeersWriteEndsInRetryExceeded) {
+  p.b.destroy_connection(kIdB);
+  ASSERT_TRUE(p.run_for(2'000'000'000, 100'000, [&] { return p.a_scq.size() == 1; }));
+  const auto wcs = poll_all(p.a_scq);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRetryExcErr);
+}
+
+TEST_F(LastAckLost, TheCloseCompletesThePeersWriteAndItsAnswerEndsTheWait) {
+  p.b.close_connection(kIdB);
+  EXPECT_EQ(p.b.connection(kIdB), nullptr);
+  EXPECT_EQ(p.b.closing(), 1u);
+  auto out = p.drain(p.b);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(is_close(out[0]));  // lost as well
+  // The CLOSE goes again after close_retry_ns, before a's RTO (2 ms).
+  p.now += p.b.config().close_retry_ns;
+  p.b.advance(p.now);
+  out = p.drain(p.b);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(is_close(out[0]));
+  p.deliver(p.a, out);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(p.qa->unacked_packets(), 0u);
+  p.deliver(p.b, p.drain(p.a));  // the answer
+  EXPECT_EQ(p.b.closing(), 0u);
+  EXPECT_EQ(p.b.stats().closes_sent, 2u);
+  EXPECT_EQ(p.b.stats().closes_answered, 1u);
+  EXPECT_EQ(p.b.stats().closes_unanswered, 0u);
+  // Nothing more either way, and nothing dropped.
+  p.now += 100'000'000;
+  p.a.advance(p.now);
+  p.b.advance(p.now);
+  EXPECT_TRUE(p.drain(p.a).empty());
+  EXPECT_TRUE(p.drain(p.b).empty());
+  EXPECT_EQ(p.a.stats().dropped() + p.b.stats().dropped(), 0u);
+}
+
+// The peer's retransmission (its RTO) brings the CLOSE at once.
+TEST_F(LastAckLost, ThePeersRetransmissionIsAnsweredWithTheClose) {
+  p.b.close_connection(kIdB);
+  ASSERT_TRUE(is_close(p.drain(p.b).at(0)));  // lost
+  p.now += p.qa->rto_ns();
+  p.a.advance(p.now);
+  const auto retx = p.drain(p.a);
+  ASSERT_EQ(retx.size(), 1u);
+  ASSERT_FALSE(is_ack(retx[0]) || is_close(retx[0]));
+  p.deliver(p.b, retx);
+  const auto out = p.drain(p.b);
+  ASSERT_EQ(out.size(), 1u);
+  ASSERT_TRUE(is_close(out[0]));
+  p.deliver(p.a, out);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+}
+
+// An ACK without the P flag (one a sent before our CLOSE reached it) does
+// not end the wait: only the answer says a has our cumulative PSN.
+TEST_F(LastAckLost, APlainAckFromThePeerDoesNotEndTheWait) {
+  // b sends a packet to a, so that a has an ACK of its own to send.
+  const uint32_t akey = p.a.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qb->post_send(request(8, Opcode::kWrite, src.data(), 64, dst.data(), akey)),
+            PostError::kOk);
+  p.deliver(p.a, p.drain(p.b));
+  p.now += 20'000;
+  p.a.advance(p.now);
+  auto plain = p.drain(p.a);
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_TRUE(is_ack(plain[0]));
+  p.b.close_connection(kIdB);
+  p.drain(p.b);  // the CLOSE, lost
+  p.deliver(p.b, plain);
+  EXPECT_EQ(p.b.closing(), 1u);
+  EXPECT_EQ(p.b.stats().closes_answered, 0u);
+}
+
+TEST_F(LastAckLost, AnUnansweredCloseIsGivenUpAfterItsRetries) {
+  p.a.destroy_connection(kIdA);  // the peer is gone
+  p.b.close_connection(kIdB);
+  uint32_t closes = 0;
+  const TimeNs start = p.now;
+  TimeNs last_close = 0;
+  while (p.b.closing() > 0 && p.now - start < 1'000'000'000) {
+    for (const Frame& f : p.drain(p.b)) {
+      ASSERT_TRUE(is_close(f));
+      ++closes;
+      last_close = p.now - start;
+    }
+    p.now += 100'000;
+    p.b.advance(p.now);
+  }
+  const EndpointConfig& c = p.b.config();
+  EXPECT_EQ(closes, c.close_sends);
+  EXPECT_EQ(p.b.closing(), 0u);
+  EXPECT_EQ(p.b.stats().closes_unanswered, 1u);
+  // Sent at 0, 1, 3, 7, 15 and 31 intervals; given up at 63.
+  const TimeNs span = c.close_retry_ns * ((TimeNs{1} << c.close_sends) - 1);
+  EXPECT_GE(last_close, c.close_retry_ns * ((TimeNs{1} << (c.close_sends - 1)) - 1));
+  EXPECT_GE(p.now - start, span);
+  EXPECT_LT(p.now - start, span + 200'000);
+}
+
+// Both ends received data and close at once: each CLOSE ends the other's
+// wait, and neither gives up.
+TEST(Close, BothEndsClosingEndEachOthersWait) {
+  DirectPair p;
+  std::vector<uint8_t> src(64, 1), at_a(64, 0), at_b(64, 0);
+  const uint32_t ka = p.a.memory().register_region(at_a.data(), 64, kAccessRemoteWrite, 0);
+  const uint32_t kb = p.b.memory().register_region(at_b.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, at_b.data(), kb)),
+            PostError::kOk);
+  ASSERT_EQ(p.qb->post_send(request(2, Opcode::kWrite, src.data(), 64, at_a.data(), ka)),
+            PostError::kOk);
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  ASSERT_EQ(poll_all(p.b_scq).size(), 1u);
+  p.a.close_connection(kIdA);
+  p.b.close_connection(kIdB);
+  ASSERT_EQ(p.a.closing() + p.b.closing(), 2u);
+  p.settle();
+  EXPECT_EQ(p.a.closing() + p.b.closing(), 0u);
+  EXPECT_EQ(p.a.stats().closes_unanswered + p.b.stats().closes_unanswered, 0u);
+  EXPECT_EQ(p.a.stats().closes_answered, 1u);
+  EXPECT_EQ(p.b.stats().closes_answered, 1u);
+}
+
+// A connection that received nothing owes its peer nothing: no CLOSE.
+TEST(Close, NoCloseFromAnEndThatReceivedNoData) {
+  DirectPair p;
+  std::vector<uint8_t> src(64, 1), dst(64, 0);
+  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
+            PostError::kOk);
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  p.a.close_connection(kIdA);
+  EXPECT_EQ(p.a.closing(), 0u);
+  EXPECT_TRUE(p.drain(p.a).empty());
+  // b received a's data: it does send one.
+  p.b.close_connection(kIdB);
+  EXPECT_EQ(p.b.closing(), 1u);
+}
+
+// A new connection that takes a closing record's id ends that record.
+TEST(Close, ANewConnectionOnTheIdEndsTheRecord) {
+  DirectPair p;
+  std::vector<uint8_t> src(64, 1), dst(64, 0);
+  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
+            PostError::kOk);
+  p.settle();
+  p.b.close_connection(kIdB);
+  ASSERT_EQ(p.b.closing(), 1u);
+  ConnectionConfig c;
+  c.local_id = kIdB;
+  c.remote_id = 9;
+  c.remote_ip = kIpA;
+  c.remote_mac = mac_of(1);
+  ASSERT_NE(p.b.create_connection(c, &p.b_scq, &p.b_rcq), nullptr);
+  EXPECT_EQ(p.b.closing(), 0u);
+  EXPECT_TRUE(p.drain(p.b).empty());
+}
+
+}  // namespace
+}  // namespace braid::test
