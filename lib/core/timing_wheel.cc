@@ -69,7 +69,7 @@ uint32_t TimingWheel::advance(TimeNs now) {
   // due, not the time since the last call.
   const uint64_t last = target - current_tick_ > mask_ ? current_tick_ + mask_ : target;
   for (uint64_t tick = current_tick_; tick <= last; ++tick) {
-    const int64_t slot = next_occupied(tick);
+    const int64_t slot = next_occupied(tick, last - tick);
     if (slot < 0) break;
     tick += (static_cast<uint64_t>(slot) - (tick & mask_)) & mask_;
     if (tick > last) break;
@@ -98,14 +98,17 @@ uint32_t TimingWheel::advance(TimeNs now) {
   return fired;
 }
 
-int64_t TimingWheel::next_occupied(uint64_t from) const {
+int64_t TimingWheel::next_occupied(uint64_t from, uint64_t span) const {
   const uint64_t words = occupied_.size();
   uint64_t w = (from & mask_) >> 6;
   uint64_t bits = occupied_[w] & (~uint64_t{0} << (from & 63));
+  uint64_t beyond = 63 - (from & 63);  // slots after `from` that word w covers
   for (uint64_t n = 0; n <= words; ++n) {
     if (bits != 0) return static_cast<int64_t>((w << 6) + std::countr_zero(bits));
+    if (beyond >= span) return -1;  // the words looked at cover the span
     w = (w + 1) % words;
     bits = occupied_[w];
+    beyond += 64;
   }
   return -1;
 }
@@ -120,7 +123,7 @@ TimeNs TimingWheel::next_deadline() const {
   uint64_t scanned = 0;
   uint64_t slot = current_tick_ & mask_;
   while (scanned <= mask_) {
-    const int64_t next = next_occupied(slot);
+    const int64_t next = next_occupied(slot, mask_);
     if (next < 0) break;
     const uint64_t dist = (static_cast<uint64_t>(next) - (current_tick_ & mask_)) & mask_;
     if (dist < scanned) break;  // wrapped past the start: every slot seen

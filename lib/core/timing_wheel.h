@@ -48,8 +48,10 @@ class TimingWheel {
 
   void mark(uint64_t slot) { occupied_[slot >> 6] |= uint64_t{1} << (slot & 63); }
   void unmark(uint64_t slot) { occupied_[slot >> 6] &= ~(uint64_t{1} << (slot & 63)); }
-  // Next occupied slot at or after `from` (in rotation order), or -1.
-  int64_t next_occupied(uint64_t from) const;
+  // Next occupied slot at or after `from` (in rotation order), or -1 when
+  // none is within `span` slots after it (a slot found beyond the span, in
+  // a word already read, may still be returned).
+  int64_t next_occupied(uint64_t from, uint64_t span) const;
 
   TimeNs tick_ns_;
   uint32_t mask_;
