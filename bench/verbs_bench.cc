@@ -9,6 +9,7 @@
 
 #include <cstring>
 #include <memory>
+#include <tuple>
 #include <vector>
 
 #include "braid/verbs.h"
@@ -212,6 +213,81 @@ void BM_VerbsWrite(benchmark::State& state) {
       static_cast<double>(w.completed), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
 BENCHMARK(BM_VerbsWrite)->ArgNames({"size", "engines"})->Args({64, 1})->Args({64, 2});
+
+// write_lat's ping-pong on one thread: a WRITEs a counter into the last
+// byte of b's buffer, b sees it and WRITEs it back, each WRITE signaled and
+// its completion polled. The cable delivers at once and each side looks
+// after every poll, so half an iteration is Braid's own share of the
+// one-way latency (post, build, receive, placement, the ACK and the
+// completion), without a NIC's or a second core's.
+struct PingPong {
+  braid_sge sa{}, sb{};
+  braid_send_wr wa{}, wb{};
+  uint8_t n = 0;
+  uint64_t iters = 0, completions = 0;
+  bool failed = false;
+};
+
+bool seen(const Side& s, uint8_t n) {
+  return s.buf[63] == n;
+}
+
+[[gnu::noinline]] void pingpong_step(Pair& p, PingPong& g) {
+  const uint8_t n = ++g.n;
+  p.a.buf[63] = n;
+  g.failed |= braid_post_send(p.a.qp, &g.wa, nullptr) != 0;
+  braid_wc wc[4];
+  // b: polls its CQ (its WRITE of the previous round completes with a's
+  // ACK, which left with a's WRITE) until the byte lands.
+  for (int spins = 0; !seen(p.b, n); ++spins) {
+    const int k = braid_poll_cq(p.b.cq, 4, wc);
+    for (int i = 0; i < k; ++i) g.failed |= wc[i].status != BRAID_WC_SUCCESS;
+    g.completions += k > 0 ? static_cast<uint64_t>(k) : 0;
+    if (spins > 1000) {
+      g.failed = true;
+      return;
+    }
+  }
+  p.b.buf[63 + 4096] = n;
+  g.failed |= braid_post_send(p.b.qp, &g.wb, nullptr) != 0;
+  // a: its WRITE completes (b's ACK left with b's WRITE), then b's byte.
+  for (int spins = 0; !seen(p.a, n) || g.completions < 2 * g.iters + 1; ++spins) {
+    const int k = braid_poll_cq(p.a.cq, 4, wc);
+    for (int i = 0; i < k; ++i) g.failed |= wc[i].status != BRAID_WC_SUCCESS;
+    g.completions += k > 0 ? static_cast<uint64_t>(k) : 0;
+    if (spins > 1000) {
+      g.failed = true;
+      return;
+    }
+  }
+  ++g.iters;
+}
+
+void BM_VerbsPingPong(benchmark::State& state) {
+  Pair p(1);
+  PingPong g;
+  // a writes from byte 0..63 of its buffer into b's bytes 0..63; b from its
+  // bytes 4096.. into a's 0..63. Both poll byte 63 of their buffer.
+  g.sa = braid_sge{reinterpret_cast<uintptr_t>(p.a.buf.data()), 64, p.a.mr->lkey};
+  g.sb = braid_sge{reinterpret_cast<uintptr_t>(p.b.buf.data() + 4096), 64, p.b.mr->lkey};
+  for (auto [wr, sge, peer] : {std::tuple{&g.wa, &g.sa, &p.b}, std::tuple{&g.wb, &g.sb, &p.a}}) {
+    wr->sg_list = sge;
+    wr->num_sge = 1;
+    wr->opcode = BRAID_WR_RDMA_WRITE;
+    wr->send_flags = BRAID_SEND_SIGNALED;
+    wr->rdma.remote_addr = reinterpret_cast<uintptr_t>(peer->buf.data());
+    wr->rdma.rkey = peer->mr->rkey;
+  }
+  for (auto _ : state) {
+    pingpong_step(p, g);
+    if (g.failed) break;
+  }
+  if (g.failed) state.SkipWithError("a WRITE failed or never landed");
+  state.counters["one-way ns"] =
+      benchmark::Counter(2.0 * static_cast<double>(g.iters),
+                         benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+BENCHMARK(BM_VerbsPingPong);
 
 }  // namespace
 }  // namespace braid

@@ -21,7 +21,9 @@ class CompletionQueue {
       ++overruns_;
       return false;
     }
-    ring_[(head_ + count_) % ring_.size()] = wc;
+    // (No division: head_ + count_ < 2 * size.)
+    const size_t at = head_ + count_;
+    ring_[at < ring_.size() ? at : at - ring_.size()] = wc;
     ++count_;
     ++pushed_;
     return true;
@@ -29,10 +31,16 @@ class CompletionQueue {
 
   // Copies up to n completions out, oldest first.
   uint32_t poll(WorkCompletion* out, uint32_t n) {
+    return poll_each(n, [&out](const WorkCompletion& wc) { *out++ = wc; });
+  }
+  // Hands up to n completions to f(const WorkCompletion&), oldest first, and
+  // removes them: a caller with a format of its own converts in place.
+  template <typename F>
+  uint32_t poll_each(uint32_t n, F&& f) {
     uint32_t k = 0;
-    while (k < n && count_ > 0) {
-      out[k++] = ring_[head_];
-      head_ = (head_ + 1) % ring_.size();
+    for (; k < n && count_ > 0; ++k) {
+      f(ring_[head_]);
+      if (++head_ == ring_.size()) head_ = 0;
       --count_;
     }
     return k;

@@ -341,11 +341,14 @@ uint32_t Engine::transmit_at(TimeNs t) {
   // packets) is built in this same loop, up to a bound per call.
   const uint32_t max_local = 4u * cfg_.burst;
   uint32_t local = 0;
-  // Buffers are taken 8 at a time, so one ready packet does not cost a whole
-  // burst of allocations and frees; the frames still leave in one tx_burst
-  // (a virtio kick is per burst).
+  // Buffers are taken 2 at first (a ping-pong's answer and its ACK), then 8
+  // at a time, so one ready packet does not cost a whole burst of
+  // allocations and frees; the frames still leave in one tx_burst (a virtio
+  // kick is per burst).
+  uint32_t chunk = 2;
   while (filled < cfg_.burst && local < max_local && endpoint_.wants_to_send()) {
-    const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(8, cfg_.burst - filled));
+    const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(chunk, cfg_.burst - filled));
+    chunk = 8;
     uint16_t k = io_->tx_alloc(tx_.data() + filled, want);
     if (k == 0) {
       ++stats_.tx_no_buffer;

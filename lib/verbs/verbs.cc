@@ -696,7 +696,6 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
   if (engines > 1) {
     cq->next_ring.store(static_cast<uint16_t>((first + 1) % engines), std::memory_order_relaxed);
   }
-  braid::WorkCompletion wc[64];
   int got = 0;
   bool worked = false;
   for (uint16_t i = 0; i < engines; ++i) {
@@ -704,6 +703,20 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
     bool first_look = true;
     for (;;) {
       uint32_t taken = 0;
+      // Converted as they leave the ring, under the engine's lock.
+      auto convert = [out, got](const braid::WorkCompletion& wc) mutable {
+        braid_wc& w = out[got++];
+        w = braid_wc{};
+        w.wr_id = wc.wr_id;
+        w.status = static_cast<braid_wc_status>(wc.status);
+        w.opcode = static_cast<braid_wc_opcode>(wc.opcode);
+        w.byte_len = wc.byte_len;
+        w.qp_num = wc.qp_num;
+        if (wc.has_imm) {
+          w.imm_data = htonl(wc.imm_data);
+          w.wc_flags = BRAID_WC_WITH_IMM;
+        }
+      };
       {
         // An engine none of this CQ's QPs run on is driven only if no
         // other thread is at it already (its progress thread, or a thread
@@ -718,20 +731,8 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
           worked |= progress_locked(c, k) > 0;
         }
         first_look = false;
-        if (r != nullptr) taken = r->poll(wc, static_cast<uint32_t>(std::min(n - got, 64)));
-      }
-      for (uint32_t j = 0; j < taken; ++j) {
-        braid_wc& w = out[got + static_cast<int>(j)];
-        std::memset(&w, 0, sizeof(w));
-        w.wr_id = wc[j].wr_id;
-        w.status = static_cast<braid_wc_status>(wc[j].status);
-        w.opcode = static_cast<braid_wc_opcode>(wc[j].opcode);
-        w.byte_len = wc[j].byte_len;
-        w.qp_num = wc[j].qp_num;
-        if (wc[j].has_imm) {
-          w.imm_data = htonl(wc[j].imm_data);
-          w.wc_flags = BRAID_WC_WITH_IMM;
-        }
+        if (r != nullptr)
+          taken = r->poll_each(static_cast<uint32_t>(std::min(n - got, 64)), convert);
       }
       got += static_cast<int>(taken);
       if (taken < 64 || got == n) break;
