@@ -10,6 +10,8 @@
 //   braid_stat -w --paths       ... with a line per entropy of each QP
 //   braid_stat --totals -c 1    counters since the start, once
 //   braid_stat --clean          remove the objects of processes that exited
+// A device with several engines (braid_device_config.engines) publishes an
+// object per engine; a "device" line after them sums their port counters.
 #include <arpa/inet.h>
 #include <fmt/format.h>
 #include <sys/mman.h>
@@ -166,6 +168,47 @@ void print(const std::string& name, const Delta& d, const Options& o) {
   }
 }
 
+// A verbs device with several engines publishes an object per engine, all
+// with its process, address and UDP port: the device's sums over them.
+struct DeviceKey {
+  int32_t pid;
+  uint32_t ip;
+  uint16_t udp_port;
+  auto operator<=>(const DeviceKey&) const = default;
+};
+struct DeviceSum {
+  int engines = 0;
+  uint64_t qps = 0;
+  double rx = 0, tx = 0;  // frames: per second over the interval, or totals
+  uint64_t dropped = 0, missed = 0, tx_dropped = 0, ring_full = 0, no_buffer = 0;
+  void add(const Delta& d) {
+    const auto& in = d.now.info;
+    const auto& ib = d.before ? d.before->info : in;
+    const bool b = d.before != nullptr;
+    ++engines;
+    qps += in.conns_total;
+    rx += d.per(in.rx_frames, ib.rx_frames);
+    tx += d.per(in.tx_frames, ib.tx_frames);
+    dropped += in.rx_dropped - (b ? ib.rx_dropped : 0);
+    missed += in.rx_missed - (b ? ib.rx_missed : 0);
+    tx_dropped += in.tx_dropped - (b ? ib.tx_dropped : 0);
+    ring_full += in.tx_ring_full - (b ? ib.tx_ring_full : 0);
+    no_buffer += in.tx_no_buffer - (b ? ib.tx_no_buffer : 0);
+  }
+};
+
+void print_devices(const std::map<DeviceKey, DeviceSum>& devices, bool rates) {
+  const char* unit = rates ? "/s" : "";
+  for (const auto& [k, d] : devices) {
+    if (d.engines < 2) continue;
+    fmt::print(
+        "device  pid {}  {}:{}  {} engines  {} QP{}  rx {}{}  tx {}{}  dropped {}  missed {}  "
+        "tx-dropped {}  ring-full {}  no-buffer {}\n",
+        k.pid, ipv4(k.ip), k.udp_port, d.engines, d.qps, d.qps == 1 ? "" : "s", count(d.rx), unit,
+        count(d.tx), unit, d.dropped, d.missed, d.tx_dropped, d.ring_full, d.no_buffer);
+  }
+}
+
 std::vector<std::string> targets(const Options& o) {
   if (!o.names.empty()) return o.names;
   std::vector<std::string> out;
@@ -257,6 +300,8 @@ int main(int argc, char** argv) {
       }
     }
     failures = 0;
+    std::map<DeviceKey, DeviceSum> devices;
+    bool any_rates = false;
     for (const auto& n : names) {
       auto it = before.find(n);
       if (!o.totals && it == before.end()) {
@@ -273,9 +318,13 @@ int main(int argc, char** argv) {
       const bool rates = !o.totals && s.info.time_ns > it->second.info.time_ns;
       const double secs =
           rates ? static_cast<double>(s.info.time_ns - it->second.info.time_ns) / 1e9 : 0;
-      print(n, Delta{s, rates ? &it->second : nullptr, secs}, o);
+      const Delta d{s, rates ? &it->second : nullptr, secs};
+      print(n, d, o);
+      devices[DeviceKey{s.pid, s.info.ip, s.info.udp_port}].add(d);
+      any_rates |= rates;
       before[n] = std::move(s);
     }
+    print_devices(devices, any_rates);
     std::fflush(stdout);
     if (!follow && failures == static_cast<int>(names.size())) return 1;  // every one has gone
   }

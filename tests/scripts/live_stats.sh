@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # braid_stat reads a running transfer's statistics from another process:
 # the sending QP's rate and a line per entropy while it runs, nothing left in
-# /dev/shm after it, and the object of a killed process reported as exited
-# and removed by --clean.
+# /dev/shm after it, a device line summing the engines of a device, and the
+# object of a killed process reported as exited and removed by --clean.
 #   tests/scripts/live_stats.sh <build dir>
 set -euo pipefail
 build="${1:?build dir}"
@@ -42,7 +42,20 @@ for p in $pids; do
   ls /dev/shm/braid-stats."$p".* >/dev/null 2>&1 && fail "pid $p left its object in /dev/shm"
 done
 
-# 2. A process killed: its object stays, listed as exited, until --clean.
+# 2. Devices of two engines: an object per engine, and a "device" line per
+# process summing them (4 QPs over the two engines).
+BRAID_BUILD_DIR="$build" BRAID_STATS=1 scripts/loopback.sh --path memif braid_write_bw \
+  -s 65536 -D 3 -q 4 --engines 2 >"$dir/loopback2.out" 2>&1 &
+lb=$!
+for _ in $(seq 1 400); do grep -q "#bytes" "$dir/loopback2.out" && break; sleep 0.05; done
+grep -q "#bytes" "$dir/loopback2.out" || fail "the two-engine transfer did not start"
+"$stat" -c 1 -i 0.5 >"$dir/stat2.out" 2>&1 || fail "braid_stat failed (two engines)"
+devices=$(grep -c '^device .* 2 engines  4 QPs  rx' "$dir/stat2.out" || true)
+[[ "$devices" -eq 2 ]] || fail "expected a device line of 2 engines and 4 QPs per side, saw $devices"
+wait "$lb" || fail "the two-engine transfer failed"
+lb=
+
+# 3. A process killed: its object stays, listed as exited, until --clean.
 port=$((20000 + RANDOM % 20000))
 BRAID_STATS=1 "$build/apps/perftest/braid_write_bw" --lcore 0 -p "$port" --timeout 30 \
   --dev-port "net_memif0,role=server,id=0,socket=$dir/m.sock,socket-abstract=no" \
