@@ -151,7 +151,7 @@ uint32_t Connection::build_close(uint8_t* buf, uint32_t cap) {
   if (!mac_known_ || cap < wire::kL2L4Size + wire::kCtrlSize + trailer()) return 0;
   wire::CtrlHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
-  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kClose);
+  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kBraidClose);
   h.psn = rx_.cack();
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;

@@ -60,7 +60,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
       break;
     case wire::PdsType::kCtrl:
       // A CLOSE is answered in any state: the peer waits for the answer.
-      if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kClose)) {
+      if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose)) {
         on_close(pkt.ctrl.psn, now);
         break;
       }

@@ -1,5 +1,7 @@
 #include "core/endpoint.h"
 
+#include "wire/byte_order.h"
+
 #include <algorithm>
 #include <cstring>
 
@@ -75,12 +77,18 @@ void Endpoint::close_connection(uint16_t local_id) {
       r->local_id = local_id;
       r->remote_id = c->config().remote_id;
       r->remote_ip = c->config().remote_ip;
-      r->sends_left = cfg_.close_sends;
+      r->sends_left = std::min<uint8_t>(cfg_.close_sends, kMaxCloseSends);
       r->interval = cfg_.close_retry_ns;
+      // Each send on another of the connection's entropies: one dead path
+      // must not take every copy.
+      const PathSet& paths = c->paths();
+      r->nports = static_cast<uint8_t>(std::min<size_t>(paths.count(), r->ports.size()));
+      for (uint8_t i = 0; i < r->nports; ++i) r->ports[i] = paths.entropy(i);
       if (closing_.size() <= local_id) closing_.resize(size_t{local_id} + 1);
       Closing& kept = *(closing_[local_id] = std::move(r));
       ++closing_count_;
-      make_due(kept);  // the first CLOSE leaves with the next transmit
+      kept.timer_due = true;  // the first CLOSE leaves with the next transmit
+      queue_closing(kept);
     }
   }
   destroy_connection(local_id);
@@ -88,12 +96,21 @@ void Endpoint::close_connection(uint16_t local_id) {
 
 void Endpoint::closing_timer(Timer* t, TimeNs) {
   Closing& r = *static_cast<Closing*>(t->owner);
-  r.endpoint->make_due(r);
+  Endpoint& e = *r.endpoint;
+  if (r.sends_left == 0) {
+    // Unanswered after its last send's interval. (advance() does not touch
+    // a timer once its callback has run: the record may go.)
+    ++e.stats_.closes_unanswered;
+    e.erase_closing(r.local_id);
+    return;
+  }
+  r.timer_due = true;
+  e.queue_closing(r);
 }
 
-void Endpoint::make_due(Closing& r) {
-  if (r.due) return;
-  r.due = true;
+void Endpoint::queue_closing(Closing& r) {
+  if (r.queued) return;
+  r.queued = true;
   closing_due_.push_back(r.local_id);
 }
 
@@ -121,52 +138,86 @@ bool Endpoint::on_closing_packet(uint16_t dst, uint16_t src) {
       erase_closing(dst);
       return true;
     case wire::PdsType::kCtrl:
-      if (pkt_.ctrl.pro.next_hdr != static_cast<uint8_t>(wire::CtrlType::kClose)) return true;
+      if (pkt_.ctrl.pro.next_hdr != static_cast<uint8_t>(wire::CtrlType::kBraidClose)) return true;
       // The peer closes as well: it waits for nothing of ours. Its own
       // record waits for an answer: one goes, then this record.
       ++stats_.closes_answered;
       r.answer = true;
-      make_due(r);
+      queue_closing(r);
       return true;
     case wire::PdsType::kNack:
     case wire::PdsType::kNackCcx:
       return true;
     default:
-      // Data again: our ACK did not reach the peer. The CLOSE says it.
-      make_due(r);
+      // Data again: our ACK did not reach the peer. The CLOSE says it, at
+      // once and outside the retry budget (the peer's retransmissions are
+      // paced by its own timer).
+      r.extra_due = true;
+      queue_closing(r);
       return true;
   }
 }
 
+// The answer to a CLOSE for a connection this end does not have (never
+// had, or closed without a record: it waits for nothing from the peer).
+void Endpoint::answer_unknown_close() {
+  if (stateless_.size() >= kMaxStateless) return;  // the peer's retries come back
+  Stateless& a = stateless_.emplace_back();
+  wire::AckHeader h;
+  h.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
+  h.pro.flags = wire::kAckFlagProbe;
+  h.cack_psn = pkt_.ctrl.psn;
+  h.spdcid = pkt_.ctrl.dpdcid;
+  h.dpdcid = pkt_.ctrl.spdcid;
+  h.cc_type = static_cast<uint8_t>(wire::CcType::kNscc);
+  wire::encode_ack(a.frame.data() + wire::kL2L4Size, h);
+  const wire::FrameTemplate t(cfg_.mac, pkt_.src_mac, cfg_.ip, pkt_.ip.src, cfg_.udp_port);
+  t.write(a.frame.data(), pkt_.entropy, static_cast<uint32_t>(wire::kAckCcSize),
+          static_cast<uint8_t>(wire::kDscpAck << 2));
+  a.len = static_cast<uint32_t>(wire::kL2L4Size + wire::kAckCcSize);
+}
+
 uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
+  if (!stateless_.empty()) {
+    const Stateless& a = stateless_.back();
+    if (cap < a.len) return 0;
+    std::memcpy(buf, a.frame.data(), a.len);
+    const uint32_t len = a.len;
+    stateless_.pop_back();
+    ++stats_.tx_frames;
+    return len;
+  }
   while (!closing_due_.empty()) {
     const uint16_t id = closing_due_.back();
     Closing* r = id < closing_.size() ? closing_[id].get() : nullptr;
-    if (r == nullptr || !r->due) {
-      closing_due_.pop_back();  // stale: the record went, or was served
+    if (r == nullptr || !r->queued) {
+      closing_due_.pop_back();  // stale: the record went
       continue;
     }
     const bool answer = r->answer;
     const uint32_t len = answer ? r->answer_len : r->close_len;
-    if (!answer && r->sends_left == 0) {
-      closing_due_.pop_back();
-      ++stats_.closes_unanswered;
-      erase_closing(id);
-      continue;
-    }
     if (cap < len) return 0;
     closing_due_.pop_back();
-    r->due = false;
-    std::memcpy(buf, answer ? r->answer_frame.data() : r->close.data(), len);
+    r->queued = false;
     ++stats_.tx_frames;
     if (answer) {
+      std::memcpy(buf, r->answer_frame.data(), len);
       erase_closing(id);
-    } else {
-      ++stats_.closes_sent;
+      return len;
+    }
+    std::memcpy(buf, r->close.data(), len);
+    if (r->nports > 0) {
+      wire::store_be16(buf + wire::kEthernetSize + wire::kIpv4Size,
+                       r->ports[r->next_port++ % r->nports]);
+    }
+    ++stats_.closes_sent;
+    if (r->timer_due) {
+      r->timer_due = false;
       --r->sends_left;
       wheel_.schedule(&r->timer, now + r->interval);
       r->interval *= 2;
     }
+    r->extra_due = false;
     return len;
   }
   return 0;
@@ -212,6 +263,12 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   Connection* c = connection(dst);
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
     if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
+    if (c == nullptr && static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kCtrl &&
+        pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose)) {
+      ++stats_.closes_answered_unknown;
+      answer_unknown_close();
+      return;
+    }
     drop(wire::DropReason::kUnknownConnection);
     return;
   }
@@ -223,7 +280,7 @@ bool Endpoint::wants_to_send() {
   // error): those at the front are dropped here; each queues itself again
   // when it has something.
   while (!control_.empty() && !conns_[control_.front()]->control_due()) control_.pop();
-  if (!control_.empty() || !closing_due_.empty()) return true;
+  if (!control_.empty() || !closing_due_.empty() || !stateless_.empty()) return true;
   while (!data_.empty() && !conns_[data_.front()]->data_ready()) data_.pop();
   return !data_.empty();
 }
@@ -243,7 +300,7 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef
       return len;
     }
   }
-  if (!closing_due_.empty()) {
+  if (!closing_due_.empty() || !stateless_.empty()) {
     const uint32_t len = transmit_closing(buf, cap, now);
     if (len > 0) return len;
   }

@@ -56,10 +56,11 @@ struct EndpointConfig {
 struct EndpointStats {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
-  uint64_t immediate_acks = 0;     // ACKs received packets asked for at once
-  uint64_t closes_sent = 0;        // CTRL CLOSEs of closed connections (and repeats)
-  uint64_t closes_answered = 0;    // ... the peer answered (or closed as well)
-  uint64_t closes_unanswered = 0;  // ... given up on
+  uint64_t immediate_acks = 0;           // ACKs received packets asked for at once
+  uint64_t closes_sent = 0;              // CTRL CLOSEs of closed connections (and repeats)
+  uint64_t closes_answered = 0;          // ... the peer answered (or closed as well)
+  uint64_t closes_unanswered = 0;        // ... given up on
+  uint64_t closes_answered_unknown = 0;  // peers' CLOSEs for connections we do not have
   std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
   uint64_t dropped() const {
     uint64_t n = 0;
@@ -121,26 +122,39 @@ class Endpoint {
   void drop(wire::DropReason r) { ++stats_.drops[static_cast<size_t>(r)]; }
 
   // A closed connection waiting for its peer (close_connection).
+  static constexpr uint8_t kMaxCloseSends = 16;
   struct Closing {
     Timer timer;
     Endpoint* endpoint = nullptr;
     uint16_t local_id = 0;
     uint16_t remote_id = 0;
     uint32_t remote_ip = 0;
-    uint8_t sends_left = 0;
-    bool due = false;     // on closing_due_: a frame to send (or the record to go)
-    bool answer = false;  // the peer closed too: answer it once, then go
+    uint8_t sends_left = 0;  // timed sends
+    bool queued = false;     // on closing_due_
+    bool timer_due = false;  // a timed send is due
+    bool extra_due = false;  // a send the peer's data asked for (outside the budget)
+    bool answer = false;     // the peer closed too: answer it once, then go
     TimeNs interval = 0;
     uint32_t close_len = 0;
     uint32_t answer_len = 0;
     std::array<uint8_t, wire::kL2L4Size + wire::kCtrlSize + 4> close{};
     std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize + 4> answer_frame{};
+    std::array<uint16_t, 8> ports{};  // the connection's entropies, a send on each in turn
+    uint8_t nports = 0;
+    uint8_t next_port = 0;
   };
   static void closing_timer(Timer* t, TimeNs now);
-  void make_due(Closing& r);
+  void queue_closing(Closing& r);
   bool on_closing_packet(uint16_t dst, uint16_t src);
+  void answer_unknown_close();
   uint32_t transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now);
   void erase_closing(uint16_t id);
+  // Answers to CLOSEs for connections this end does not have.
+  static constexpr size_t kMaxStateless = 64;
+  struct Stateless {
+    std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize> frame{};
+    uint32_t len = 0;
+  };
 
   EndpointConfig cfg_;
   wire::DecodeOptions decode_;
@@ -157,6 +171,7 @@ class Endpoint {
   wire::ParsedPacket pkt_;                         // scratch
   std::vector<std::unique_ptr<Closing>> closing_;  // by local id
   std::vector<uint16_t> closing_due_;              // ids with a frame due (or stale)
+  std::vector<Stateless> stateless_;
   size_t closing_count_ = 0;
 };
 

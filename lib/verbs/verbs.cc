@@ -447,18 +447,28 @@ int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ip) {
 
 // Before the port closes, the device's closed QPs wait for their peers'
 // answers (Endpoint::close_connection): a memif or vhost peer loses what it
-// has not read from the rings when the port goes. Bounded by the records'
-// own retries (about 63 ms unanswered); a link that goes down (the peer's
-// port closed) ends the wait.
+// has not read from the rings when the port goes. The records end on their
+// own once their retries are spent (about 63 ms unanswered); the wait ends
+// sooner when the link goes down (the peer's port closed) or the TX ring
+// stops draining (a peer that no longer reads), and in any case after the
+// records' whole span and a margin.
 static void linger(braid_context* c) {
   auto closing = [c] {
     size_t n = 0;
     for (auto& s : c->slots) n += s->engine->endpoint().closing();
     return n;
   };
-  while (closing() > 0) {
-    for (auto& s : c->slots) {
-      if (!s->engine->io().link_up()) return;
+  if (closing() == 0) return;
+  const braid::EndpointConfig& ec = c->slots[0]->engine->endpoint().config();
+  const braid::TimeNs span =
+      ec.close_retry_ns * ((braid::TimeNs{1} << std::min<uint8_t>(ec.close_sends, 16)) - 1);
+  const uint64_t deadline = steady_ns() + span + 20'000'000;
+  for (uint32_t pass = 0; closing() > 0; ++pass) {
+    if ((pass & 63) == 0) {
+      if (steady_ns() > deadline) return;
+      for (auto& s : c->slots) {
+        if (!s->engine->io().link_up() || s->engine->tx_stalled()) return;
+      }
     }
     for (auto& s : c->slots) s->engine->poll();
   }

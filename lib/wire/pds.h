@@ -102,6 +102,10 @@ enum class CtrlType : uint8_t {
   // Braid's own (UET leaves 10..15 unused): DCQCN's congestion
   // notification, from the receiver of ECN-CE marked packets.
   kCnp = 10,
+  // Braid's close of a connection as its QP goes: `psn` is the closing
+  // end's cumulative received PSN (UET's CLOSE, 4, carries the sender's own
+  // PSN and means something else).
+  kBraidClose = 11,
 };
 
 struct Prologue {

@@ -3,6 +3,8 @@
 // or left in a ring the peer had not read when our port closed), and the
 // closing end stops waiting once the peer answers, closes too, or the
 // retries are spent.
+#include <set>
+
 #include "direct_pair.h"
 #include "wire/pds.h"
 
@@ -21,7 +23,7 @@ bool is_ack(const Frame& f) {
 bool is_close(const Frame& f) {
   const wire::Prologue p = wire::decode_prologue(f.data() + wire::kL2L4Size);
   return p.type == static_cast<uint8_t>(wire::PdsType::kCtrl) &&
-         p.next_hdr == static_cast<uint8_t>(wire::CtrlType::kClose);
+         p.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
 }
 
 // a WRITEs one packet to b; b takes it in and its ACK is lost.
@@ -124,7 +126,7 @@ TEST_F(LastAckLost, APlainAckFromThePeerDoesNotEndTheWait) {
 }
 
 TEST_F(LastAckLost, AnUnansweredCloseIsGivenUpAfterItsRetries) {
-  p.a.destroy_connection(kIdA);  // the peer is gone
+  // Nothing comes back (the peer's host is gone): b's CLOSEs reach no one.
   p.b.close_connection(kIdB);
   uint32_t closes = 0;
   const TimeNs start = p.now;
@@ -147,6 +149,109 @@ TEST_F(LastAckLost, AnUnansweredCloseIsGivenUpAfterItsRetries) {
   EXPECT_GE(last_close, c.close_retry_ns * ((TimeNs{1} << (c.close_sends - 1)) - 1));
   EXPECT_GE(p.now - start, span);
   EXPECT_LT(p.now - start, span + 200'000);
+}
+
+// A peer whose connection is gone without a record (it received nothing,
+// or closed first) answers the CLOSE all the same: nothing there waits.
+TEST_F(LastAckLost, APeerWithoutTheConnectionAnswersAtOnce) {
+  p.a.destroy_connection(kIdA);
+  p.b.close_connection(kIdB);
+  p.deliver(p.a, p.drain(p.b));
+  const auto answer = p.drain(p.a);
+  ASSERT_EQ(answer.size(), 1u);
+  ASSERT_TRUE(is_ack(answer[0]));
+  EXPECT_EQ(p.a.stats().closes_answered_unknown, 1u);
+  p.deliver(p.b, answer);
+  EXPECT_EQ(p.b.closing(), 0u);
+  EXPECT_EQ(p.b.stats().closes_answered, 1u);
+  EXPECT_EQ(p.a.stats().dropped() + p.b.stats().dropped(), 0u);
+}
+
+// The peer's retransmissions each bring a CLOSE at once, outside the timed
+// budget: the timed sends still all go, on their schedule.
+TEST_F(LastAckLost, CloseSentForThePeersDataDoNotSpendTheRetries) {
+  p.b.close_connection(kIdB);
+  ASSERT_TRUE(is_close(p.drain(p.b).at(0)));  // timed send 1, lost
+  // a's retransmission, three times over, before b's next timed send.
+  p.now += p.qa->rto_ns();
+  p.a.advance(p.now);
+  const auto retx = p.drain(p.a);
+  ASSERT_EQ(retx.size(), 1u);
+  for (int i = 0; i < 3; ++i) {
+    p.deliver(p.b, retx);
+    const auto out = p.drain(p.b);
+    ASSERT_EQ(out.size(), 1u);
+    ASSERT_TRUE(is_close(out[0]));  // lost
+  }
+  uint32_t timed = 1;
+  while (p.b.closing() > 0 && timed < 100) {
+    p.now += 100'000;
+    p.b.advance(p.now);
+    timed += static_cast<uint32_t>(p.drain(p.b).size());
+  }
+  EXPECT_EQ(timed, p.b.config().close_sends);
+  EXPECT_EQ(p.b.stats().closes_sent, p.b.config().close_sends + 3u);
+  EXPECT_EQ(p.b.stats().closes_unanswered, 1u);
+}
+
+// The sends go out on the connection's entropies in turn (one dead path
+// must not take them all).
+TEST(Close, TheClosesGoOutOnTheConnectionsEntropies) {
+  ConnectionConfig c;
+  c.entropy.count = 4;
+  DirectPair p(c);
+  std::vector<uint8_t> src(64, 1), dst(64, 0);
+  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
+            PostError::kOk);
+  p.settle();
+  std::set<uint16_t> expected;
+  for (uint8_t e = 0; e < 4; ++e) expected.insert(p.qb->paths().entropy(e));
+  p.b.close_connection(kIdB);
+  std::set<uint16_t> seen_ports;
+  for (int i = 0; i < 4; ++i) {
+    const auto out = p.drain(p.b);
+    ASSERT_EQ(out.size(), 1u);
+    seen_ports.insert(entropy_of(out[0]));
+    p.now += p.b.config().close_retry_ns << i;
+    p.b.advance(p.now);
+  }
+  EXPECT_EQ(seen_ports, expected);
+}
+
+// A CLOSE acknowledges only what the connection sent and is outstanding:
+// one naming a PSN beyond snd_nxt completes nothing; one naming the first of
+// two packets completes the first message only.
+TEST(Close, ACloseAcknowledgesOnlyOutstandingPackets) {
+  DirectPair p;
+  std::vector<uint8_t> src(64, 1), dst(128, 0);
+  const uint32_t kb = p.b.memory().register_region(dst.data(), 128, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, src.data(), 64, dst.data() + 64, kb)),
+            PostError::kOk);
+  const auto data = p.drain(p.a);
+  ASSERT_EQ(data.size(), 2u);
+  p.deliver(p.b, {data[0]});  // the second is lost
+  p.drain(p.b);               // its ACK, if any: lost
+  p.b.close_connection(kIdB);
+  auto close = p.drain(p.b);
+  ASSERT_EQ(close.size(), 1u);
+  ASSERT_TRUE(is_close(close[0]));
+  // A forged copy naming a PSN far beyond what a sent.
+  Frame forged = close[0];
+  wire::CtrlHeader h;
+  ASSERT_GT(wire::decode_ctrl(forged.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
+  h.psn += 1000;
+  wire::encode_ctrl(forged.data() + wire::kL2L4Size, h);
+  p.deliver(p.a, {forged});
+  EXPECT_TRUE(poll_all(p.a_scq).empty());
+  EXPECT_EQ(p.qa->unacked_packets(), 2u);
+  p.deliver(p.a, close);
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(p.qa->unacked_packets(), 1u);
 }
 
 // Both ends received data and close at once: each CLOSE ends the other's
