@@ -467,6 +467,7 @@ class Connection {
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
+  uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);
   // `marked`: the ACK says it arrived with ECN-CE (it named it).

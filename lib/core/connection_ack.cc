@@ -132,32 +132,31 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
-uint32_t Connection::build_cnp(uint8_t* buf, uint32_t cap) {
+// A 12-byte CTRL of `type` that carries our cumulative received PSN.
+uint32_t Connection::build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type) {
   if (cap < wire::kL2L4Size + wire::kCtrlSize + trailer()) return 0;
-  cnp_due_ = false;
   wire::CtrlHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
-  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kCnp);
+  h.pro.next_hdr = static_cast<uint8_t>(type);
   h.psn = rx_.cack();
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
   wire::encode_ctrl(buf + wire::kL2L4Size, h);
-  ++stats_.cnps_sent;
   return finish_frame(buf, wire::kCtrlSize, paths_.control_port(),
                       static_cast<uint8_t>(wire::kDscpAck << 2));
 }
 
+uint32_t Connection::build_cnp(uint8_t* buf, uint32_t cap) {
+  const uint32_t n = build_cack_ctrl(buf, cap, wire::CtrlType::kCnp);
+  if (n > 0) {
+    cnp_due_ = false;
+    ++stats_.cnps_sent;
+  }
+  return n;
+}
+
 uint32_t Connection::build_close(uint8_t* buf, uint32_t cap) {
-  if (!mac_known_ || cap < wire::kL2L4Size + wire::kCtrlSize + trailer()) return 0;
-  wire::CtrlHeader h;
-  h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
-  h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kBraidClose);
-  h.psn = rx_.cack();
-  h.spdcid = cfg_.local_id;
-  h.dpdcid = cfg_.remote_id;
-  wire::encode_ctrl(buf + wire::kL2L4Size, h);
-  return finish_frame(buf, wire::kCtrlSize, paths_.control_port(),
-                      static_cast<uint8_t>(wire::kDscpAck << 2));
+  return mac_known_ ? build_cack_ctrl(buf, cap, wire::CtrlType::kBraidClose) : 0;
 }
 
 uint32_t Connection::build_close_answer(uint8_t* buf, uint32_t cap) {

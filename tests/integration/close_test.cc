@@ -26,6 +26,17 @@ bool is_close(const Frame& f) {
          p.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
 }
 
+// A 64-byte WRITE from `from` into `to`'s `dst`, carried and acknowledged.
+void write_64(DirectPair& p, Connection* from, Endpoint& to, std::vector<uint8_t>& dst,
+              CompletionQueue& cq) {
+  static std::vector<uint8_t> src(64, 1);
+  const uint32_t key = to.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(from->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), key)),
+            PostError::kOk);
+  p.settle();
+  ASSERT_EQ(poll_all(cq).size(), 1u);
+}
+
 // a WRITEs one packet to b; b takes it in and its ACK is lost.
 struct LastAckLost : ::testing::Test {
   void SetUp() override {
@@ -200,11 +211,8 @@ TEST(Close, TheClosesGoOutOnTheConnectionsEntropies) {
   ConnectionConfig c;
   c.entropy.count = 4;
   DirectPair p(c);
-  std::vector<uint8_t> src(64, 1), dst(64, 0);
-  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
-            PostError::kOk);
-  p.settle();
+  std::vector<uint8_t> dst(64, 0);
+  write_64(p, p.qa, p.b, dst, p.a_scq);
   std::set<uint16_t> expected;
   for (uint8_t e = 0; e < 4; ++e) expected.insert(p.qb->paths().entropy(e));
   p.b.close_connection(kIdB);
@@ -258,16 +266,9 @@ TEST(Close, ACloseAcknowledgesOnlyOutstandingPackets) {
 // wait, and neither gives up.
 TEST(Close, BothEndsClosingEndEachOthersWait) {
   DirectPair p;
-  std::vector<uint8_t> src(64, 1), at_a(64, 0), at_b(64, 0);
-  const uint32_t ka = p.a.memory().register_region(at_a.data(), 64, kAccessRemoteWrite, 0);
-  const uint32_t kb = p.b.memory().register_region(at_b.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, at_b.data(), kb)),
-            PostError::kOk);
-  ASSERT_EQ(p.qb->post_send(request(2, Opcode::kWrite, src.data(), 64, at_a.data(), ka)),
-            PostError::kOk);
-  p.settle();
-  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
-  ASSERT_EQ(poll_all(p.b_scq).size(), 1u);
+  std::vector<uint8_t> at_a(64, 0), at_b(64, 0);
+  write_64(p, p.qa, p.b, at_b, p.a_scq);
+  write_64(p, p.qb, p.a, at_a, p.b_scq);
   p.a.close_connection(kIdA);
   p.b.close_connection(kIdB);
   ASSERT_EQ(p.a.closing() + p.b.closing(), 2u);
@@ -281,12 +282,8 @@ TEST(Close, BothEndsClosingEndEachOthersWait) {
 // A connection that received nothing owes its peer nothing: no CLOSE.
 TEST(Close, NoCloseFromAnEndThatReceivedNoData) {
   DirectPair p;
-  std::vector<uint8_t> src(64, 1), dst(64, 0);
-  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
-            PostError::kOk);
-  p.settle();
-  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  std::vector<uint8_t> dst(64, 0);
+  write_64(p, p.qa, p.b, dst, p.a_scq);
   p.a.close_connection(kIdA);
   EXPECT_EQ(p.a.closing(), 0u);
   EXPECT_TRUE(p.drain(p.a).empty());
@@ -298,11 +295,8 @@ TEST(Close, NoCloseFromAnEndThatReceivedNoData) {
 // A new connection that takes a closing record's id ends that record.
 TEST(Close, ANewConnectionOnTheIdEndsTheRecord) {
   DirectPair p;
-  std::vector<uint8_t> src(64, 1), dst(64, 0);
-  const uint32_t kb = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 64, dst.data(), kb)),
-            PostError::kOk);
-  p.settle();
+  std::vector<uint8_t> dst(64, 0);
+  write_64(p, p.qa, p.b, dst, p.a_scq);
   p.b.close_connection(kIdB);
   ASSERT_EQ(p.b.closing(), 1u);
   ConnectionConfig c;
