@@ -152,7 +152,6 @@ bool Endpoint::on_closing_packet(uint16_t dst, uint16_t src) {
       // Data again: our ACK did not reach the peer. The CLOSE says it, at
       // once and outside the retry budget (the peer's retransmissions are
       // paced by its own timer).
-      r.extra_due = true;
       queue_closing(r);
       return true;
   }
@@ -217,7 +216,6 @@ uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
       wheel_.schedule(&r->timer, now + r->interval);
       r->interval *= 2;
     }
-    r->extra_due = false;
     return len;
   }
   return 0;

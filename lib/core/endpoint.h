@@ -131,8 +131,7 @@ class Endpoint {
     uint32_t remote_ip = 0;
     uint8_t sends_left = 0;  // timed sends
     bool queued = false;     // on closing_due_
-    bool timer_due = false;  // a timed send is due
-    bool extra_due = false;  // a send the peer's data asked for (outside the budget)
+    bool timer_due = false;  // the send due is a timed one (else the peer's data asked for it)
     bool answer = false;     // the peer closed too: answer it once, then go
     TimeNs interval = 0;
     uint32_t close_len = 0;

@@ -208,13 +208,17 @@ void Engine::route_when_resolved(uint16_t local_id, uint32_t peer_ip) {
   arp_->arp.resolve(arp_->arp.next_hop(peer_ip), now());
 }
 
-void Engine::destroy_connection(uint16_t local_id) {
+void Engine::forget_routes(uint16_t local_id) {
   std::erase_if(pending_routes_, [&](const PendingRoute& r) { return r.local_id == local_id; });
+}
+
+void Engine::destroy_connection(uint16_t local_id) {
+  forget_routes(local_id);
   endpoint_.destroy_connection(local_id);
 }
 
 void Engine::close_connection(uint16_t local_id) {
-  std::erase_if(pending_routes_, [&](const PendingRoute& r) { return r.local_id == local_id; });
+  forget_routes(local_id);
   endpoint_.close_connection(local_id);
 }
 

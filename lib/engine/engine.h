@@ -155,6 +155,7 @@ class Engine {
   void send_arp_requests(TimeNs now);
   void send_raw(const uint8_t* frame, uint32_t len);
   void update_routes(TimeNs now);
+  void forget_routes(uint16_t local_id);  // a connection going: its pending route too
   uint32_t transmit_at(TimeNs now);
   bool to_self(const TxFrame& f) const;
   // In a group: the engine that owns the frame's connection, when it is
