@@ -13,7 +13,7 @@ constexpr double kHeaderBytes = 64;
 }  // namespace
 
 NsccCc::NsccCc(const CcConfig& cfg, uint32_t packet_bytes)
-    : cfg_(cfg), pkt_(packet_bytes), cwnd_(cfg.window_bytes) {
+    : cfg_(cfg), pkt_(packet_bytes), cwnd_(std::min<double>(cfg.window_bytes, kMaxWindowBytes)) {
   if (cfg_.base_rtt_ns > 0) {
     configure(cfg_.base_rtt_ns);
     cwnd_ = maxwnd_;  // start at the maximum, as UET does
@@ -39,8 +39,8 @@ void NsccCc::configure(TimeNs net_rtt) {
 }
 
 double NsccCc::max_window_for(TimeNs rtt) const {
-  return std::max(1.5 * (static_cast<double>(rtt) * static_cast<double>(cfg_.link_bps) / 8e9),
-                  min_cwnd_);
+  const double w = 1.5 * (static_cast<double>(rtt) * static_cast<double>(cfg_.link_bps) / 8e9);
+  return std::clamp(w, min_cwnd_, std::max(kMaxWindowBytes, min_cwnd_));
 }
 
 void NsccCc::clamp() {

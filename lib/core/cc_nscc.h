@@ -30,8 +30,8 @@ class NsccCc {
 
   void on_ack(const AckEvent& e);
   void on_loss(const LossEvent& e);
-  uint32_t cwnd_bytes() const { return static_cast<uint32_t>(cwnd_); }
-  uint64_t rate_bps() const { return 0; }  // window-based, not paced
+  uint32_t cwnd_bytes() const { return static_cast<uint32_t>(cwnd_); }  // <= kMaxWindowBytes
+  uint64_t rate_bps() const { return 0; }                               // window-based, not paced
 
   // State, for tests and statistics.
   bool configured() const { return net_rtt_ > 0; }
@@ -43,6 +43,10 @@ class NsccCc {
   uint64_t quick_adapts() const { return quick_adapts_; }
   uint64_t fast_increases() const { return fast_increases_; }
 
+  // The largest window NSCC keeps: above any connection's reach (16384
+  // packets of at most 16 KiB), far below 2^32. A link rate and base RTT
+  // whose 1.5 x BDP exceeds it are refused where they are configured.
+  static constexpr double kMaxWindowBytes = 1u << 30;
   // Reference point of the scaling.
   static constexpr double kRefRttNs = 12'000;
   static constexpr double kRefBdpBytes = 150'000;  // 100 Gb/s x 12 us

@@ -54,8 +54,6 @@ class CongestionControl {
         algo_);
     sync();
   }
-  // The receiver is to answer ECN-CE with CNPs.
-  bool wants_cnps() const { return algorithm_ == CcAlgorithm::kDcqcn; }
 
   uint32_t cwnd_bytes() const { return cwnd_; }
   uint64_t pacing_rate_bps() const { return rate_; }

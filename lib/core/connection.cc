@@ -144,12 +144,13 @@ bool Connection::set_send_psn(uint32_t psn) {
   return true;
 }
 
-void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rnr_delay_ns,
-                           TimeNs rto_max_ns) {
+void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,
+                           bool retry_forever) {
   cfg_.retry_limit = retry_limit;
   cfg_.rnr_retry_limit = rnr_retry_limit;
-  cfg_.rnr_delay_ns = rnr_delay_ns;
   cfg_.rto_max_ns = std::max(rto_max_ns, cfg_.rto_min_ns);
+  cfg_.retry_forever = retry_forever;
+  rto_ = std::min(rto_, cfg_.rto_max_ns);
 }
 
 PostError Connection::post_send(const SendRequest& wr) {
@@ -427,6 +428,18 @@ void Connection::credit_thunk(Timer* t, TimeNs now) {
   if (!credit_after(c->credit_.last_asked(), c->credit_.granted())) return;
   const bool backlog = c->unsent_credit_ > 0 || c->retx_count_ > 0;
   if (backlog && c->credit_.available() <= 0 && now - c->last_grant_at_ >= c->first_credit_wait()) {
+    // A peer that answers neither this nor anything else is gone: the wait
+    // spends the retry budget as a timeout does (a peer that answers, even
+    // to say it has granted all it will for now, is there).
+    const TimeNs heard = std::max(c->credit_heard_at_, c->progress_at_);
+    if (heard > c->credit_heard_at_) {
+      c->credit_heard_at_ = heard;
+      c->credit_retries_ = 0;
+    }
+    if (c->retries_spent(&c->credit_retries_, heard, now)) {
+      c->set_error(WcStatus::kRetryExcErr);
+      return;
+    }
     c->credit_req_forced_ = true;
     ++c->stats_.credit_stalls;
     c->credit_wait_ =
@@ -457,6 +470,8 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t value = wire::load_be32(pkt.payload);
   if (pkt.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kCredit)) {
     if (!credit_on_) return;  // we never asked
+    credit_heard_at_ = now;   // the peer is there
+    credit_retries_ = 0;
     if (credit_.on_grant(value)) {
       ++stats_.credits_received;
       if (last_grant_at_ != 0) grant_gap_ = (7 * grant_gap_ + (now - last_grant_at_)) / 8;

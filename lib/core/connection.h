@@ -61,7 +61,22 @@ struct ConnectionConfig {
   TimeNs rto_max_ns = 50'000'000;
   uint8_t retry_limit = 7;      // retransmissions of one packet before RETRY_EXC_ERR
   uint8_t rnr_retry_limit = 7;  // 7 = infinite, as in InfiniBand
+  // InfiniBand's local ACK timeout 0: wait for the peer forever (the RTO
+  // still backs off to rto_max_ns), never RETRY_EXC_ERR.
+  bool retry_forever = false;
+  // This end's minimum RNR timer (IB's min_rnr_timer, a responder's
+  // attribute): the wait a peer is told in the RNR NACK when its request
+  // finds no receive posted. A requester waits what the NACK says (this
+  // value only when a NACK names none).
   TimeNs rnr_delay_ns = 100'000;
+  // Remote operations this QP accepts as a responder (IB's qp_access_flags:
+  // kAccessRemoteWrite, kAccessRemoteRead); the region's own access is
+  // checked as well.
+  uint32_t remote_access = kAccessRemoteWrite | kAccessRemoteRead;
+  // The longest the peer's engine may hold an ACK it was asked for at once,
+  // waiting for the application's answer to leave with it (the verbs
+  // progress thread's hold): the tail-loss probe waits for it too.
+  TimeNs peer_ack_hold_ns = 0;
   uint32_t path_reorder_threshold = 1;  // later packets acked on the same entropy => loss
   bool crc_trailer = false;
   uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
@@ -107,6 +122,8 @@ struct ConnectionStats {
   uint64_t credit_bytes_granted = 0;      // by us, to the peer
   uint64_t unscheduled_sent = 0;          // data packets sent without credit (speculative)
   uint64_t credit_stalls = 0;             // times we asked again after waiting for credit
+  uint64_t tails_deferred = 0;            // last bytes of a WRITE held until the rest was placed
+  uint64_t tails_refused = 0;             // ... with no room to hold them: packet dropped, resent
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
@@ -153,9 +170,13 @@ class Connection {
   bool set_send_psn(uint32_t psn);
   void set_remote_mac(const wire::MacAddr& mac);
   bool has_remote_mac() const { return mac_known_; }
-  // Retry and timer settings an RC QP may change at RTR/RTS.
-  void set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rnr_delay_ns,
-                 TimeNs rto_max_ns);
+  // Retry and timer settings an RC QP may change at RTS (and after).
+  void set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,
+                 bool retry_forever);
+  // The RNR wait this end asks peers for (ConnectionConfig::rnr_delay_ns).
+  void set_min_rnr_delay(TimeNs ns) { cfg_.rnr_delay_ns = ns; }
+  // Remote operations accepted from now on (ConnectionConfig::remote_access).
+  void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
 
   PostError post_send(const SendRequest& wr);
   PostError post_recv(uint64_t wr_id, const SgList& sgl);
@@ -345,6 +366,22 @@ class Connection {
     uint8_t code = 0;
     uint8_t vendor = 0;
     uint8_t flags = 0;
+    uint32_t payload = 0;  // an RNR NACK's: the wait asked for, in ns
+  };
+  // The last bytes of a multi-packet WRITE that arrived before the rest of
+  // its message: placed once every packet before it has been (a program
+  // polling a message's last byte must not see it before the others).
+  static constexpr uint32_t kTailBytes = 64;  // a cache line
+  static constexpr uint32_t kDeferredTails = 32;
+  struct DeferredTail {
+    uint32_t psn = 0;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint8_t len = 0;
+    uint8_t bytes[kTailBytes];
+  };
+  struct DeferredTails {
+    DeferredTail tail[kDeferredTails];
   };
   // Why the receive side refused a packet; each maps to a NACK.
   enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
@@ -365,7 +402,7 @@ class Connection {
   template <typename Count>
   bool retries_spent(Count* retries, TimeNs since, TimeNs now) const {
     if (*retries < 255) ++*retries;
-    return *retries > cfg_.retry_limit && now - since >= retry_budget();
+    return !cfg_.retry_forever && *retries > cfg_.retry_limit && now - since >= retry_budget();
   }
   static void rto_thunk(Timer* t, TimeNs now);
   static void ack_thunk(Timer* t, TimeNs now);
@@ -378,7 +415,11 @@ class Connection {
   // lost last one are ACKed only then), packets sent once and still
   // unacknowledged are resent (not counted as lost: no retry, no
   // congestion signal).
-  TimeNs probe_timeout() const { return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns; }
+  // The peer's engine may also hold an ACK asked for at once (for the
+  // application's answer): a probe before that resends what arrived.
+  TimeNs probe_timeout() const {
+    return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns + cfg_.peer_ack_hold_ns;
+  }
   void on_probe(TimeNs now);
   void poke() {
     if (credit_on_) credit_check();
@@ -449,7 +490,10 @@ class Connection {
   void release_read_responses();
   void on_in_order_advance();
   void execute_reads();
-  void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0);
+  void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
+                  uint32_t payload = 0);
+  // Places the deferred tails of messages now wholly in order.
+  void place_deferred_tails();
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
@@ -471,7 +515,9 @@ class Connection {
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
-  void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now);
+  // `held`: how long the receiver says it held the ACK (its service time):
+  // the path's delay is the time since the last transmission less that.
+  void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now, TimeNs held = 0);
   // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
   // the clear bits of its SACK window [base, base + 63].
   void detect_losses(uint32_t base, TimeNs now);
@@ -562,6 +608,10 @@ class Connection {
   TimeNs credit_wait_ = 0;          // how long to wait for credit before asking again
   TimeNs last_grant_at_ = 0;        // when the last new grant arrived
   TimeNs grant_gap_ = 0;            // smoothed time between grants
+  // Waiting for credit spends the retry budget as a timeout does: asks
+  // unanswered since the peer last granted or acknowledged anything.
+  uint8_t credit_retries_ = 0;
+  TimeNs credit_heard_at_ = 0;
   Timer credit_timer_;
   // ... the receiver's half.
   CreditPacer* pacer_ = nullptr;
@@ -581,6 +631,8 @@ class Connection {
   std::vector<PendingRead> reads_;
   uint32_t reads_head_ = 0, reads_tail_ = 0;
   PendingNack nacks_[32];
+  std::unique_ptr<DeferredTails> tails_;  // allocated the first time a tail waits
+  uint32_t tail_count_ = 0;
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
   bool close_answer_due_ = false;  // a CLOSE arrived: answer it

@@ -125,6 +125,7 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   h.nack_code = n.code;
   h.vendor_code = n.vendor;
   h.nack_psn = n.psn;
+  h.payload = n.payload;
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
   wire::encode_nack(buf + wire::kL2L4Size, h);
@@ -182,7 +183,8 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
   close_answer_due_ = true;
 }
 
-void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now) {
+void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now,
+                            TimeNs held) {
   if (r.state == TxState::kInFlight) {
     inflight_bytes_ -= charge(r);
   } else if (r.state != TxState::kLost) {
@@ -191,8 +193,12 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, Tim
   r.state = TxState::kAcked;
   *acked_bytes += charge(r);
   if (r.tx_count == 1 && r.sent_at > latest_acked_sent_) latest_acked_sent_ = r.sent_at;
+  // The receiver held the ACK `held` after the packet it names arrived, and
+  // this packet (arrived no later) at least as long: what is left is an
+  // upper bound of its path's delay, the same measure its RTT samples take.
+  const TimeNs since = now > r.sent_at ? now - r.sent_at : 0;
   paths_.on_acked(r.entropy, r.path_seq, r.tx_count == 1, marked, now,
-                  now > r.sent_at ? now - r.sent_at : 0);
+                  since > held ? since - held : since);
 }
 
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
@@ -221,8 +227,8 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   // coalesced ACK): that is not the network's delay. A service time as long
   // as the whole round trip cannot be right: no sample then.
   uint64_t rtt = 0;
+  const uint64_t held = uint64_t{a.nscc.service_time} * wire::kServiceTimeUnitNs;
   if (sample != nullptr) {
-    const uint64_t held = uint64_t{a.nscc.service_time} * wire::kServiceTimeUnitNs;
     const uint64_t total = now - sample->sent_at;
     if (total > held) {
       rtt = total - held;
@@ -240,7 +246,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   bool progress = false;
   if (psn_lt(snd_una_, cack + 1)) {
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
-      ack_record(rec(psn), &acked, ecn && psn == trigger, now);
+      ack_record(rec(psn), &acked, ecn && psn == trigger, now, held);
     }
     snd_una_ = cack + 1;
     progress_at_ = now;
@@ -255,7 +261,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       bits &= bits - 1;
       const uint32_t psn = base + i;
       if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) continue;
-      ack_record(rec(psn), &acked, ecn && psn == trigger, now);
+      ack_record(rec(psn), &acked, ecn && psn == trigger, now, held);
       highest = psn;
     }
   }
@@ -368,7 +374,9 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
           set_error(WcStatus::kRnrRetryExcErr);
           return;
         }
-        tx_hold_until_ = now + cfg_.rnr_delay_ns;
+        // The responder's timer, from its NACK (IB's RNR NAK carries it);
+        // ours for a NACK that names none.
+        tx_hold_until_ = now + (n.payload != 0 ? TimeNs{n.payload} : cfg_.rnr_delay_ns);
         wheel_->schedule(&hold_timer_, tx_hold_until_);
       }
       if (r.state == TxState::kInFlight) {

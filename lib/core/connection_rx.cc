@@ -2,6 +2,7 @@
 // check before any byte is touched, direct placement of every packet where it
 // belongs (in any order), and the in-order work done when the cumulative
 // point advances (receive completions, READ execution).
+#include <algorithm>
 #include <cstring>
 
 #include "core/connection.h"
@@ -12,9 +13,10 @@ namespace {
 constexpr uint32_t kRsnFlag = 0x80000000u;
 }  // namespace
 
-void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t flags) {
+void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t flags,
+                            uint32_t payload) {
   if (nack_count_ == sizeof(nacks_) / sizeof(nacks_[0])) return;  // the sender's RTO covers it
-  nacks_[nack_count_++] = PendingNack{psn, code, vendor, flags};
+  nacks_[nack_count_++] = PendingNack{psn, code, vendor, flags, payload};
   ++stats_.nacks_sent;
 }
 
@@ -152,7 +154,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       case Refusal::kNone:
         break;  // dropped silently (counted): nothing the sender can fix
       case Refusal::kNotReady:
-        queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf));
+        // The wait this responder asks for travels in the NACK (IB's RNR
+        // NAK carries the responder's timer).
+        queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf), 0, 0,
+                   static_cast<uint32_t>(std::min<TimeNs>(cfg_.rnr_delay_ns, 0xffffffffu)));
         break;
       case Refusal::kAccess:
       case Refusal::kInvalid:
@@ -203,8 +208,9 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
   }
   if (ce) ack_trigger_ecn_ = true;
-  // DCQCN's notification point: a CNP for CE, at most one per interval.
-  if (ce && cc_.wants_cnps() && now >= next_cnp_at_) {
+  // The notification point: a CNP for CE, at most one per interval, whatever
+  // this end's own algorithm (the sender's may be DCQCN; others ignore it).
+  if (ce && now >= next_cnp_at_) {
     cnp_due_ = true;
     next_cnp_at_ = now + cfg_.cc.dcqcn.cnp_interval_ns;
   }
@@ -215,7 +221,9 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     set_error(WcStatus::kWrFlushErr);  // everything before the refusal is in: ACKed now
     return;
   }
-  schedule_ack(!in_order || ce || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
+  // A packet that closes a gap is acknowledged at once: what it completes
+  // (often a message whose short last packet overtook it) waits for no timer.
+  schedule_ack(!in_order || advanced > 1 || ce || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
 }
 
 bool Connection::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
@@ -278,6 +286,9 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
 
   switch (static_cast<wire::SesOpcode>(s.opcode)) {
     case wire::SesOpcode::kWrite: {
+      // The QP's own access first (IB: a QP without REMOTE_WRITE refuses
+      // every WRITE, whatever the region allows).
+      if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
       const bool imm = s.initiator & kRsnFlag;
       uint32_t rsn = 0;
       if (imm && !receive_slot(s.initiator, &rsn, why)) return false;
@@ -296,7 +307,26 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
                         &base) != AccessError::kNone) {
         return access();
       }
-      if (len > 0) std::memcpy(base + msg_offset, pkt.payload, len);
+      uint32_t now_len = len;
+      if (s.eom() && !s.som() && len > 0 && pkt.req.psn != rx_.cack() + 1) {
+        // The last packet of a message whose earlier packets are not all
+        // in: its last bytes wait for them (place_deferred_tails).
+        if (tail_count_ == kDeferredTails) {
+          ++stats_.tails_refused;
+          return false;  // not accepted: resent, by then perhaps in order
+        }
+        if (!tails_) tails_ = std::make_unique<DeferredTails>();
+        const uint32_t t = std::min(len, kTailBytes);
+        now_len = len - t;
+        DeferredTail& d = tails_->tail[tail_count_++];
+        d.psn = pkt.req.psn;
+        d.rkey = static_cast<uint32_t>(s.memory_key);
+        d.addr = s.buffer_offset + now_len;
+        d.len = static_cast<uint8_t>(t);
+        std::memcpy(d.bytes, pkt.payload + now_len, t);
+        ++stats_.tails_deferred;
+      }
+      if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
       stats_.bytes_placed += len;
       if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
       return true;
@@ -320,6 +350,7 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
     }
     case wire::SesOpcode::kRead: {
       if (len != 0 || !s.som() || !s.eom()) return invalid();
+      if (!(cfg_.remote_access & kAccessRemoteRead)) return access();
       if (s.memory_key > 0xffffffffu) return access();
       uint8_t* src = nullptr;
       // A zero-length READ (a fence) reads nothing: no key check.
@@ -402,7 +433,30 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why
   return true;
 }
 
+void Connection::place_deferred_tails() {
+  uint32_t kept = 0;
+  for (uint32_t i = 0; i < tail_count_; ++i) {
+    DeferredTail& d = tails_->tail[i];
+    if (psn_lt(rx_.cack(), d.psn)) {
+      if (kept != i) tails_->tail[kept] = d;
+      ++kept;
+      continue;
+    }
+    // Resolved again: the region may have gone meanwhile.
+    uint8_t* dst = nullptr;
+    if (mrs_->resolve(d.rkey, d.addr, d.len, kAccessRemoteWrite, cfg_.pd, &dst) ==
+        AccessError::kNone) {
+      std::memcpy(dst, d.bytes, d.len);
+    } else {
+      ++stats_.access_errors;
+    }
+  }
+  tail_count_ = kept;
+}
+
 void Connection::on_in_order_advance() {
+  // Message tails first: a WRITE_IMM completes only with its last bytes in.
+  if (tail_count_ > 0) place_deferred_tails();
   complete_recvs();
   if (reads_head_ != reads_tail_ && state_ == ConnectionState::kActive) execute_reads();
 }

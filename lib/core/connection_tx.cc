@@ -403,7 +403,12 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   const bool idle_after = at_tail() && retx_count_ <= 1;
   const bool window_closing = inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
                               snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
-  if (retx || idle_after || window_closing) pds.pro.flags |= wire::kReqFlagAckReq;
+  // A probe of a set-aside path too: its ACK, named after it, carries the
+  // receiver's hold, so the probe is judged on its path's own delay.
+  const bool probe = paths_.bad_count() > 0 && paths_.health(e).probing;
+  if (retx || idle_after || window_closing || probe) {
+    pds.pro.flags |= wire::kReqFlagAckReq;
+  }
   wire::encode_request(p, pds);
   const uint32_t frame_len =
       finish_frame(buf, udp_payload - trailer(), paths_.entropy(e), wire::kEcnEct0);

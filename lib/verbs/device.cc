@@ -108,6 +108,18 @@ braid_context* open_device(const braid_device_config* config,
   PacketIo* io = ios[0].get();
   if (c->config.link_mbps == 0) c->config.link_mbps = io->link_mbps();
   if (c->config.link_mbps == 0) c->config.link_mbps = 100'000;
+  // NSCC's largest window is 1.5 x the link's BDP at the base RTT; it keeps
+  // windows up to NsccCc::kMaxWindowBytes.
+  const double max_window =
+      1.5 * double(c->config.link_mbps) * 1e6 / 8 * double(c->config.base_rtt_us) * 1e-6;
+  if (max_window > NsccCc::kMaxWindowBytes) {
+    return fail(EINVAL, "open_device: link_mbps " + std::to_string(c->config.link_mbps) +
+                            " x base_rtt_us " + std::to_string(c->config.base_rtt_us) +
+                            " gives NSCC a largest window (1.5 x BDP) of " +
+                            std::to_string(static_cast<uint64_t>(max_window)) + " bytes; at most " +
+                            std::to_string(static_cast<uint64_t>(NsccCc::kMaxWindowBytes)) +
+                            " are supported");
+  }
   EngineConfig ec;
   ec.ip = c->ip;
   ec.udp_port = c->config.udp_port;
@@ -115,7 +127,9 @@ braid_context* open_device(const braid_device_config* config,
   ec.gateway = gateway;
   ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
   c->crc = ec.crc_trailer;
-  ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000;
+  // Each engine's credit pacer grants its share of the port: together they
+  // grant the link's rate, not engines times it.
+  ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000 / engines;
   c->memory = std::make_unique<MemoryRegionTable>();
   ec.shared_memory = c->memory.get();
   if (engines > 1) c->group = std::make_unique<EngineGroup>(engines);

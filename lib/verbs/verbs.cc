@@ -183,7 +183,7 @@ void progress_loop(braid_context* c, uint16_t k) {
   // if its own send has not completed by then). Its ACKs leave in the poll
   // that received the data.
 
-  constexpr braid::TimeNs kAckHoldNs = 30'000;
+  constexpr braid::TimeNs kAckHoldNs = braid::kAckHoldNs;
   constexpr uint64_t kAnswerWindowNs = 2'000'000;
   braid::EngineSlot& slot = *c->slots[k];
   slot.engine->io().attach_thread();
@@ -257,6 +257,12 @@ int post_error(braid::PostError e, const char* what) {
       break;
   }
   return fail(EINVAL, std::string(what) + ": QP in error");
+}
+
+// The remote operations a QP's access flags allow, as the core names them.
+uint32_t remote_access_of(unsigned int flags) {
+  return ((flags & BRAID_ACCESS_REMOTE_WRITE) ? braid::kAccessRemoteWrite : 0u) |
+         ((flags & BRAID_ACCESS_REMOTE_READ) ? braid::kAccessRemoteRead : 0u);
 }
 
 // InfiniBand's RNR timer encoding (min_rnr_timer), in nanoseconds.
@@ -960,6 +966,11 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.cc.trimming = false;
   cc.cc.credit = c->config.credit == 1;
   cc.max_rd_atomic = 16;
+  cc.remote_access = remote_access_of(qp->attr.qp_access_flags);
+  if (mask & BRAID_QP_ACCESS_FLAGS) cc.remote_access = remote_access_of(a->qp_access_flags);
+  if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
+  cc.rnr_delay_ns = rnr_delay_ns(qp->attr.min_rnr_timer);
+  cc.peer_ack_hold_ns = braid::kAckHoldNs;
   qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
                                             &qp->recv_cq->ring(qp->engine));
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
@@ -970,28 +981,55 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->attr.rq_psn = a->rq_psn;
   qp->attr.path_mtu = a->path_mtu;
   qp->attr.ah_attr = a->ah_attr;
-  if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
+  if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+  return 0;
+}
+
+// IB's local ACK timeout (4.096 us x 2^timeout) caps Braid's adaptive RTO;
+// 0 is infinite: the QP waits for its peer forever (RTO backoff capped at
+// 50 ms, so that a peer that comes back is heard from soon).
+static void apply_retry(braid_qp* qp, uint8_t retry, uint8_t rnr, uint8_t timeout) {
+  const braid::TimeNs rto_max =
+      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
+  qp->conn->set_retry(std::min<uint8_t>(retry, 7), std::min<uint8_t>(rnr, 7), rto_max,
+                      timeout == 0);
+}
+
+// Attributes IB lets RTR->RTS and RTS->RTS change (besides the PSN):
+// access flags, the RNR timer, retry counts and the timeout.
+static int apply_optional(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
+    return fail(EINVAL, "modify_qp: timeout must be 0..31");
+  }
+  if (mask & BRAID_QP_ACCESS_FLAGS) {
+    qp->attr.qp_access_flags = a->qp_access_flags;
+    qp->conn->set_remote_access(remote_access_of(a->qp_access_flags));
+  }
+  if (mask & BRAID_QP_MIN_RNR_TIMER) {
+    qp->attr.min_rnr_timer = a->min_rnr_timer;
+    qp->conn->set_min_rnr_delay(rnr_delay_ns(a->min_rnr_timer));
+  }
+  if (mask & BRAID_QP_RETRY_CNT) qp->attr.retry_cnt = std::min<uint8_t>(a->retry_cnt, 7);
+  if (mask & BRAID_QP_RNR_RETRY) qp->attr.rnr_retry = std::min<uint8_t>(a->rnr_retry, 7);
+  if (mask & BRAID_QP_TIMEOUT) qp->attr.timeout = a->timeout;
+  apply_retry(qp, qp->attr.retry_cnt, qp->attr.rnr_retry, qp->attr.timeout);
   return 0;
 }
 
 static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if (!(mask & BRAID_QP_SQ_PSN)) return fail(EINVAL, "modify_qp RTS needs SQ_PSN");
+  if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
+    return fail(EINVAL, "modify_qp: timeout must be 0..31");
+  }
   if (!qp->conn->set_send_psn(a->sq_psn & 0xffffff)) {
     return fail(EINVAL, "modify_qp RTS: the send queue has already started");
   }
-  const uint8_t retry = (mask & BRAID_QP_RETRY_CNT) ? a->retry_cnt : 7;
-  const uint8_t rnr = (mask & BRAID_QP_RNR_RETRY) ? a->rnr_retry : 7;
-  const uint8_t timeout = (mask & BRAID_QP_TIMEOUT) ? a->timeout : 14;
-  // The InfiniBand timeout caps Braid's adaptive RTO (4.096 us * 2^timeout).
-  const braid::TimeNs rto_max =
-      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
-  qp->conn->set_retry(std::min<uint8_t>(retry, 7), std::min<uint8_t>(rnr, 7),
-                      rnr_delay_ns(qp->attr.min_rnr_timer), rto_max);
+  // Unset, the defaults of an RC QP as perftest leaves it.
+  qp->attr.retry_cnt = 7;
+  qp->attr.rnr_retry = 7;
+  qp->attr.timeout = 14;
   qp->attr.sq_psn = a->sq_psn;
-  qp->attr.retry_cnt = retry;
-  qp->attr.rnr_retry = rnr;
-  qp->attr.timeout = timeout;
-  return 0;
+  return apply_optional(qp, a, mask);
 }
 
 int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
@@ -1017,11 +1055,13 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   } else if (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) {
     if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
   } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_INIT) {
+    if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
   } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR) {
     rc = to_rtr(qp, a, mask);
   } else if (from == BRAID_QPS_RTR && to == BRAID_QPS_RTS) {
     rc = to_rts(qp, a, mask);
   } else if (from == BRAID_QPS_RTS && to == BRAID_QPS_RTS) {
+    rc = apply_optional(qp, a, mask);
   } else {
     return fail(EINVAL, "modify_qp: transition not allowed");
   }

@@ -88,6 +88,10 @@ struct braid_context {
 namespace braid {
 // Live statistics show this many QPs of a device (the rest are counted).
 inline constexpr uint32_t kStatsMaxQps = 1024;
+// How long a progress thread holds an ACK asked for at once, so that it
+// leaves with the application's answer; every QP's tail-loss probe allows
+// for a peer that holds its ACKs this long.
+inline constexpr TimeNs kAckHoldNs = 30'000;
 void set_last_error(const std::string& why);
 void start_progress_thread(braid_context* c);
 void stop_progress_thread(braid_context* c);

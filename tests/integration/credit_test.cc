@@ -221,5 +221,47 @@ TEST(Credit, AConnectionWithoutCreditIsNotHeldBack) {
   EXPECT_EQ(t.p.qb->stats().credits_sent, 0u);
 }
 
+// A receiver that goes away while its sender waits for credit: asking
+// again is not exempt from the retry budget. Whether it dies mid-transfer
+// (packets in flight) or right after its sender's speculative allowance was
+// acknowledged, before any grant (nothing in flight, only asks), the
+// WRITE ends in RETRY_EXC_ERR within the budget, as it would without credit.
+TEST(Credit, ADeadReceiverEndsTheWaitForCreditInRetryExceeded) {
+  for (const bool mid_transfer : {true, false}) {
+    ConnectionConfig c = credit_config();
+    c.retry_limit = 3;
+    c.rto_max_ns = 4'000'000;  // a budget of 16 ms
+    Transfer t(c, 1 << 20);
+    t.post();
+    bool grants_lost = !mid_transfer;
+    const auto drop = [&](const Frame& f, bool a_to_b) {
+      return !a_to_b && grants_lost && is_ctrl(f, wire::CtrlType::kCredit);
+    };
+    if (mid_transfer) {
+      ASSERT_TRUE(t.p.run_for(
+          100'000'000, 1000, [&] { return t.p.qb->stats().bytes_placed > 256 * 1024; }, drop));
+    } else {
+      ASSERT_TRUE(t.p.run_for(
+          100'000'000, 1000,
+          [&] { return t.p.qa->stats().unscheduled_sent > 0 && t.p.qa->unacked_packets() == 0; },
+          drop));
+      EXPECT_EQ(t.p.qa->stats().credits_received, 0u);
+    }
+    const TimeNs died_at = t.p.now;
+    t.p.b.destroy_connection(2);
+    const uint64_t asked = t.p.qa->stats().credit_requests_sent;
+    ASSERT_TRUE(t.p.run_for(
+        10'000'000'000, 10'000, [&] { return t.p.a_scq.size() > 0; }, drop))
+        << (mid_transfer ? "mid-transfer" : "before any grant");
+    const auto wcs = poll_all(t.p.a_scq);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kRetryExcErr);
+    EXPECT_EQ(t.p.qa->state(), ConnectionState::kError);
+    // The budget and the last backed-off wait, no more.
+    EXPECT_LT(t.p.now - died_at, 40'000'000u);
+    EXPECT_LT(t.p.qa->stats().credit_requests_sent - asked, 30u);
+  }
+}
+
 }  // namespace
 }  // namespace braid::test

@@ -441,6 +441,44 @@ TEST(Dcqcn, CnpsAreRateLimitedAtTheReceiverAndCutTheSendersRate) {
   EXPECT_GT(p.qa->cc().pacing_rate_bps(), 2 * lowest);
 }
 
+// The notification point answers CE whatever its own algorithm: a DCQCN
+// sender whose receiver runs NSCC (or a fixed window) still gets CNPs and
+// cuts its rate.
+TEST(Dcqcn, AReceiverRunningAnotherAlgorithmStillAnswersCeWithCnps) {
+  for (const CcAlgorithm receiver : {CcAlgorithm::kNscc, CcAlgorithm::kFixedWindow}) {
+    ConnectionConfig ca, cb;
+    ca.entropy.count = cb.entropy.count = 1;
+    ca.cc.algorithm = CcAlgorithm::kDcqcn;
+    ca.cc.link_bps = 100'000'000'000;
+    cb.cc.algorithm = receiver;
+    DirectPair p;
+    auto [qa, qb] = p.add_pair(ca, cb, 3, 4);
+    constexpr size_t kSize = 1 << 20;
+    std::vector<uint8_t> src(kSize, 4), dst(kSize);
+    const uint32_t key = p.b.memory().register_region(dst.data(), kSize, kAccessRemoteWrite, 0);
+    ASSERT_EQ(qa->post_send(request(1, Opcode::kWrite, src.data(), kSize, dst.data(), key)),
+              PostError::kOk);
+    uint64_t lowest = ~uint64_t{0};
+    for (int round = 0; round < 100'000 && p.a_scq.size() == 0; ++round) {
+      std::vector<Frame> ab = p.drain(p.a), ba = p.drain(p.b);
+      for (Frame& f : ab) {
+        if (f.size() > 256) set_ecn(f, wire::kEcnCe);
+      }
+      p.now += 1'000;
+      p.deliver(p.b, ab);
+      p.deliver(p.a, ba);
+      p.a.advance(p.now);
+      p.b.advance(p.now);
+      lowest = std::min(lowest, qa->cc().pacing_rate_bps());
+    }
+    ASSERT_EQ(p.a_scq.size(), 1u);
+    EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+    EXPECT_GT(qb->stats().cnps_sent, 0u) << static_cast<int>(receiver);
+    EXPECT_EQ(qa->stats().cnps_received, qb->stats().cnps_sent);
+    EXPECT_LT(lowest, 100'000'000'000u / 2);
+  }
+}
+
 // An ACK whose service time (how long its packet waited at the receiver)
 // is as long as the whole round trip gives no RTT sample: it cannot be
 // right, and a sample near zero would stand as the base RTT for good.

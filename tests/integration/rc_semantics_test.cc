@@ -472,5 +472,128 @@ TEST(RcSemantics, ResponderThatAnsweredAReadInRtrMovesToRtsAndSends) {
   EXPECT_EQ(a_target, back);
 }
 
+// The responder's QP access flags are checked besides its region's (IB's
+// qp_access_flags): a WRITE through a QP that allows no remote access, and
+// a READ through one that allows WRITE only, are refused with a remote
+// access error though the region allows both. Nothing is written or read,
+// and the responder's QP goes to error.
+TEST(RcSemantics, AResponderQpRefusesWhatItsAccessFlagsDoNotAllow) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  ConnectionConfig none = c, write_only = c;
+  none.remote_access = 0;
+  write_only.remote_access = kAccessRemoteWrite;
+  std::vector<uint8_t> src(3000, 7), region(8192, 0x5a), local(4096, 0);
+  const std::vector<uint8_t> before = region;
+  const uint32_t key = p.b.memory().register_region(region.data(), region.size(),
+                                                    kAccessRemoteWrite | kAccessRemoteRead, 0);
+  auto [qa, qb] = p.add_pair(c, none, 3, 4);
+  ASSERT_EQ(qa->post_send(request(1, Opcode::kWrite, src.data(), 3000, region.data(), key)),
+            PostError::kOk);
+  p.settle();
+  auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(qb->state(), ConnectionState::kError);
+  EXPECT_GE(qb->stats().access_errors, 1u);
+  EXPECT_EQ(region, before);
+
+  auto [qc, qd] = p.add_pair(c, write_only, 5, 6);
+  ASSERT_EQ(qc->post_send(request(2, Opcode::kWrite, src.data(), 3000, region.data(), key)),
+            PostError::kOk);
+  ASSERT_EQ(qc->post_send(request(3, Opcode::kRead, local.data(), 4096, region.data() + 4096, key)),
+            PostError::kOk);
+  p.settle();
+  wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 2u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);  // the WRITE it allows
+  EXPECT_EQ(wcs[1].status, WcStatus::kRemAccessErr);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), region.begin()));
+  EXPECT_TRUE(std::all_of(local.begin(), local.end(), [](uint8_t v) { return v == 0; }));
+  EXPECT_EQ(qd->state(), ConnectionState::kError);
+
+  // Changed on a live QP, the flags apply to the next request.
+  auto [qe, qf] = p.add_pair(c, c, 7, 8);
+  qf->set_remote_access(kAccessRemoteRead);
+  ASSERT_EQ(qe->post_send(request(4, Opcode::kWrite, src.data(), 100, region.data() + 6000, key)),
+            PostError::kOk);
+  p.settle();
+  wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(region[6000], 0x5a);
+}
+
+// IB's timeout 0 is infinite: a peer away for far longer than the retry
+// budget (two seconds against 8 ms) ends in no error, and the WRITE
+// completes once the peer is back. Without it, the same wait ends in
+// RETRY_EXC_ERR.
+TEST(RcSemantics, RetryForeverWaitsOutAnAbsentPeerAndSucceedsWhenItReturns) {
+  for (const bool forever : {true, false}) {
+    ConnectionConfig c;
+    c.mtu = 1024;
+    c.retry_limit = 1;
+    c.rto_max_ns = 4'000'000;
+    c.retry_forever = forever;
+    DirectPair p(c);
+    std::vector<uint8_t> src(8000), dst(8000, 0);
+    fill_pattern(src.data(), src.size(), 3);
+    const uint32_t key =
+        p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 8000, dst.data(), key)),
+              PostError::kOk);
+    bool cut = true;
+    const auto drop = [&](const Frame&, bool) { return cut; };
+    const bool ended = p.run_for(
+        2'000'000'000, 100'000, [&] { return p.a_scq.size() > 0; }, drop);
+    if (!forever) {
+      ASSERT_TRUE(ended);
+      EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kRetryExcErr);
+      continue;
+    }
+    EXPECT_FALSE(ended);
+    EXPECT_EQ(p.qa->state(), ConnectionState::kActive);
+    EXPECT_GT(p.qa->stats().timeouts, 10u);
+    cut = false;
+    ASSERT_TRUE(p.run_for(
+        100'000'000, 100'000, [&] { return p.a_scq.size() > 0; }, drop));
+    const auto wcs = poll_all(p.a_scq);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+    EXPECT_EQ(dst, src);
+  }
+}
+
+// The RNR wait is the responder's: its timer travels in the RNR NACK (as
+// in IB's RNR NAK), whatever the requester's own setting. A responder that
+// asks for 10 us has the SEND retried within about that once its receive
+// is posted; one that asks for 655 ms is not retried before.
+TEST(RcSemantics, TheRnrWaitIsTheRespondersTimerCarriedInTheNack) {
+  for (const TimeNs responder : {TimeNs{10'000}, TimeNs{655'360'000}}) {
+    ConnectionConfig ca, cb;
+    ca.rnr_delay_ns = responder == 10'000 ? 655'360'000 : 10'000;  // the requester's own
+    cb.rnr_delay_ns = responder;
+    DirectPair p;
+    auto [qa, qb] = p.add_pair(ca, cb, 3, 4);
+    static std::vector<uint8_t> msg(100, 9);
+    std::vector<uint8_t> rbuf(256, 0);
+    ASSERT_EQ(qa->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+    ASSERT_TRUE(p.run_for(1'000'000, 1'000, [&] { return qa->stats().rnr_nacks_received > 0; }));
+    const TimeNs nacked_at = p.now;
+    ASSERT_EQ(qb->post_recv(7, sgl_of(rbuf.data(), 256)), PostError::kOk);
+    ASSERT_TRUE(p.run_for(2'000'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
+    const auto wcs = poll_all(p.a_scq);
+    ASSERT_EQ(wcs.size(), 1u);
+    EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+    EXPECT_TRUE(std::equal(msg.begin(), msg.end(), rbuf.begin()));
+    if (responder == 10'000) {
+      EXPECT_LT(p.now - nacked_at, 100'000u);  // 10 us and a round trip, not 655 ms
+    } else {
+      EXPECT_GE(p.now - nacked_at, 655'000'000u);
+    }
+  }
+}
+
 }  // namespace
 }  // namespace braid::test

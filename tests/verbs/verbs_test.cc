@@ -6,8 +6,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <set>
 #include <string>
@@ -106,7 +108,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     for (Side* s : {&a, &b}) {
       braid_qp_attr at{};
       at.qp_state = BRAID_QPS_INIT;
-      at.qp_access_flags = BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
+      at.qp_access_flags =
+          s == &b ? b_access_ : BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
       ASSERT_EQ(braid_modify_qp(s->qp, &at, BRAID_QP_STATE | BRAID_QP_ACCESS_FLAGS), 0);
     }
     // Each side's RTR resolves the other's MAC by ARP: drive both engines.
@@ -177,6 +180,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
 
+  // b's QP access flags at INIT (a's allow remote WRITE and READ).
+  unsigned int b_access_ = BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
   int crc_ = 0;     // both devices' integrity trailer (braid_device_config.crc)
   int crc_b_ = 0;   // b's, when it differs
   int stats_ = -1;  // braid_device_config.stats: none unless a test asks
@@ -1067,6 +1072,146 @@ TEST(VerbsConfig, StatsOutsideItsValuesIsRefused) {
   EXPECT_NE(std::string(braid_last_error()).find("stats"), std::string::npos);
 }
 
+// b's QP allows remote WRITE only, though its region allows READ as well:
+// the QP's access flags are checked too (InfiniBand's responder checks
+// both). WRITEs land; a READ is refused with a remote access error, b's
+// QP goes to error, and nothing of b's is read.
+class VerbsPipeWriteOnly : public VerbsPipe {
+ protected:
+  VerbsPipeWriteOnly() { b_access_ = BRAID_ACCESS_REMOTE_WRITE; }
+};
+
+TEST_P(VerbsPipeWriteOnly, AReadThroughAQpWithoutRemoteReadIsRefused) {
+  std::fill(a.buf.begin(), a.buf.begin() + 8192, 0x11);
+  braid_sge s = sge(a, 0, 4096);
+  braid_send_wr w = write_to_b(&s, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  EXPECT_EQ(b.buf[4095], 0x11);
+  std::fill(b.buf.begin() + 65536, b.buf.begin() + 69632, 0x77);
+  braid_sge d = sge(a, 4096, 4096);
+  braid_send_wr r{};
+  r.wr_id = 2;
+  r.sg_list = &d;
+  r.num_sge = 1;
+  r.opcode = BRAID_WR_RDMA_READ;
+  r.send_flags = BRAID_SEND_SIGNALED;
+  r.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data() + 65536);
+  r.rdma.rkey = b.mr->rkey;
+  ASSERT_EQ(braid_post_send(a.qp, &r, nullptr), 0);
+  wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_REM_ACCESS_ERR);
+  for (size_t i = 4096; i < 8192; ++i) ASSERT_EQ(a.buf[i], 0x11) << i;  // nothing read
+  braid_qp_attr at{};
+  braid_qp_init_attr ia{};
+  ASSERT_EQ(braid_query_qp(b.qp, &at, BRAID_QP_STATE, &ia), 0);
+  EXPECT_EQ(at.qp_state, BRAID_QPS_ERR);
+  braid_qp_stats qs{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.access_errors, 1u);
+}
+
+// Access flags changed in RTS take effect: b's QP stops accepting WRITEs
+// its region still allows, and a WRITE through it lands nowhere.
+TEST_P(VerbsPipe, AccessFlagsChangedInRtsTakeEffect) {
+  braid_qp_attr at{};
+  at.qp_state = BRAID_QPS_RTS;
+  at.qp_access_flags = 0;
+  ASSERT_EQ(braid_modify_qp(b.qp, &at, BRAID_QP_STATE | BRAID_QP_ACCESS_FLAGS), 0)
+      << braid_last_error();
+  braid_qp_init_attr ia{};
+  ASSERT_EQ(braid_query_qp(b.qp, &at, BRAID_QP_ACCESS_FLAGS, &ia), 0);
+  EXPECT_EQ(at.qp_access_flags, 0u);
+  const std::vector<uint8_t> before = b.buf;
+  std::fill(a.buf.begin(), a.buf.begin() + 4096, 0x22);
+  braid_sge s = sge(a, 0, 4096);
+  braid_send_wr w = write_to_b(&s, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_REM_ACCESS_ERR);
+  EXPECT_EQ(b.buf, before);
+  ASSERT_EQ(braid_query_qp(b.qp, &at, BRAID_QP_STATE, &ia), 0);
+  EXPECT_EQ(at.qp_state, BRAID_QPS_ERR);
+}
+
+// Timer and retry attributes changed in RTS are applied (and read back);
+// a timeout IB cannot encode is refused.
+TEST_P(VerbsPipe, RetryAttributesChangedInRtsAreAppliedOrRefused) {
+  braid_qp_attr at{};
+  at.qp_state = BRAID_QPS_RTS;
+  at.retry_cnt = 2;
+  at.timeout = 0;  // infinite
+  at.min_rnr_timer = 1;
+  ASSERT_EQ(braid_modify_qp(
+                a.qp, &at,
+                BRAID_QP_STATE | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT | BRAID_QP_MIN_RNR_TIMER),
+            0)
+      << braid_last_error();
+  EXPECT_EQ(a.qp->conn->config().retry_limit, 2);
+  EXPECT_TRUE(a.qp->conn->config().retry_forever);
+  EXPECT_EQ(a.qp->conn->config().rnr_delay_ns, 10'000u);  // 0.01 ms, what peers are told
+  braid_qp_attr q{};
+  braid_qp_init_attr ia{};
+  ASSERT_EQ(braid_query_qp(a.qp, &q, 0, &ia), 0);
+  EXPECT_EQ(q.retry_cnt, 2);
+  EXPECT_EQ(q.timeout, 0);
+  EXPECT_EQ(q.min_rnr_timer, 1);
+  at.timeout = 12;
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_TIMEOUT), 0);
+  EXPECT_FALSE(a.qp->conn->config().retry_forever);
+  EXPECT_EQ(a.qp->conn->config().rto_max_ns, 4096u << 12);
+  at.timeout = 32;
+  EXPECT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_TIMEOUT), EINVAL);
+  EXPECT_EQ(a.qp->conn->config().rto_max_ns, 4096u << 12);
+}
+
+// Every engine of a port has its own credit pacer: together they grant at
+// most the port's rate, not engines times it.
+TEST(VerbsConfig, TheCreditPacersOfAPortShareItsRate) {
+  braid_device_config c{};
+  c.ipv4 = "198.18.0.1";
+  c.credit = 1;
+  c.link_mbps = 10'000;
+  c.engines = 4;
+  std::vector<std::unique_ptr<braid::PacketIo>> ios, peers;
+  for (int k = 0; k < 4; ++k) {
+    auto [ia, ib] =
+        braid::PipeIo::make_pair(MacAddr{2, 0, 0, 0, 0, 1}, MacAddr{2, 0, 0, 0, 0, 2}, 1514);
+    ios.push_back(std::move(ia));
+    peers.push_back(std::move(ib));
+  }
+  braid_context* ctx = braid::open_device(&c, std::move(ios));
+  ASSERT_NE(ctx, nullptr) << braid_last_error();
+  uint64_t sum = 0;
+  for (auto& slot : ctx->slots) sum += slot->engine->endpoint().credit_pacer().rate_bps();
+  EXPECT_EQ(sum, 10'000'000'000u);
+  EXPECT_EQ(braid_close_device(ctx), 0);
+}
+
+// NSCC's largest window is 1.5 x the BDP of link_mbps and base_rtt_us; one
+// it cannot keep (it would wrap at 4 GiB) is refused, naming the limit.
+TEST(VerbsConfig, ALinkRateAndBaseRttBeyondNsccsLargestWindowAreRefused) {
+  const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
+  braid_device_config c{};
+  c.ipv4 = "198.18.0.1";
+  c.cc = BRAID_CC_NSCC;
+  c.link_mbps = 400'000;
+  c.base_rtt_us = 114'500;  // 8.59 GB
+  auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+  EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr);
+  EXPECT_EQ(errno, EINVAL);
+  EXPECT_NE(std::string(braid_last_error()).find("base_rtt_us"), std::string::npos);
+  c.base_rtt_us = 10'000;  // 750 MB: kept
+  auto [ja, jb] = braid::PipeIo::make_pair(ma, mb, 1514);
+  braid_context* ctx = braid::open_device(&c, std::move(ja));
+  ASSERT_NE(ctx, nullptr) << braid_last_error();
+  EXPECT_EQ(braid_close_device(ctx), 0);
+}
+
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeStats, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
 
@@ -1074,6 +1219,9 @@ INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrcOneSide, ::testing::Values(Backend::k
                          [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrc, ::testing::Values(Backend::kPipe),
+                         [](const auto&) { return std::string("pipe"); });
+
+INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeWriteOnly, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipe, ::testing::Values(Backend::kPipe),
