@@ -15,6 +15,8 @@
 //   every element checked; algorithm bandwidth per size.
 // die (2 ranks): rank 1 exits while rank 0 waits on a send and a receive:
 //   rank 0 must get an error, not hang.
+// reload (2 ranks): comms closed, the plugin dlclosed and dlopened again
+//   (NCCL 2.22-2.25 do so with the last communicator), three times.
 // scripts/nccl-ranks.sh starts the ranks (memif or virtio pairs, or a
 // software switch for more ranks). Exit 0 when every check passed.
 #include <dlfcn.h>
@@ -80,78 +82,103 @@ struct Net {
   int version = 0;
   ncclNet_v10_t* v10 = nullptr;
   ncclNet_v8_t* v8 = nullptr;
+  ncclNet_v7_t* v7 = nullptr;  // the same calls as v8 but for regMr's int size
+  template <typename F>
+  decltype(auto) legacy(F f) const {
+    return v8 ? f(*v8) : f(*v7);
+  }
 
   void check(ncclResult_t r, const char* call) const {
     if (r != ncclSuccess) fail(fmt::format("{} returned {}", call, static_cast<int>(r)));
   }
   void init() const {
-    check(v10 ? v10->init(logger, nullptr) : v8->init(logger), "init");
+    check(v10 ? v10->init(logger, nullptr) : legacy([&](auto& t) { return t.init(logger); }),
+          "init");
     int n = 0;
-    check(v10 ? v10->devices(&n) : v8->devices(&n), "devices");
+    check(v10 ? v10->devices(&n) : legacy([&](auto& t) { return t.devices(&n); }), "devices");
     if (n < 1) fail("the plugin has no device");
   }
   void* listen(void* handle) const {
     void* l = nullptr;
-    check(v10 ? v10->listen(0, handle, &l) : v8->listen(0, handle, &l), "listen");
+    check(
+        v10 ? v10->listen(0, handle, &l) : legacy([&](auto& t) { return t.listen(0, handle, &l); }),
+        "listen");
     return l;
   }
   void* connect(void* handle) const {
     void* s = nullptr;
     ncclNetDeviceHandle_v8_t* dev = nullptr;
-    check(v10 ? v10->connect(0, nullptr, handle, &s, &dev) : v8->connect(0, handle, &s, &dev),
+    check(v10 ? v10->connect(0, nullptr, handle, &s, &dev)
+              : legacy([&](auto& t) { return t.connect(0, handle, &s, &dev); }),
           "connect");
     return s;
   }
   void* accept(void* listen) const {
     void* r = nullptr;
     ncclNetDeviceHandle_v8_t* dev = nullptr;
-    check(v10 ? v10->accept(listen, &r, &dev) : v8->accept(listen, &r, &dev), "accept");
+    check(v10 ? v10->accept(listen, &r, &dev)
+              : legacy([&](auto& t) { return t.accept(listen, &r, &dev); }),
+          "accept");
     return r;
   }
   void* reg(void* comm, void* data, size_t size) const {
     void* mh = nullptr;
     check(v10 ? v10->regMr(comm, data, size, NCCL_PTR_HOST, &mh)
-              : v8->regMr(comm, data, size, NCCL_PTR_HOST, &mh),
+              : legacy([&](auto& t) { return t.regMr(comm, data, size, NCCL_PTR_HOST, &mh); }),
           "regMr");
     return mh;
   }
   void dereg(void* comm, void* mh) const {
-    check(v10 ? v10->deregMr(comm, mh) : v8->deregMr(comm, mh), "deregMr");
+    check(v10 ? v10->deregMr(comm, mh) : legacy([&](auto& t) { return t.deregMr(comm, mh); }),
+          "deregMr");
   }
   // nullptr: not now (NCCL calls again).
   void* isend(void* comm, void* data, size_t size, int tag, void* mh) const {
     void* req = nullptr;
-    check(v10 ? v10->isend(comm, data, size, tag, mh, nullptr, &req)
-              : v8->isend(comm, data, static_cast<int>(size), tag, mh, &req),
+    check(v10 ? v10->isend(comm, data, size, tag, mh, nullptr, &req) : legacy([&](auto& t) {
+            return t.isend(comm, data, static_cast<int>(size), tag, mh, &req);
+          }),
           "isend");
     return req;
   }
   void* irecv(void* comm, int n, void** data, const size_t* sizes, int* tags, void** mh) const {
-    void* req = nullptr;
+    // NCCL 2.24+ presets this hint (the receive's completion is optional)
+    // before some irecv calls: a plugin must answer with its own request
+    // (or nullptr), never hand the hint back or read it as one.
+    void* const hint = reinterpret_cast<void*>(0x1);
+    void* req = hint;
     if (v10) {
       std::vector<size_t> s(sizes, sizes + n);
       std::vector<void*> ph(static_cast<size_t>(n), nullptr);
       check(v10->irecv(comm, n, data, s.data(), tags, mh, ph.data(), &req), "irecv");
     } else {
       std::vector<int> s(sizes, sizes + n);
-      check(v8->irecv(comm, n, data, s.data(), tags, mh, &req), "irecv");
+      check(legacy([&](auto& t) { return t.irecv(comm, n, data, s.data(), tags, mh, &req); }),
+            "irecv");
     }
+    if (req == hint) fail("irecv handed back NCCL's hint as its request");
     return req;
   }
   ncclResult_t test(void* req, int* done, int* sizes) const {
-    return v10 ? v10->test(req, done, sizes) : v8->test(req, done, sizes);
+    return v10 ? v10->test(req, done, sizes)
+               : legacy([&](auto& t) { return t.test(req, done, sizes); });
   }
-  void close_send(void* c) const { check(v10 ? v10->closeSend(c) : v8->closeSend(c), "closeSend"); }
-  void close_recv(void* c) const { check(v10 ? v10->closeRecv(c) : v8->closeRecv(c), "closeRecv"); }
+  void close_send(void* c) const {
+    check(v10 ? v10->closeSend(c) : legacy([&](auto& t) { return t.closeSend(c); }), "closeSend");
+  }
+  void close_recv(void* c) const {
+    check(v10 ? v10->closeRecv(c) : legacy([&](auto& t) { return t.closeRecv(c); }), "closeRecv");
+  }
   void close_listen(void* c) const {
-    check(v10 ? v10->closeListen(c) : v8->closeListen(c), "closeListen");
+    check(v10 ? v10->closeListen(c) : legacy([&](auto& t) { return t.closeListen(c); }),
+          "closeListen");
   }
 };
 Net g_net;
 
 // As NCCL: NCCL_NET_PLUGIN=<name> loads libnccl-net-<name>.so from the
 // library path (a name with a '/' is a path); the newest interface first.
-void load_plugin(const Options& o) {
+void* load_plugin(const Options& o) {
   std::string name = o.plugin;
   if (name.empty())
     name = std::getenv("NCCL_NET_PLUGIN") ? std::getenv("NCCL_NET_PLUGIN") : "braid";
@@ -163,10 +190,13 @@ void load_plugin(const Options& o) {
     g_net.v10 = static_cast<ncclNet_v10_t*>(dlsym(lib, "ncclNetPlugin_v10"));
   if (g_net.v10 == nullptr && (o.api == 0 || o.api == 8))
     g_net.v8 = static_cast<ncclNet_v8_t*>(dlsym(lib, "ncclNetPlugin_v8"));
-  if (g_net.v10 == nullptr && g_net.v8 == nullptr)
+  if (g_net.v10 == nullptr && g_net.v8 == nullptr && (o.api == 0 || o.api == 7))
+    g_net.v7 = static_cast<ncclNet_v7_t*>(dlsym(lib, "ncclNetPlugin_v7"));
+  if (g_net.v10 == nullptr && g_net.v8 == nullptr && g_net.v7 == nullptr)
     fail(fmt::format("{} exports no ncclNetPlugin_v{}", file,
-                     o.api == 0 ? "10 or v8" : std::to_string(o.api)));
-  g_net.version = g_net.v10 ? 10 : 8;
+                     o.api == 0 ? "10, v8 or v7" : std::to_string(o.api)));
+  g_net.version = g_net.v10 ? 10 : g_net.v8 ? 8 : 7;
+  return lib;
 }
 
 // ---- Ranks meet in a directory -----------------------------------------
@@ -374,6 +404,46 @@ void check_mode() {
     }
     std::printf("grouped receive of %d buffers, sent in another order: ok\n", n);
   }
+  // 3b. A send a step ahead: its tag is for the receiver's next irecv, not
+  // the one posted. No request (NCCL calls again), no error, until the
+  // receiver's current receive is served and the next one posted.
+  {
+    std::vector<uint8_t> in1(300, 0), in2(300, 0), out1(100), out2(200);
+    fill(out1, out1.size(), 501 + static_cast<uint64_t>(g_opt.rank));
+    fill(out2, out2.size(), 601 + static_cast<uint64_t>(g_opt.rank));
+    void* rmh1 = g_net.reg(k.recv, in1.data(), in1.size());
+    void* rmh2 = g_net.reg(k.recv, in2.data(), in2.size());
+    void* smh1 = g_net.reg(k.send, out1.data(), out1.size());
+    void* smh2 = g_net.reg(k.send, out2.data(), out2.size());
+    void* d1 = in1.data();
+    size_t len1 = in1.size();
+    int tag1 = 201;
+    void* rr1 = must_irecv(k.recv, 1, &d1, &len1, &tag1, &rmh1);
+    barrier("ahead.posted");
+    // The peer's descriptor for tag 201 arrives meanwhile: tag 202 is not in it.
+    const auto until = Clock::now() + std::chrono::milliseconds(100);
+    while (Clock::now() < until) {
+      if (g_net.isend(k.send, out2.data(), out2.size(), 202, smh2) != nullptr)
+        fail("a send ahead of the receiver's irecv was taken");
+    }
+    void* sr1 = must_isend(k.send, out1.data(), out1.size(), 201, smh1);
+    wait(rr1);
+    wait(sr1);
+    void* d2 = in2.data();
+    size_t len2 = in2.size();
+    int tag2 = 202;
+    void* rr2 = must_irecv(k.recv, 1, &d2, &len2, &tag2, &rmh2);
+    void* sr2 = must_isend(k.send, out2.data(), out2.size(), 202, smh2);
+    wait(rr2);
+    wait(sr2);
+    expect_bytes(in1, out1.size(), 501 + static_cast<uint64_t>(peer), "step-ahead first");
+    expect_bytes(in2, out2.size(), 601 + static_cast<uint64_t>(peer), "step-ahead second");
+    for (auto [c, m] : {std::pair{k.recv, rmh1}, std::pair{k.recv, rmh2}, std::pair{k.send, smh1},
+                        std::pair{k.send, smh2}}) {
+      g_net.dereg(c, m);
+    }
+    std::printf("a send a step ahead of the receiver waits without an error: ok\n");
+  }
   // 4. 32 requests in flight each way; a 33rd receive is refused for now.
   {
     constexpr int n = NCCL_NET_MAX_REQUESTS;
@@ -423,6 +493,25 @@ void check_mode() {
     unlink(again);
     std::printf("comms closed with requests in flight; a new pair works: ok\n");
   }
+}
+
+// NCCL 2.22-2.25 dlclose the plugin when the last communicator is freed
+// and dlopen it again for the next: comms, then every one closed, the
+// library closed and opened again, initialised again, and new comms work.
+void reload_mode(const Options& o, void* lib) {
+  if (g_opt.size != 2) fail("--mode reload takes 2 ranks");
+  const int peer = 1 - g_opt.rank;
+  for (int round = 0; round < 3; ++round) {
+    Link k = link(fmt::format("reload{}", round), peer, peer);
+    swap_once(k, 65536 + static_cast<size_t>(round), round, 0);
+    unlink(k);
+    barrier(fmt::format("reload{}.closed", round));
+    if (dlclose(lib) != 0) fail(fmt::format("dlclose: {}", dlerror()));
+    g_net = Net{};
+    lib = load_plugin(o);
+    g_net.init();
+  }
+  std::printf("comms, dlclose, dlopen and init again, three times, each pair working: ok\n");
 }
 
 void bw_mode() {
@@ -604,7 +693,9 @@ void die_mode() {
     void* req = nullptr;
     const ncclResult_t s = g_net.v10
                                ? g_net.v10->isend(k.send, out.data(), 4096, 2, smh, nullptr, &req)
-                               : g_net.v8->isend(k.send, out.data(), 4096, 2, smh, &req);
+                               : g_net.legacy([&](auto& t) {
+                                   return t.isend(k.send, out.data(), 4096, 2, smh, &req);
+                                 });
     if (s != ncclSuccess) break;
     if (req != nullptr) sr = req;
     if (Clock::now() - t0 > std::chrono::duration<double>(g_opt.timeout_s)) fail("the send hung");
@@ -644,9 +735,10 @@ int main(int argc, char** argv) {
   app.add_option("--store", o.store, "directory shared by the ranks")->required();
   app.add_option("--plugin", o.plugin,
                  "name (libnccl-net-NAME.so) or path; default $NCCL_NET_PLUGIN or braid");
-  app.add_option("--api", o.api, "plugin interface version: 0 newest found, 8 or 10")
-      ->check(CLI::IsMember({0, 8, 10}));
-  app.add_option("--mode", o.mode)->check(CLI::IsMember({"check", "bw", "allreduce", "die"}));
+  app.add_option("--api", o.api, "plugin interface version: 0 newest found, 7, 8 or 10")
+      ->check(CLI::IsMember({0, 7, 8, 10}));
+  app.add_option("--mode", o.mode)
+      ->check(CLI::IsMember({"check", "bw", "allreduce", "die", "reload"}));
   app.add_option("--min-bytes", min_b);
   app.add_option("--max-bytes", max_b);
   app.add_option("--threads", o.threads, "check: threads setting up comms at once")
@@ -659,15 +751,17 @@ int main(int argc, char** argv) {
     o.min_bytes = parse_bytes(min_b);
     o.max_bytes = parse_bytes(max_b);
     if (o.max_bytes > (1ull << 30)) fail("--max-bytes: at most 1G");
-    load_plugin(o);
+    void* lib = load_plugin(o);
     g_net.init();
     if (o.rank == 0)
-      std::printf("plugin %s, API v%d\n", g_net.v10 ? g_net.v10->name : g_net.v8->name,
+      std::printf("plugin %s, API v%d\n",
+                  g_net.v10 ? g_net.v10->name : g_net.legacy([](auto& t) { return t.name; }),
                   g_net.version);
     if (o.mode == "check") check_mode();
     if (o.mode == "bw") bw_mode();
     if (o.mode == "allreduce") allreduce_mode();
     if (o.mode == "die") die_mode();
+    if (o.mode == "reload") reload_mode(o, lib);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: FAILED: %s\n", o.rank, e.what());
     return 1;

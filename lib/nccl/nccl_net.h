@@ -1,5 +1,6 @@
 /*
- * NCCL's network plugin interface, versions 8 (NCCL 2.19) and 10 (2.26), as
+ * NCCL's network plugin interface, versions 7 (NCCL 2.17-2.19), 8 (2.20) and
+ * 10 (2.26), as
  * documented by NCCL's ext-net API: what a plugin exports and what NCCL
  * passes in. Declared here (NCCL is not packaged for Debian 12) for
  * libnccl-net-braid.so and for the harness that loads it as NCCL does.
@@ -60,6 +61,7 @@ typedef struct {
   int needsProxyProgress;
 } ncclNetDeviceHandle_v8_t;
 typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v10_t;
+typedef ncclNetDeviceHandle_v8_t ncclNetDeviceHandle_v7_t;
 
 typedef struct {
   char* name;
@@ -75,6 +77,50 @@ typedef struct {
   ncclNetDeviceType netDeviceType;
   int netDeviceVersion;
 } ncclNetProperties_v8_t;
+
+/* Version 7 (NCCL 2.17 to 2.19; later ones load it when no newer is
+ * exported): properties without regIsGlobal, regMr with an int size.
+ * Otherwise as version 8. */
+typedef struct {
+  char* name;
+  char* pciPath;
+  uint64_t guid;
+  int ptrSupport;
+  int speed;
+  int port;
+  float latency;
+  int maxComms;
+  int maxRecvs;
+  ncclNetDeviceType netDeviceType;
+  int netDeviceVersion;
+} ncclNetProperties_v7_t;
+
+typedef struct {
+  const char* name;
+  ncclResult_t (*init)(ncclDebugLogger_t logger);
+  ncclResult_t (*devices)(int* ndev);
+  ncclResult_t (*getProperties)(int dev, ncclNetProperties_v7_t* props);
+  ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
+  ncclResult_t (*connect)(int dev, void* handle, void** sendComm,
+                          ncclNetDeviceHandle_v7_t** sendDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v7_t** recvDevComm);
+  ncclResult_t (*regMr)(void* comm, void* data, int size, int type, void** mhandle);
+  ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
+                              int fd, void** mhandle);
+  ncclResult_t (*deregMr)(void* comm, void* mhandle);
+  ncclResult_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle,
+                        void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                        void** request);
+  ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
+                         void** request);
+  ncclResult_t (*test)(void* request, int* done, int* sizes);
+  ncclResult_t (*closeSend)(void* sendComm);
+  ncclResult_t (*closeRecv)(void* recvComm);
+  ncclResult_t (*closeListen)(void* listenComm);
+  ncclResult_t (*getDeviceMr)(void* comm, void* mhandle, void** dptr_mhandle);
+  ncclResult_t (*irecvConsumed)(void* recvComm, int n, void* request);
+} ncclNet_v7_t;
 
 typedef struct {
   const char* name;

@@ -1,4 +1,4 @@
-// libnccl-net-braid.so: NCCL's network plugin (interface versions 8 and 10)
+// libnccl-net-braid.so: NCCL's network plugin (interface versions 7, 8 and 10)
 // on Braid's verbs API, for host memory (NCCL_PTR_HOST).
 //
 // One device per Braid port, configured as Braid's libibverbs.so.1 is
@@ -13,10 +13,10 @@
 //   buffer's address, rkey, size and tag. The sender keeps 32 receive
 //   buffers posted for descriptors (one per request NCCL may have in flight).
 // - isend takes the descriptor of the receive it matches (in order; by tag
-//   within a grouped receive) and RDMA_WRITE_WITH_IMMs its data straight
-//   into the receiver's buffer; the immediate names the descriptor slot and
-//   buffer, the receive completion's byte_len the size. RC order makes the
-//   data visible before that completion.
+//   within a grouped receive; no request while no buffer has its tag) and RDMA_WRITE_WITH_IMMs its
+//   data straight into the receiver's buffer; the immediate names the descriptor slot and buffer,
+//   the receive completion's byte_len the size. RC order makes the data visible before that
+//   completion.
 // - listen/connect/accept exchange QP numbers, PSNs and addresses over a
 //   non-blocking TCP connection whose address is in the handle; it stays
 //   open so that a peer that dies is noticed (its end closes) by a request
@@ -564,7 +564,7 @@ void fill_common(Props* p) {
   p->pciPath = nullptr;  // a DPDK port: no PCI function NCCL could place
   p->guid = (uint64_t{BRAID_VENDOR_ID} << 32) | ntohl(g_dev.oob_ip);
   p->ptrSupport = NCCL_PTR_HOST;
-  p->regIsGlobal = 1;  // registrations are on the device's PD
+  if constexpr (requires { p->regIsGlobal; }) p->regIsGlobal = 1;  // on the device's PD
   p->speed = g_dev.speed_mbps;
   p->port = 1;
   p->latency = 0;
@@ -577,6 +577,13 @@ void fill_common(Props* p) {
 ncclResult_t braid_get_properties_v8(int dev, ncclNetProperties_v8_t* props) {
   if (const ncclResult_t r = check_dev(dev); r != ncclSuccess) return r;
   *props = ncclNetProperties_v8_t{};
+  fill_common(props);
+  return ncclSuccess;
+}
+
+ncclResult_t braid_get_properties_v7(int dev, ncclNetProperties_v7_t* props) {
+  if (const ncclResult_t r = check_dev(dev); r != ncclSuccess) return r;
+  *props = ncclNetProperties_v7_t{};
   fill_common(props);
   return ncclSuccess;
 }
@@ -782,6 +789,15 @@ ncclResult_t braid_reg_mr(void* /*comm*/, void* data, size_t size, int type, voi
   return ncclSuccess;
 }
 
+ncclResult_t braid_reg_mr_v7(void* comm, void* data, int size, int type, void** mhandle) {
+  if (size < 0) {
+    *mhandle = nullptr;
+    WARN("regMr: negative size %d", size);
+    return ncclInvalidArgument;
+  }
+  return braid_reg_mr(comm, data, static_cast<size_t>(size), type, mhandle);
+}
+
 ncclResult_t braid_reg_mr_dmabuf(void* /*comm*/, void* /*data*/, size_t /*size*/, int /*type*/,
                                  uint64_t /*offset*/, int /*fd*/, void** mhandle) {
   *mhandle = nullptr;
@@ -817,11 +833,10 @@ ncclResult_t isend_common(void* send_comm, void* data, uint64_t size, int tag, v
       break;
     }
   }
-  if (idx < 0) {
-    char why[96];
-    std::snprintf(why, sizeof why, "isend: no posted receive has tag %d", tag);
-    return fail_comm(c, ncclInvalidArgument, why);
-  }
+  // No buffer of the receiver's current irecv has this tag (yet): the
+  // sender is a step ahead (a grouped receive whose other sends are still
+  // to come). As NCCL's own IB transport: no request, NCCL calls again.
+  if (idx < 0) return ncclSuccess;
   if (size > d.size[idx]) {
     char why[128];
     std::snprintf(why, sizeof why, "isend: %llu bytes for a %llu-byte receive buffer (tag %d)",
@@ -1055,6 +1070,29 @@ __attribute__((visibility("default"))) ncclNet_v8_t ncclNetPlugin_v8 = {
     braid_connect_v8,
     braid_accept,
     braid_reg_mr,
+    braid_reg_mr_dmabuf,
+    braid_dereg_mr,
+    braid_isend_v8,
+    braid_irecv_v8,
+    braid_iflush,
+    braid_test,
+    braid_close_comm,
+    braid_close_comm,
+    braid_close_listen,
+    nullptr,
+    nullptr,
+};
+
+// NCCL 2.19 looks for v7 (and older) only.
+__attribute__((visibility("default"))) ncclNet_v7_t ncclNetPlugin_v7 = {
+    "Braid",
+    braid_init_v8,
+    braid_devices,
+    braid_get_properties_v7,
+    braid_listen,
+    braid_connect_v8,
+    braid_accept,
+    braid_reg_mr_v7,
     braid_reg_mr_dmabuf,
     braid_dereg_mr,
     braid_isend_v8,
