@@ -80,6 +80,13 @@ class PacketIo {
   // the shared pool.
   virtual void attach_thread() {}
   virtual void detach_thread() {}
+  // Holds back the backend's asynchronous events for a short while (up to
+  // ~1 s; a DPDK PMD's interrupt-thread handlers, such as memif's teardown
+  // of its rings when the peer disconnects): while held, bursts stay safe
+  // as a peer goes away. False when they cannot be held: the caller must
+  // not burst then. Each true is matched by release_events().
+  virtual bool hold_events() { return true; }
+  virtual void release_events() {}
 };
 
 }  // namespace braid

@@ -17,10 +17,13 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <condition_variable>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
@@ -624,6 +627,78 @@ void Eal::run_on_interrupt_thread(void (*fn)(void*), void* arg) {
     }
     std::this_thread::yield();
   }
+}
+
+namespace {
+
+// The interrupt thread parked by pause_interrupts: it waits in park_alarm
+// until released (or its cap passes). Shared with the alarm, which may
+// run after the pausing call gave up on it.
+struct Park {
+  enum : int { kQueued, kParked, kReleased, kAbandoned };
+  std::atomic<int> state{kQueued};
+  std::mutex lock;
+  std::condition_variable cv;
+  std::chrono::milliseconds cap{1000};
+};
+std::mutex g_pause_lock;  // the count and the current park
+int g_pause_depth = 0;
+std::shared_ptr<Park> g_park;
+
+void park_alarm(void* arg) {
+  handoff_acquire(arg);
+  auto* holder = static_cast<std::shared_ptr<Park>*>(arg);
+  const std::shared_ptr<Park> park = *holder;
+  delete holder;
+  int queued = Park::kQueued;
+  if (!park->state.compare_exchange_strong(queued, Park::kParked)) return;  // taken back
+  std::unique_lock<std::mutex> l(park->lock);
+  park->cv.notify_all();
+  park->cv.wait_for(l, park->cap, [&] { return park->state.load() == Park::kReleased; });
+}
+
+}  // namespace
+
+bool Eal::pause_interrupts(std::chrono::milliseconds wait, std::chrono::milliseconds cap) {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  if (g_pause_depth > 0) {
+    ++g_pause_depth;
+    return true;
+  }
+  if (!initialized()) return false;
+  auto park = std::make_shared<Park>();
+  park->cap = cap;
+  auto* holder = new std::shared_ptr<Park>(park);
+  handoff_release(holder);
+  if (rte_eal_alarm_set(1, park_alarm, holder) != 0) {
+    delete holder;
+    return false;
+  }
+  {
+    std::unique_lock<std::mutex> l(park->lock);
+    park->cv.wait_for(l, wait, [&] { return park->state.load() == Park::kParked; });
+  }
+  int queued = Park::kQueued;
+  if (park->state.compare_exchange_strong(queued, Park::kAbandoned)) {
+    // Never parked: take the alarm back (if it runs meanwhile, it sees
+    // the job abandoned and returns; it then freed its holder itself).
+    if (rte_eal_alarm_cancel(park_alarm, holder) > 0) delete holder;
+    return false;
+  }
+  g_park = park;
+  g_pause_depth = 1;
+  return true;
+}
+
+void Eal::resume_interrupts() {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  if (g_pause_depth == 0 || --g_pause_depth > 0) return;
+  {
+    std::lock_guard<std::mutex> l(g_park->lock);
+    g_park->state.store(Park::kReleased);
+  }
+  g_park->cv.notify_all();
+  g_park.reset();
 }
 
 Status Eal::remove_vdev(const std::string& name) {

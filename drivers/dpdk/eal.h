@@ -5,6 +5,7 @@
 // tested without starting DPDK. No DPDK header is included here.
 #pragma once
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <optional>
@@ -84,6 +85,18 @@ class Eal {
   // tearing down crashed now and then). Runs `fn` here if the EAL has no
   // interrupt thread to run it on.
   static void run_on_interrupt_thread(void (*fn)(void*), void* arg);
+  // Parks the interrupt thread in one of its alarms until
+  // resume_interrupts() (or `cap`, a safety net against a caller that never
+  // resumes): no PMD handler runs meanwhile, so bursts cannot race a
+  // memif peer's disconnect, which unmaps the rings a burst reads (DPDK
+  // 22.11's memif checks its connected flag once, then reads the ring; it
+  // raises no link-state event to synchronise with). Nests (a count); the
+  // thread is parked by the first call and let go by the last resume.
+  // False when the thread did not park within `wait` (gone or stuck): it
+  // is not parked then, and resume_interrupts() must not be called.
+  static bool pause_interrupts(std::chrono::milliseconds wait = std::chrono::milliseconds(500),
+                               std::chrono::milliseconds cap = std::chrono::milliseconds(1000));
+  static void resume_interrupts();
   // The arguments init passed to rte_eal_init (empty before).
   static const std::vector<std::string>& args();
   // The memory mode init resolved `auto` to.

@@ -196,6 +196,44 @@ JumboCheck jumbo_beyond_reported_limit(const rte_eth_dev_info& info, uint32_t fr
   return out;
 }
 
+// AF_XDP (DPDK 22.11, zero-copy mbufs): the mbuf data room that lets a
+// chunk take `frame`, and the check of the largest frame it then receives.
+// Empty when fine; the error otherwise.
+std::string af_xdp_sizes(const EthdevPortConfig& config, uint32_t frame, const std::string& label,
+                         uint32_t* room) {
+  constexpr uint32_t kXdpHeadroom = 256;  // XDP_PACKET_HEADROOM, in every chunk
+  if (config.mbuf_data_room == 0) {
+    *room = std::max(*room, (frame + kXdpHeadroom + 1023) / 1024 * 1024);
+  }
+  rte_mempool_objsz sz{};
+  const uint32_t chunk = rte_mempool_calc_obj_size(
+      static_cast<uint32_t>(sizeof(rte_mbuf)) + RTE_PKTMBUF_HEADROOM + *room, 0, &sz);
+  const uint32_t before = sz.header_size + static_cast<uint32_t>(sizeof(rte_mbuf)) +
+                          RTE_PKTMBUF_HEADROOM + kXdpHeadroom;
+  const uint32_t rx_max = chunk > before ? chunk - before : 0;
+  if (rx_max < frame) {
+    return label + ": MTU " + std::to_string(config.mtu) + " needs frames of " +
+           std::to_string(frame) + " B, but with mbufs of " + std::to_string(*room) +
+           " B an AF_XDP chunk (" + std::to_string(chunk) + " B, 256 of them XDP headroom) takes " +
+           std::to_string(rx_max) + " B: set mbuf_data_room to 0 (sized from the MTU) or >= " +
+           std::to_string(frame + kXdpHeadroom);
+  }
+  return "";
+}
+
+// After ethdev's MTU is set: a PMD in front of a kernel interface (AF_XDP
+// sets the interface's MTU itself) must have left it able to carry `mtu`.
+std::string kernel_mtu_check(const rte_eth_dev_info& info, uint32_t mtu, const std::string& label) {
+  const std::string iface = devarg(info, "iface");
+  if (iface.empty()) return "";
+  std::ifstream sysfs("/sys/class/net/" + iface + "/mtu");
+  uint32_t kernel_mtu = 0;
+  if (!(sysfs >> kernel_mtu) || kernel_mtu >= mtu) return "";
+  return label + ": the kernel interface " + iface + " has MTU " + std::to_string(kernel_mtu) +
+         ", below Braid's " + std::to_string(mtu) + ": ip link set dev " + iface + " mtu " +
+         std::to_string(mtu) + " (a veth with XDP takes at most 3506)";
+}
+
 std::string offload_names(uint64_t offloads, bool rx) {
   std::string out;
   for (uint64_t bit = 1; bit != 0 && bit <= offloads; bit <<= 1) {
@@ -374,6 +412,9 @@ std::string set_up_queues(const PortSetup& want, uint32_t cache, int socket,
              ": use an MTU up to that";
     }
   }
+  if (is_driver(info.driver_name ? info.driver_name : "", "net_af_xdp")) {
+    if (std::string why = kernel_mtu_check(info, config_mtu, label); !why.empty()) return why;
+  }
   rte_eth_rxconf rxconf = info.default_rxconf;
   rxconf.offloads = want.rx_offloads;
   rte_eth_txconf txconf = info.default_txconf;
@@ -488,6 +529,16 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     const uint32_t framesz =
         static_cast<uint32_t>(std::strtoul(devarg(info, "framesz", "2048").c_str(), nullptr, 10));
     room = std::max(room, (framesz + 1023) / 1024 * 1024);
+  }
+  if (is_driver(p->driver_, "net_af_xdp")) {
+    // DPDK 22.11's AF_XDP receives into the mbufs themselves: each is one
+    // UMEM chunk, and the kernel puts its own 256 B of XDP headroom in the
+    // chunk after the mempool header, the mbuf and its headroom, and drops
+    // a longer frame (as imissed). Its reported maximum does not say so:
+    // an MTU of 2000 or 3000 lost every full-size frame with mbufs sized
+    // for the frame alone.
+    const std::string why = af_xdp_sizes(config, frame, label, &room);
+    if (!why.empty()) return fail(why);
   }
   if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
     return fail("MTU " + std::to_string(config.mtu) + " needs mbufs of " + std::to_string(room) +
@@ -883,6 +934,14 @@ void EthdevPort::tx_free(TxFrame* frames, uint16_t n) {
   free_frames(frames, n);
 }
 
+bool EthdevPort::hold_events() {
+  return Eal::pause_interrupts();
+}
+
+void EthdevPort::release_events() {
+  Eal::resume_interrupts();
+}
+
 bool EthdevPort::link_up() const {
   rte_eth_link link{};
   return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
@@ -978,6 +1037,8 @@ class EthdevQueue final : public PacketIo {
   bool tx_external() const override { return port_->tx_external(); }
   void attach_thread() override { port_->attach_thread(); }
   void detach_thread() override { port_->detach_thread(); }
+  bool hold_events() override { return port_->hold_events(); }
+  void release_events() override { port_->release_events(); }
 
  private:
   EthdevPort* port_;

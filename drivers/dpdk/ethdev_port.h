@@ -87,6 +87,9 @@ class EthdevPort final : public PacketIo {
   uint32_t max_frame() const override { return mtu_ + wire::kEthernetSize; }
   bool link_up() const override;
   uint32_t link_mbps() const override;
+  // The EAL's interrupt thread parked (Eal::pause_interrupts).
+  bool hold_events() override;
+  void release_events() override;
   // rx_missed: the PMD's imissed and rx_nombuf, plus received frames dropped
   // here because they spanned several mbufs (rx_chained_dropped).
   PacketIoStats stats() const override;

@@ -370,6 +370,11 @@ int braid_query_gid(struct braid_context* context, uint8_t port_num, int index,
 const char* braid_stats_name(struct braid_context* context);
 /* Drives the engine once (receive, timers, transmit); returns frames moved. */
 int braid_progress(struct braid_context* context);
+/* From now on every call on the device takes its engines' locks, as with a
+ * progress thread or several engines (then it does already): for a device
+ * that several threads will call into, e.g. through several contexts.
+ * Call before a second thread's first call. */
+int braid_lock_calls(struct braid_context* context);
 
 /* Protection domains and memory regions. */
 struct braid_pd* braid_alloc_pd(struct braid_context* context);

@@ -492,6 +492,10 @@ class Connection {
   void execute_reads();
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
+  // Holds back the last bytes of a WRITE's last packet that came before the
+  // rest of its message; returns the bytes to place now, ~0u when no room
+  // is left (the packet is not accepted).
+  [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt);
   // Places the deferred tails of messages now wholly in order.
   void place_deferred_tails();
   // connection_ack.cc

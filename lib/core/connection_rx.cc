@@ -278,9 +278,15 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
     return false;
   };
   // WRITE and SEND payloads must lie inside the message they claim to be of.
+  // The last packet of a message of several that came before the rest of
+  // it: a WRITE's last bytes wait for them (defer_tail).
+  bool tail_first = false;
   if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
     if (uint64_t{msg_offset} + len > s.request_length) return invalid();
-    if (!s.som() && s.payload_length != len) return invalid();
+    if (!s.som()) {
+      if (s.payload_length != len) return invalid();
+      tail_first = s.eom() && pkt.req.psn != rx_.cack() + 1;
+    }
     if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
   }
 
@@ -308,23 +314,9 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
         return access();
       }
       uint32_t now_len = len;
-      if (s.eom() && !s.som() && len > 0 && pkt.req.psn != rx_.cack() + 1) {
-        // The last packet of a message whose earlier packets are not all
-        // in: its last bytes wait for them (place_deferred_tails).
-        if (tail_count_ == kDeferredTails) {
-          ++stats_.tails_refused;
-          return false;  // not accepted: resent, by then perhaps in order
-        }
-        if (!tails_) tails_ = std::make_unique<DeferredTails>();
-        const uint32_t t = std::min(len, kTailBytes);
-        now_len = len - t;
-        DeferredTail& d = tails_->tail[tail_count_++];
-        d.psn = pkt.req.psn;
-        d.rkey = static_cast<uint32_t>(s.memory_key);
-        d.addr = s.buffer_offset + now_len;
-        d.len = static_cast<uint8_t>(t);
-        std::memcpy(d.bytes, pkt.payload + now_len, t);
-        ++stats_.tails_deferred;
+      if (tail_first) [[unlikely]] {
+        now_len = defer_tail(pkt);
+        if (now_len == ~0u) return false;  // no room: not accepted, resent later
       }
       if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
       stats_.bytes_placed += len;
@@ -431,6 +423,26 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why
   w.read_bytes += len;
   if (w.read_bytes == w.length) w.read_done = true;
   return true;
+}
+
+uint32_t Connection::defer_tail(const wire::ParsedPacket& pkt) {
+  const uint32_t len = pkt.payload_len;
+  if (len == 0) return 0;
+  if (tail_count_ == kDeferredTails) {
+    ++stats_.tails_refused;
+    return ~0u;
+  }
+  if (!tails_) tails_ = std::make_unique<DeferredTails>();
+  const uint32_t t = std::min(len, kTailBytes);
+  const uint32_t now_len = len - t;
+  DeferredTail& d = tails_->tail[tail_count_++];
+  d.psn = pkt.req.psn;
+  d.rkey = static_cast<uint32_t>(pkt.ses.memory_key);
+  d.addr = pkt.ses.buffer_offset + now_len;
+  d.len = static_cast<uint8_t>(t);
+  std::memcpy(d.bytes, pkt.payload + now_len, t);
+  ++stats_.tails_deferred;
+  return now_len;
 }
 
 void Connection::place_deferred_tails() {

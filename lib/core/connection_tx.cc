@@ -405,7 +405,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
                               snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
   // A probe of a set-aside path too: its ACK, named after it, carries the
   // receiver's hold, so the probe is judged on its path's own delay.
-  const bool probe = paths_.bad_count() > 0 && paths_.health(e).probing;
+  const bool probe = !retx && paths_.take_probe();
   if (retx || idle_after || window_closing || probe) {
     pds.pro.flags |= wire::kReqFlagAckReq;
   }

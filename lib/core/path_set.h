@@ -118,6 +118,13 @@ class PathSet {
   }
   // How many entropies are assumed bad or skipped now.
   uint16_t bad_count() const { return bad_count_; }
+  // Whether the entropy choose() just returned carries a probe of a path
+  // set aside (once: it reads as false afterwards).
+  bool take_probe() {
+    if (!probe_started_) return false;
+    probe_started_ = false;
+    return true;
+  }
   // Losses in a row, with no delivery between, that make an entropy bad.
   static constexpr uint8_t kBadAfter = 3;
   static constexpr uint8_t kMaxBackoff = 6;
@@ -291,6 +298,7 @@ class PathSet {
   }
   // The next packet on i is its probe.
   void start_probe(uint8_t i) {
+    probe_started_ = true;
     health_[i].probing = true;
     health_[i].revive_seq = paths_[i].next_seq;  // that packet's path sequence
   }
@@ -399,6 +407,7 @@ class PathSet {
   uint16_t marked_count_ = 0;     // mark_rate at kMarkedPersistently or above
   uint16_t penalized_count_ = 0;  // penalty above 0
   uint32_t median_srtt_ = 0;
+  bool probe_started_ = false;     // start_probe since the last take_probe
   TimeNs next_probe_at_ = kNever;  // no later than any bad path's probe_at
   TimeNs rtt_hint_ = 0;            // the connection's smoothed RTT, as on_lost last gave it
   uint8_t samples_to_median_ = 32;

@@ -199,6 +199,9 @@ BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
     }
     open = ++d->contexts;
     c->braid = d->shared;
+    // Several contexts may be used by several threads (libibverbs allows
+    // it): without a progress thread the device took no lock until now.
+    if (open == 2) braid_lock_calls(d->shared);
   }
   c->device = d;
   braid::ibv::init_context(c);

@@ -59,7 +59,9 @@ struct braid_context {
   // Run-to-completion with one engine by default: no lock is taken. With a
   // progress thread, or several engines, every entry point takes the locks
   // of the engines it touches (in index order when several).
-  bool locking = false;
+  // Turned on (never off) while other threads may be calling: each guard
+  // remembers whether it locked.
+  std::atomic<bool> locking{false};
   // Progress threads run: started once (from any thread) and stopped once,
   // under thread_lock.
   std::atomic<bool> threaded{false};

@@ -35,8 +35,11 @@ extern "C" const char* __tsan_default_options() {
 
 namespace {
 
+bool g_device_made = false;  // the_device() ran: the settings are read
+
 ibv_device* the_device() {
   static ibv_device* dev = [] {
+    g_device_made = true;
     setenv("BRAID_IBV_IP", "198.18.0.9", 0);
     setenv("BRAID_IBV_PORT", "net_ring0", 0);
     setenv("BRAID_IBV_LINK_WAIT_MS", "2000", 0);
@@ -660,6 +663,60 @@ TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
   exchange(a, b, 9);
   // Left for close to release: the parent domain goes before its PD.
   EXPECT_EQ(ibv_close_device(c), 0);
+}
+
+// Without progress threads a device takes no lock, for one thread at a
+// time; libibverbs lets two threads use two contexts of one device at
+// once. A second context turns the device's locks on: two threads, each
+// driving the shared engine through its own context's QP, run side by side
+// (ThreadSanitizer checks the engine's state is never touched by both).
+TEST(IbvContexts, TwoThreadsOnTwoContextsWithoutProgressThreadsAreSafe) {
+  if (g_device_made) GTEST_SKIP() << "the device was opened with other settings (run it alone)";
+  setenv("BRAID_IBV_PROGRESS_THREAD", "0", 1);
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  make_pair(c1, a, c2, b, 1 << 14);
+  if (HasFatalFailure()) return;
+  auto writer = [](Side* from, Side* to, uint8_t seed, std::string* error) {
+    const size_t n = 4096;
+    for (int i = 0; i < 200 && error->empty(); ++i) {
+      for (size_t k = 0; k < n; ++k) from->buf[k] = static_cast<uint8_t>(seed + i + k);
+      ibv_sge sge{reinterpret_cast<uintptr_t>(from->buf.data()), static_cast<uint32_t>(n),
+                  from->mr->lkey};
+      ibv_send_wr wr{}, *bad = nullptr;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.sg_list = &sge;
+      wr.num_sge = 1;
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to->buf.data() + 8192);
+      wr.wr.rdma.rkey = to->mr->rkey;
+      if (ibv_post_send(from->qp, &wr, &bad) != 0) {
+        *error = "post_send failed";
+        return;
+      }
+      ibv_wc wc{};
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (ibv_poll_cq(from->cq, 1, &wc) == 0) {
+        if (std::chrono::steady_clock::now() > give_up) {
+          *error = "no completion";
+          return;
+        }
+      }
+      if (wc.status != IBV_WC_SUCCESS) *error = ibv_wc_status_str(wc.status);
+    }
+  };
+  std::string ea, eb;
+  std::thread ta(writer, &a, &b, 1, &ea), tb(writer, &b, &a, 2, &eb);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(ea, "");
+  EXPECT_EQ(eb, "");
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
 }
 
 }  // namespace
