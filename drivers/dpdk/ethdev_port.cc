@@ -7,6 +7,7 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -202,14 +203,29 @@ JumboCheck jumbo_beyond_reported_limit(const rte_eth_dev_info& info, uint32_t fr
 std::string af_xdp_sizes(const EthdevPortConfig& config, uint32_t frame, const std::string& label,
                          uint32_t* room) {
   constexpr uint32_t kXdpHeadroom = 256;  // XDP_PACKET_HEADROOM, in every chunk
-  if (config.mbuf_data_room == 0) {
-    *room = std::max(*room, (frame + kXdpHeadroom + 1023) / 1024 * 1024);
-  }
+  // Exactly what the frame needs (a cache line's multiple), not the next
+  // KiB: a chunk may not exceed a page.
+  if (config.mbuf_data_room == 0) *room = (frame + kXdpHeadroom + 63) / 64 * 64;
+  const auto chunk_of = [](uint32_t r, rte_mempool_objsz* sz) {
+    return rte_mempool_calc_obj_size(
+        static_cast<uint32_t>(sizeof(rte_mbuf)) + RTE_PKTMBUF_HEADROOM + r, 0, sz);
+  };
   rte_mempool_objsz sz{};
-  const uint32_t chunk = rte_mempool_calc_obj_size(
-      static_cast<uint32_t>(sizeof(rte_mbuf)) + RTE_PKTMBUF_HEADROOM + *room, 0, &sz);
+  const uint32_t chunk = chunk_of(*room, &sz);
   const uint32_t before = sz.header_size + static_cast<uint32_t>(sizeof(rte_mbuf)) +
                           RTE_PKTMBUF_HEADROOM + kXdpHeadroom;
+  const auto page = static_cast<uint32_t>(sysconf(_SC_PAGESIZE));
+  if (chunk > page) {
+    // The largest room whose chunk fits a page, and the frame it takes.
+    uint32_t r = *room;
+    while (r > 64 && chunk_of(r, &sz) > page) r -= 64;
+    const uint32_t most = chunk_of(r, &sz) - before;
+    return label + ": MTU " + std::to_string(config.mtu) + " needs frames of " +
+           std::to_string(frame) + " B, but AF_XDP puts each in a UMEM chunk of one page (" +
+           std::to_string(page) + " B, with the mbuf and 256 B of XDP headroom), which takes " +
+           std::to_string(most) + " B: use an MTU up to " +
+           std::to_string(most - kDefaultFrameOverhead);
+  }
   const uint32_t rx_max = chunk > before ? chunk - before : 0;
   if (rx_max < frame) {
     return label + ": MTU " + std::to_string(config.mtu) + " needs frames of " +
