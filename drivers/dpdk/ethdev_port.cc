@@ -200,17 +200,21 @@ JumboCheck jumbo_beyond_reported_limit(const rte_eth_dev_info& info, uint32_t fr
 // AF_XDP (DPDK 22.11, zero-copy mbufs): the mbuf data room that lets a
 // chunk take `frame`, and the check of the largest frame it then receives.
 // Empty when fine; the error otherwise.
-std::string af_xdp_sizes(const EthdevPortConfig& config, uint32_t frame, const std::string& label,
-                         uint32_t* room) {
+std::string af_xdp_sizes(const EthdevPortConfig& config, uint32_t frame, uint32_t min_room,
+                         const std::string& label, uint32_t* room) {
   constexpr uint32_t kXdpHeadroom = 256;  // XDP_PACKET_HEADROOM, in every chunk
-  // Exactly what the frame needs (a cache line's multiple), not the next
-  // KiB: a chunk may not exceed a page.
-  if (config.mbuf_data_room == 0) *room = (frame + kXdpHeadroom + 63) / 64 * 64;
+  constexpr uint32_t kMinChunk = 2048;    // XDP_UMEM_MIN_CHUNK_SIZE
   const auto chunk_of = [](uint32_t r, rte_mempool_objsz* sz) {
     return rte_mempool_calc_obj_size(
         static_cast<uint32_t>(sizeof(rte_mbuf)) + RTE_PKTMBUF_HEADROOM + r, 0, sz);
   };
   rte_mempool_objsz sz{};
+  // Exactly what the frame needs (a cache line's multiple), not the next
+  // KiB: a chunk may not exceed a page. Nor be under the kernel's least.
+  if (config.mbuf_data_room == 0) {
+    *room = std::max(min_room, (frame + kXdpHeadroom + 63) / 64 * 64);
+    while (chunk_of(*room, &sz) < kMinChunk) *room += 64;
+  }
   const uint32_t chunk = chunk_of(*room, &sz);
   const uint32_t before = sz.header_size + static_cast<uint32_t>(sizeof(rte_mbuf)) +
                           RTE_PKTMBUF_HEADROOM + kXdpHeadroom;
@@ -553,7 +557,7 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     // a longer frame (as imissed). Its reported maximum does not say so:
     // an MTU of 2000 or 3000 lost every full-size frame with mbufs sized
     // for the frame alone.
-    const std::string why = af_xdp_sizes(config, frame, label, &room);
+    const std::string why = af_xdp_sizes(config, frame, info.min_rx_bufsize, label, &room);
     if (!why.empty()) return fail(why);
   }
   if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {

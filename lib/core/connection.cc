@@ -45,6 +45,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   cfg_.sq_depth = std::min<uint32_t>(pow2_at_least(cfg.sq_depth, 1), 32768);
   cfg_.rq_depth = std::min<uint32_t>(pow2_at_least(cfg.rq_depth, 1), 1u << 20);
   cfg_.max_rd_atomic = std::max<uint32_t>(cfg.max_rd_atomic, 1);
+  cfg_.max_dest_rd_atomic = std::min<uint32_t>(cfg.max_dest_rd_atomic, 256);
   cfg_.mtu = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
   cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
   mac_known_ = !cfg.await_remote_mac;
@@ -65,7 +66,8 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   highest_sacked_ = cfg.tx_psn - 1;
   sq_.resize(std::min(cfg_.sq_depth, entries));
   sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
-  const uint32_t rd = pow2_at_least(cfg_.max_rd_atomic, 1);
+  // The responder's queues: the READs it accepts.
+  const uint32_t rd = pow2_at_least(cfg_.max_dest_rd_atomic, 1);
   rr_.resize(rd);
   rr_mask_ = rd - 1;
   reads_.resize(rd);
@@ -121,7 +123,8 @@ size_t Connection::memory_footprint() const {
   return sizeof(*this) + tx_.capacity() * sizeof(TxRecord) +
          retx_queue_.capacity() * sizeof(uint32_t) + sq_.capacity() * sizeof(SendWqe) +
          rq_.capacity() * sizeof(RecvWqe) + rr_.capacity() * sizeof(ReadResponse) +
-         reads_.capacity() * sizeof(PendingRead) + paths_.memory_footprint() + rx_.window() / 8;
+         reads_.capacity() * sizeof(PendingRead) + tails_.capacity() * sizeof(DeferredTail) +
+         paths_.memory_footprint() + rx_.window() / 8;
 }
 
 void Connection::set_remote_mac(const wire::MacAddr& mac) {

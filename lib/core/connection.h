@@ -50,7 +50,12 @@ struct ConnectionConfig {
   // KiB (thousands of QPs on a device). false: all at full size from the
   // start, so that nothing is ever allocated after creation.
   bool grow_rings = true;
-  uint32_t max_rd_atomic = 16;   // outstanding READs, each way
+  // READs this end has outstanding at most (IB's max_rd_atomic, at RTS),
+  // and READs it accepts from the peer at once (max_dest_rd_atomic, at
+  // RTR; 0: none). A READ beyond what the responder accepts is refused
+  // there as an invalid request, as an InfiniBand responder does.
+  uint32_t max_rd_atomic = 16;
+  uint32_t max_dest_rd_atomic = 16;
   uint32_t ack_every = 8;        // coalesce up to this many packets per ACK
   TimeNs ack_delay_ns = 10'000;  // ... or this long
   // A software stack shares cores: a peer descheduled for a millisecond or
@@ -123,7 +128,6 @@ struct ConnectionStats {
   uint64_t unscheduled_sent = 0;          // data packets sent without credit (speculative)
   uint64_t credit_stalls = 0;             // times we asked again after waiting for credit
   uint64_t tails_deferred = 0;            // last bytes of a WRITE held until the rest was placed
-  uint64_t tails_refused = 0;             // ... with no room to hold them: packet dropped, resent
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
@@ -170,6 +174,8 @@ class Connection {
   bool set_send_psn(uint32_t psn);
   void set_remote_mac(const wire::MacAddr& mac);
   bool has_remote_mac() const { return mac_known_; }
+  // READs this end may have outstanding (ConnectionConfig::max_rd_atomic).
+  void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = std::max<uint32_t>(n, 1); }
   // Retry and timer settings an RC QP may change at RTS (and after).
   void set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,
                  bool retry_forever);
@@ -370,18 +376,17 @@ class Connection {
   };
   // The last bytes of a multi-packet WRITE that arrived before the rest of
   // its message: placed once every packet before it has been (a program
-  // polling a message's last byte must not see it before the others).
+  // polling a message's last byte must not see it before the others), in
+  // PSN order; bytes a later WRITE places over them meanwhile are kept
+  // here too, so the later WRITE still wins.
   static constexpr uint32_t kTailBytes = 64;  // a cache line
-  static constexpr uint32_t kDeferredTails = 32;
   struct DeferredTail {
     uint32_t psn = 0;
     uint32_t rkey = 0;
     uint64_t addr = 0;
+    const uint8_t* local = nullptr;  // where it goes (for overlaps; resolved again to write)
     uint8_t len = 0;
     uint8_t bytes[kTailBytes];
-  };
-  struct DeferredTails {
-    DeferredTail tail[kDeferredTails];
   };
   // Why the receive side refused a packet; each maps to a NACK.
   enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
@@ -493,9 +498,13 @@ class Connection {
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
   // Holds back the last bytes of a WRITE's last packet that came before the
-  // rest of its message; returns the bytes to place now, ~0u when no room
-  // is left (the packet is not accepted).
-  [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt);
+  // rest of its message (`dst`: where its payload goes); returns the bytes
+  // to place now.
+  [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst);
+  // Bytes [dst, dst + len) of the packet `psn` are being placed while tails
+  // are held: older tails they overlap take the newer bytes.
+  [[gnu::noinline]] void update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
+                                           uint32_t len);
   // Places the deferred tails of messages now wholly in order.
   void place_deferred_tails();
   // connection_ack.cc
@@ -635,7 +644,7 @@ class Connection {
   std::vector<PendingRead> reads_;
   uint32_t reads_head_ = 0, reads_tail_ = 0;
   PendingNack nacks_[32];
-  std::unique_ptr<DeferredTails> tails_;  // allocated the first time a tail waits
+  std::vector<DeferredTail> tails_;  // grows the first time tails wait (at most a window's)
   uint32_t tail_count_ = 0;
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;

@@ -374,9 +374,12 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
           set_error(WcStatus::kRnrRetryExcErr);
           return;
         }
-        // The responder's timer, from its NACK (IB's RNR NAK carries it);
-        // ours for a NACK that names none.
-        tx_hold_until_ = now + (n.payload != 0 ? TimeNs{n.payload} : cfg_.rnr_delay_ns);
+        // The responder's timer, from its NACK (IB's RNR NAK carries it),
+        // at most InfiniBand's longest (655.36 ms); ours for a NACK that
+        // names none.
+        constexpr TimeNs kLongestRnrTimer = 655'360'000;
+        tx_hold_until_ = now + (n.payload != 0 ? std::min<TimeNs>(n.payload, kLongestRnrTimer)
+                                               : cfg_.rnr_delay_ns);
         wheel_->schedule(&hold_timer_, tx_hold_until_);
       }
       if (r.state == TxState::kInFlight) {

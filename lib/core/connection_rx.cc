@@ -314,9 +314,10 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
         return access();
       }
       uint32_t now_len = len;
-      if (tail_first) [[unlikely]] {
-        now_len = defer_tail(pkt);
-        if (now_len == ~0u) return false;  // no room: not accepted, resent later
+      if (tail_first) [[unlikely]]
+        now_len = defer_tail(pkt, base + msg_offset);
+      if (tail_count_ > 0 && now_len > 0) [[unlikely]] {
+        update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
       }
       if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
       stats_.bytes_placed += len;
@@ -351,7 +352,13 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
                         kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
         return access();
       }
-      if (reads_tail_ - reads_head_ >= reads_.size()) return invalid();  // over max_rd_atomic
+      // Over what this responder accepts (max_dest_rd_atomic): READs not yet
+      // answered, queued or with response packets still to send. (One the
+      // requester has completed was wholly sent: an IB requester within
+      // its own max_rd_atomic never trips this.)
+      if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
+        return invalid();
+      }
       reads_[reads_tail_ & rr_mask_] =
           PendingRead{pkt.req.psn, s.message_id, static_cast<uint32_t>(s.memory_key),
                       s.buffer_offset, s.request_length};
@@ -425,45 +432,60 @@ bool Connection::place_read_response(const wire::ParsedPacket& pkt, Refusal* why
   return true;
 }
 
-uint32_t Connection::defer_tail(const wire::ParsedPacket& pkt) {
+uint32_t Connection::defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst) {
   const uint32_t len = pkt.payload_len;
   if (len == 0) return 0;
-  if (tail_count_ == kDeferredTails) {
-    ++stats_.tails_refused;
-    return ~0u;
+  // Every tail held is of a PSN in the receive window: a window's worth at
+  // most. The store doubles when full (it allocates only then).
+  if (tail_count_ == tails_.size()) {
+    tails_.resize(std::min<size_t>(std::max<size_t>(32, 2 * tails_.size()), cfg_.window_packets));
+    if (tail_count_ == tails_.size()) return len;  // (cannot happen) placed at once
   }
-  if (!tails_) tails_ = std::make_unique<DeferredTails>();
   const uint32_t t = std::min(len, kTailBytes);
   const uint32_t now_len = len - t;
-  DeferredTail& d = tails_->tail[tail_count_++];
+  DeferredTail& d = tails_[tail_count_++];
   d.psn = pkt.req.psn;
   d.rkey = static_cast<uint32_t>(pkt.ses.memory_key);
   d.addr = pkt.ses.buffer_offset + now_len;
+  d.local = dst + now_len;
   d.len = static_cast<uint8_t>(t);
   std::memcpy(d.bytes, pkt.payload + now_len, t);
   ++stats_.tails_deferred;
   return now_len;
 }
 
-void Connection::place_deferred_tails() {
-  uint32_t kept = 0;
+void Connection::update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
+                                   uint32_t len) {
   for (uint32_t i = 0; i < tail_count_; ++i) {
-    DeferredTail& d = tails_->tail[i];
-    if (psn_lt(rx_.cack(), d.psn)) {
-      if (kept != i) tails_->tail[kept] = d;
-      ++kept;
-      continue;
-    }
+    DeferredTail& d = tails_[i];
+    if (!psn_lt(d.psn, psn)) continue;  // a newer tail wins over these bytes anyway
+    const uint8_t* lo = std::max(d.local, dst);
+    const uint8_t* hi = std::min(d.local + d.len, dst + len);
+    if (lo < hi) std::memcpy(d.bytes + (lo - d.local), src + (lo - dst), hi - lo);
+  }
+}
+
+void Connection::place_deferred_tails() {
+  // Those now in order go, oldest first (a newer tail over the same bytes
+  // wins); the rest stay.
+  const uint32_t cack = rx_.cack();
+  const auto end = tails_.begin() + tail_count_;
+  const auto ready = std::partition(tails_.begin(), end,
+                                    [cack](const DeferredTail& d) { return !psn_lt(cack, d.psn); });
+  std::sort(tails_.begin(), ready,
+            [](const DeferredTail& x, const DeferredTail& y) { return psn_lt(x.psn, y.psn); });
+  for (auto it = tails_.begin(); it != ready; ++it) {
     // Resolved again: the region may have gone meanwhile.
     uint8_t* dst = nullptr;
-    if (mrs_->resolve(d.rkey, d.addr, d.len, kAccessRemoteWrite, cfg_.pd, &dst) ==
+    if (mrs_->resolve(it->rkey, it->addr, it->len, kAccessRemoteWrite, cfg_.pd, &dst) ==
         AccessError::kNone) {
-      std::memcpy(dst, d.bytes, d.len);
+      std::memcpy(dst, it->bytes, it->len);
     } else {
       ++stats_.access_errors;
     }
   }
-  tail_count_ = kept;
+  std::move(ready, end, tails_.begin());
+  tail_count_ -= static_cast<uint32_t>(ready - tails_.begin());
 }
 
 void Connection::on_in_order_advance() {

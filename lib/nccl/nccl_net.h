@@ -1,5 +1,5 @@
 /*
- * NCCL's network plugin interface, versions 7 (NCCL 2.17-2.19), 8 (2.20) and
+ * NCCL's network plugin interface, versions 7 (NCCL 2.19 loads it), 8 (2.20) and
  * 10 (2.26), as
  * documented by NCCL's ext-net API: what a plugin exports and what NCCL
  * passes in. Declared here (NCCL is not packaged for Debian 12) for
@@ -78,7 +78,7 @@ typedef struct {
   int netDeviceVersion;
 } ncclNetProperties_v8_t;
 
-/* Version 7 (NCCL 2.17 to 2.19; later ones load it when no newer is
+/* Version 7 (NCCL 2.19 looks for it first; later ones when no newer is
  * exported): properties without regIsGlobal, regMr with an int size.
  * Otherwise as version 8. */
 typedef struct {

@@ -525,6 +525,50 @@ TEST(RcSemantics, AResponderQpRefusesWhatItsAccessFlagsDoNotAllow) {
   EXPECT_EQ(region[6000], 0x5a);
 }
 
+// max_rd_atomic and max_dest_rd_atomic: a requester never has more READs
+// outstanding than its own limit (the others wait, and all complete); a
+// READ beyond what the responder accepts is refused there as an invalid
+// request, as an InfiniBand responder does.
+TEST(RcSemantics, ReadLimitsAreHonouredAtBothEnds) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> source(4 * 3000), local(4 * 3000, 0);
+  fill_pattern(source.data(), source.size(), 21);
+  const uint32_t key =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ConnectionConfig one = c, dest_one = c;
+  one.max_rd_atomic = 1;
+  dest_one.max_dest_rd_atomic = 1;
+  // A requester limited to 1, a responder that accepts 1: the four READs
+  // go one at a time and all succeed.
+  auto [qa, qb] = p.add_pair(one, dest_one, 3, 4);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(qa->post_send(request(i, Opcode::kRead, local.data() + 3000 * i, 3000,
+                                    source.data() + 3000 * i, key)),
+              PostError::kOk);
+  }
+  // (Had the requester sent a second READ before the first completed, the
+  // responder would have refused it.)
+  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return p.a_scq.size() == 4; }));
+  for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+  // A responder that accepts none (max_dest_rd_atomic 0) refuses a READ
+  // as an invalid request.
+  ConnectionConfig dest_none = c;
+  dest_none.max_dest_rd_atomic = 0;
+  auto [qc, qd] = p.add_pair(c, dest_none, 5, 6);
+  std::fill(local.begin(), local.end(), 0);
+  ASSERT_EQ(qc->post_send(request(10, Opcode::kRead, local.data(), 3000, source.data(), key)),
+            PostError::kOk);
+  p.settle();
+  const auto wcs = poll_all(p.a_scq);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kRemInvReqErr);
+  EXPECT_EQ(qd->state(), ConnectionState::kError);
+  EXPECT_TRUE(std::all_of(local.begin(), local.end(), [](uint8_t v) { return v == 0; }));
+}
+
 // IB's timeout 0 is infinite: a peer away for far longer than the retry
 // budget (two seconds against 8 ms) ends in no error, and the WRITE
 // completes once the peer is back. Without it, the same wait ends in

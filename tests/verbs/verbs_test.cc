@@ -1138,35 +1138,68 @@ TEST_P(VerbsPipe, AccessFlagsChangedInRtsTakeEffect) {
   EXPECT_EQ(at.qp_state, BRAID_QPS_ERR);
 }
 
-// Timer and retry attributes changed in RTS are applied (and read back);
-// a timeout IB cannot encode is refused.
-TEST_P(VerbsPipe, RetryAttributesChangedInRtsAreAppliedOrRefused) {
+// RTS->RTS changes what InfiniBand's state table allows for RC: the RNR
+// timer (applied, and read back) and the access flags; timeout, retry
+// counts and READ limits are refused there, as the kernel refuses them.
+// Given at RTR->RTS, they apply: timeout 0 waits for the peer forever.
+TEST_P(VerbsPipe, RtsToRtsChangesWhatInfinibandAllowsAndRefusesTheRest) {
   braid_qp_attr at{};
   at.qp_state = BRAID_QPS_RTS;
-  at.retry_cnt = 2;
-  at.timeout = 0;  // infinite
   at.min_rnr_timer = 1;
-  ASSERT_EQ(braid_modify_qp(
-                a.qp, &at,
-                BRAID_QP_STATE | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT | BRAID_QP_MIN_RNR_TIMER),
-            0)
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_MIN_RNR_TIMER), 0)
       << braid_last_error();
-  EXPECT_EQ(a.qp->conn->config().retry_limit, 2);
-  EXPECT_TRUE(a.qp->conn->config().retry_forever);
   EXPECT_EQ(a.qp->conn->config().rnr_delay_ns, 10'000u);  // 0.01 ms, what peers are told
   braid_qp_attr q{};
   braid_qp_init_attr ia{};
   ASSERT_EQ(braid_query_qp(a.qp, &q, 0, &ia), 0);
-  EXPECT_EQ(q.retry_cnt, 2);
-  EXPECT_EQ(q.timeout, 0);
   EXPECT_EQ(q.min_rnr_timer, 1);
-  at.timeout = 12;
-  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_TIMEOUT), 0);
+  const braid::TimeNs rto_max = a.qp->conn->config().rto_max_ns;
+  at.timeout = 0;
+  at.retry_cnt = 2;
+  EXPECT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_TIMEOUT | BRAID_QP_RETRY_CNT),
+            EINVAL);
+  EXPECT_EQ(a.qp->conn->config().rto_max_ns, rto_max);
   EXPECT_FALSE(a.qp->conn->config().retry_forever);
-  EXPECT_EQ(a.qp->conn->config().rto_max_ns, 4096u << 12);
-  at.timeout = 32;
-  EXPECT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_TIMEOUT), EINVAL);
-  EXPECT_EQ(a.qp->conn->config().rto_max_ns, 4096u << 12);
+  ASSERT_EQ(braid_query_qp(a.qp, &q, 0, &ia), 0);
+  EXPECT_EQ(q.timeout, 10);
+  EXPECT_EQ(q.retry_cnt, 7);
+
+  // A new QP, taken to RTS with timeout 0 and two READs at most.
+  braid_qp* n = new_qp(a, {16, 16, 1, 1, 0});
+  ASSERT_NE(n, nullptr) << braid_last_error();
+  braid_qp_attr s{};
+  s.qp_state = BRAID_QPS_INIT;
+  ASSERT_EQ(braid_modify_qp(n, &s, BRAID_QP_STATE), 0);
+  s = {};
+  s.qp_state = BRAID_QPS_RTR;
+  s.path_mtu = BRAID_MTU_1024;
+  s.dest_qp_num = braid_qp_num(b.qp);
+  s.max_dest_rd_atomic = 3;
+  braid_query_gid(b.ctx, 1, 0, &s.ah_attr.dgid);
+  ASSERT_EQ(braid_modify_qp(n, &s,
+                            BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                                BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC),
+            0)
+      << braid_last_error();
+  EXPECT_EQ(n->conn->config().max_dest_rd_atomic, 3u);
+  s = {};
+  s.qp_state = BRAID_QPS_RTS;
+  s.timeout = 32;
+  EXPECT_EQ(braid_modify_qp(n, &s, BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_TIMEOUT), EINVAL);
+  s.timeout = 0;
+  s.max_rd_atomic = 2;
+  ASSERT_EQ(
+      braid_modify_qp(
+          n, &s, BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_TIMEOUT | BRAID_QP_MAX_QP_RD_ATOMIC),
+      0)
+      << braid_last_error();
+  EXPECT_TRUE(n->conn->config().retry_forever);
+  EXPECT_EQ(n->conn->config().max_rd_atomic, 2u);
+  ASSERT_EQ(braid_query_qp(n, &q, 0, &ia), 0);
+  EXPECT_EQ(q.timeout, 0);
+  EXPECT_EQ(q.max_rd_atomic, 2);
+  EXPECT_EQ(q.max_dest_rd_atomic, 3);
+  EXPECT_EQ(braid_destroy_qp(n), 0);
 }
 
 // Every engine of a port has its own credit pacer: together they grant at
