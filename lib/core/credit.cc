@@ -3,7 +3,12 @@
 namespace braid {
 
 CreditPacer::CreditPacer(const CreditPacerConfig& cfg, TimingWheel* wheel, GrantFn fn, void* owner)
-    : cfg_(cfg), wheel_(wheel), grant_(fn), owner_(owner), rate_(cfg.rate_bps) {
+    : cfg_(cfg),
+      wheel_(wheel),
+      grant_(fn),
+      owner_(owner),
+      rate_(cfg.rate_bps),
+      shared_(cfg.shared_next_at) {
   if (cfg_.quantum_bytes == 0) cfg_.quantum_bytes = 8192;
   timer_.fn = &CreditPacer::thunk;
   timer_.owner = this;
@@ -20,14 +25,18 @@ void CreditPacer::thunk(Timer* t, TimeNs now) {
 void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
   if (rate_ == 0) rate_ = link_bps;
   active_.push(id);
+  if (shared_ != nullptr) {
+    if (booked_ == kNever) book(now);
+    return;
+  }
   // An idle pacer banks no turns: it starts from now (or from when the
   // unscheduled data it has seen has left the link).
   if (!timer_.armed()) {
-    next_at_ = std::max(next_at_, now);
-    if (next_at_ <= now) {
+    push_next(now, 0);
+    if (next_at() <= now) {
       run(now);
     } else {
-      wheel_->schedule(&timer_, next_at_);
+      wheel_->schedule(&timer_, next_at());
     }
   }
 }
@@ -35,27 +44,92 @@ void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
 void CreditPacer::on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now) {
   stats_.unscheduled_bytes += frame_bytes;
   if (active_.size() <= (active_.contains(id) ? 1u : 0u)) return;
-  next_at_ = std::max(next_at_, now) + time_of(frame_bytes);
-  if (timer_.armed() && timer_.deadline < next_at_) wheel_->schedule(&timer_, next_at_);
+  push_next(now, time_of(frame_bytes));
+  // (Shared: the turns booked later move; this pacer's booked one stays.)
+  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at()) {
+    wheel_->schedule(&timer_, next_at());
+  }
 }
 
 void CreditPacer::on_congestion(uint32_t frame_bytes, bool trimmed, TimeNs now) {
   ++(trimmed ? stats_.trimmed : stats_.marked);
-  next_at_ = std::max(next_at_, now) + time_of(trimmed ? frame_bytes : frame_bytes / 16);
-  if (timer_.armed() && timer_.deadline < next_at_) wheel_->schedule(&timer_, next_at_);
+  push_next(now, time_of(trimmed ? frame_bytes : frame_bytes / 16));
+  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at()) {
+    wheel_->schedule(&timer_, next_at());
+  }
+}
+
+uint32_t CreditPacer::turn_bytes() const {
+  // Few senders take larger turns (up to 8 quanta for a lone one): fewer
+  // CREDITs for the same rate. Many take a quantum each, for fairness.
+  const auto quanta = static_cast<uint32_t>(
+      std::clamp<size_t>(cfg_.max_turn_quanta / std::max<size_t>(active_.size(), 1), 1,
+                         std::max<uint32_t>(cfg_.max_turn_quanta, 1)));
+  return cfg_.quantum_bytes * quanta;
+}
+
+void CreditPacer::book(TimeNs now) {
+  // The link's next free time, shared with the port's other pacers: this
+  // pacer takes the turn after it (an idle link banks nothing), so pacers
+  // with demand take turns in the order they booked.
+  booked_turn_ = turn_bytes();
+  TimeNs cur = shared_->load(std::memory_order_relaxed);
+  TimeNs start = 0;
+  do {
+    start = std::max(cur, now);
+  } while (!shared_->compare_exchange_weak(cur, start + time_of(booked_turn_),
+                                           std::memory_order_relaxed));
+  booked_ = start;
+  if (start <= now) {
+    run(now);
+  } else {
+    wheel_->schedule(&timer_, start);
+  }
+}
+
+void CreditPacer::run_shared(TimeNs now) {
+  if (booked_ == kNever) {
+    if (!active_.empty()) book(now);
+    return;
+  }
+  if (booked_ > now) {
+    wheel_->schedule(&timer_, booked_);
+    return;
+  }
+  // The booked turn: granted to the first connection that takes any.
+  const TimeNs start = booked_;
+  booked_ = kNever;
+  uint32_t g = 0;
+  while (g == 0 && !active_.empty()) {
+    const uint16_t id = active_.front();
+    active_.pop();
+    bool more = false;
+    g = grant_(owner_, id, booked_turn_, &more, now);
+    if (more) active_.push(id);
+  }
+  if (g > 0) {
+    ++stats_.grants;
+    stats_.granted_bytes += g;
+  }
+  // A turn not used in full gives its rest back if nobody booked after it.
+  if (g < booked_turn_) {
+    TimeNs end = start + time_of(booked_turn_);
+    shared_->compare_exchange_strong(end, start + time_of(g), std::memory_order_relaxed);
+  }
+  if (!active_.empty()) book(now);
 }
 
 void CreditPacer::run(TimeNs now) {
+  if (shared_ != nullptr) {
+    run_shared(now);
+    return;
+  }
   // A timer fires up to a tick late: the turns due meanwhile are granted
   // now, but an idle spell is not made up for (at most two quanta).
   const TimeNs slack = 2 * time_of(cfg_.quantum_bytes);
-  if (next_at_ + slack < now) next_at_ = now - slack;
-  while (next_at_ <= now && !active_.empty()) {
-    // Few senders take larger turns (up to 8 quanta for a lone one): fewer
-    // CREDITs for the same rate. Many take a quantum each, for fairness.
-    const auto quanta = static_cast<uint32_t>(std::clamp<size_t>(
-        cfg_.max_turn_quanta / active_.size(), 1, std::max<uint32_t>(cfg_.max_turn_quanta, 1)));
-    const uint32_t turn = cfg_.quantum_bytes * quanta;
+  if (next_at() + slack < now) push_next(now - slack, 0);
+  while (next_at() <= now && !active_.empty()) {
+    const uint32_t turn = turn_bytes();
     const uint16_t id = active_.front();
     active_.pop();
     bool more = false;
@@ -64,9 +138,9 @@ void CreditPacer::run(TimeNs now) {
     if (g == 0) continue;
     ++stats_.grants;
     stats_.granted_bytes += g;
-    next_at_ += time_of(g);
+    push_next(0, time_of(g));
   }
-  if (!active_.empty()) wheel_->schedule(&timer_, next_at_);
+  if (!active_.empty()) wheel_->schedule(&timer_, next_at());
 }
 
 }  // namespace braid

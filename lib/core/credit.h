@@ -21,6 +21,7 @@
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 #include "core/ready_queue.h"
@@ -101,6 +102,11 @@ struct CreditPacerConfig {
   // With fewer, a turn is 8 / n quanta (a lone sender: 8): fewer CREDITs
   // for the same rate where fairness asks for no small turns.
   uint32_t max_turn_quanta = 8;
+  // Pacers that grant on one link (the engines of a port, each its own
+  // thread) share the time of the next grant here, so that together they
+  // grant the link's rate, and one of them alone all of it. nullptr: this
+  // pacer's own.
+  std::atomic<TimeNs>* shared_next_at = nullptr;
 };
 
 struct CreditPacerStats {
@@ -150,8 +156,29 @@ class CreditPacer {
 
  private:
   static void thunk(Timer* t, TimeNs now);
+  // A turn's bytes with the connections waiting now.
+  uint32_t turn_bytes() const;
+  // Shared mode (CreditPacerConfig::shared_next_at): books this pacer's
+  // next turn at the end of the link's schedule, and grants it when due.
+  void book(TimeNs now);
+  void run_shared(TimeNs now);
   TimeNs time_of(uint64_t bytes) const {
     return rate_ == 0 ? 0 : static_cast<TimeNs>(bytes * 8'000'000'000ull / rate_);
+  }
+  // The next grant's time: this pacer's, or the one its link's pacers share.
+  TimeNs next_at() const {
+    return shared_ != nullptr ? shared_->load(std::memory_order_relaxed) : next_at_;
+  }
+  // next = max(next, floor) + add.
+  void push_next(TimeNs floor, TimeNs add) {
+    if (shared_ == nullptr) {
+      next_at_ = std::max(next_at_, floor) + add;
+      return;
+    }
+    TimeNs cur = shared_->load(std::memory_order_relaxed);
+    while (!shared_->compare_exchange_weak(cur, std::max(cur, floor) + add,
+                                           std::memory_order_relaxed)) {
+    }
   }
 
   CreditPacerConfig cfg_;
@@ -161,7 +188,10 @@ class CreditPacer {
   uint64_t rate_;
   ReadyQueue active_;
   Timer timer_;
-  TimeNs next_at_ = 0;  // the next grant may go at this time
+  TimeNs next_at_ = 0;           // the next grant may go at this time
+  std::atomic<TimeNs>* shared_;  // ... or this (CreditPacerConfig::shared_next_at)
+  TimeNs booked_ = kNever;       // shared mode: this pacer's turn starts then
+  uint32_t booked_turn_ = 0;     // ... and is this many bytes
   CreditPacerStats stats_;
 };
 

@@ -30,6 +30,7 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
         ec.udp_port = cfg.udp_port;
         ec.crc_trailer = cfg.crc_trailer;
         ec.credit.rate_bps = cfg.credit_rate_bps;
+        ec.credit.shared_next_at = cfg.credit_shared_next_at;
         ec.shared_memory = cfg.shared_memory;
         return ec;
       }()),

@@ -4,6 +4,7 @@
 // moves a burst of frames the core wants to send out. It owns the clock.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -27,6 +28,10 @@ struct EngineConfig {
   // Receiver-driven credit: the rate this port's credit pacer grants at
   // (0: the link rate of the first connection that asks).
   uint64_t credit_rate_bps = 0;
+  // The engines of one port: their pacers' shared next-grant time
+  // (CreditPacerConfig::shared_next_at), so that together they grant the
+  // port's rate. nullptr: this engine's pacer alone.
+  std::atomic<TimeNs>* credit_shared_next_at = nullptr;
   // Live statistics (stats_shm.h): published every stats_interval_ns of
   // the engine's clock once enable_stats() has been called.
   TimeNs stats_interval_ns = 100'000'000;

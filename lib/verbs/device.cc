@@ -127,9 +127,11 @@ braid_context* open_device(const braid_device_config* config,
   ec.gateway = gateway;
   ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
   c->crc = ec.crc_trailer;
-  // Each engine's credit pacer grants its share of the port: together they
-  // grant the link's rate, not engines times it.
-  ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000 / engines;
+  // Each engine has a credit pacer; they share one next-grant time, so that
+  // together they grant the link's rate (not engines times it), and the
+  // engine of a lone receiving QP all of it.
+  ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000;
+  if (engines > 1) ec.credit_shared_next_at = &c->credit_next_at;
   c->memory = std::make_unique<MemoryRegionTable>();
   ec.shared_memory = c->memory.get();
   if (engines > 1) c->group = std::make_unique<EngineGroup>(engines);

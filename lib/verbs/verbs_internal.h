@@ -62,6 +62,8 @@ struct braid_context {
   // Turned on (never off) while other threads may be calling: each guard
   // remembers whether it locked.
   std::atomic<bool> locking{false};
+  // The engines' credit pacers share their next grant's time (one port).
+  std::atomic<braid::TimeNs> credit_next_at{0};
   // Progress threads run: started once (from any thread) and stopped once,
   // under thread_lock.
   std::atomic<bool> threaded{false};

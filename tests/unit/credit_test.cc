@@ -89,9 +89,10 @@ TEST(CreditSender, GoingIdleGivesCreditBackAndRestoresTheAllowance) {
 
 // A pacer over a fake endpoint: connection id -> demand left.
 struct Harness {
-  explicit Harness(uint64_t rate_bps, uint32_t quantum = 8000, uint32_t max_turn_quanta = 1)
+  explicit Harness(uint64_t rate_bps, uint32_t quantum = 8000, uint32_t max_turn_quanta = 1,
+                   std::atomic<TimeNs>* shared = nullptr)
       : wheel(100, 1024),
-        pacer(CreditPacerConfig{rate_bps, quantum, max_turn_quanta}, &wheel, &grant, this) {
+        pacer(CreditPacerConfig{rate_bps, quantum, max_turn_quanta, shared}, &wheel, &grant, this) {
     pacer.reserve_ids(16);
   }
   static uint32_t grant(void* owner, uint16_t id, uint32_t max, bool* more, TimeNs now) {
@@ -227,6 +228,35 @@ TEST(CreditPacer, TakesItsRateFromTheFirstRequesterWhenNoneIsConfigured) {
   h.run_until(100'000);
   ASSERT_EQ(h.log.size(), 2u);
   EXPECT_GE(h.log[1].at, 8000u);
+}
+
+// The pacers of one port's engines (each on its own wheel and thread in an
+// engine) share their next grant's time: together they grant the link's
+// rate, not twice it; one alone grants all of it.
+TEST(CreditPacer, PacersSharingAClockGrantTheLinksRateTogether) {
+  std::atomic<TimeNs> clock{0};
+  Harness a(8'000'000'000, 8000, 1, &clock), b(8'000'000'000, 8000, 1, &clock);
+  a.demand = {{1, 1'000'000}};
+  b.demand = {{2, 1'000'000}};
+  a.pacer.want(1, 0, 0);
+  b.pacer.want(2, 0, 0);
+  for (TimeNs t = 0; t <= 400'000; t += 100) {  // 400 us: 400 KB at 1 byte per ns
+    a.run_until(t);
+    b.run_until(t);
+  }
+  const uint64_t both = a.pacer.stats().granted_bytes + b.pacer.stats().granted_bytes;
+  EXPECT_GE(both, 400'000u - 16'000u);
+  EXPECT_LE(both, 400'000u + 16'000u);                 // a turn each at most beyond the rate
+  EXPECT_GT(a.pacer.stats().granted_bytes, 150'000u);  // shared fairly
+  EXPECT_GT(b.pacer.stats().granted_bytes, 150'000u);
+  // Alone (b has nothing more to ask), a takes the whole rate.
+  b.demand[2] = 0;
+  const uint64_t before = a.pacer.stats().granted_bytes;
+  for (TimeNs t = 400'100; t <= 800'000; t += 100) {
+    a.run_until(t);
+    b.run_until(t);
+  }
+  EXPECT_GE(a.pacer.stats().granted_bytes - before, 400'000u - 16'000u);
 }
 
 }  // namespace

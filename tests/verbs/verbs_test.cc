@@ -1202,8 +1202,9 @@ TEST_P(VerbsPipe, RtsToRtsChangesWhatInfinibandAllowsAndRefusesTheRest) {
   EXPECT_EQ(braid_destroy_qp(n), 0);
 }
 
-// Every engine of a port has its own credit pacer: together they grant at
-// most the port's rate, not engines times it.
+// Every engine of a port has its own credit pacer, at the port's rate, and
+// they share one next-grant time (tests/unit/credit_test.cc: together they
+// grant the port's rate, not engines times it).
 TEST(VerbsConfig, TheCreditPacersOfAPortShareItsRate) {
   braid_device_config c{};
   c.ipv4 = "198.18.0.1";
@@ -1219,9 +1220,10 @@ TEST(VerbsConfig, TheCreditPacersOfAPortShareItsRate) {
   }
   braid_context* ctx = braid::open_device(&c, std::move(ios));
   ASSERT_NE(ctx, nullptr) << braid_last_error();
-  uint64_t sum = 0;
-  for (auto& slot : ctx->slots) sum += slot->engine->endpoint().credit_pacer().rate_bps();
-  EXPECT_EQ(sum, 10'000'000'000u);
+  for (auto& slot : ctx->slots) {
+    EXPECT_EQ(slot->engine->endpoint().credit_pacer().rate_bps(), 10'000'000'000u);
+    EXPECT_EQ(slot->engine->endpoint().config().credit.shared_next_at, &ctx->credit_next_at);
+  }
   EXPECT_EQ(braid_close_device(ctx), 0);
 }
 
