@@ -96,11 +96,14 @@ TEST(Placement, AHeldTailNeverOverwritesALaterWrite) {
             PostError::kOk);
   ASSERT_EQ(p.qa->post_send(request(2, Opcode::kWrite, b.data(), 100, dst.data() + 1900, key)),
             PostError::kOk);
-  std::vector<Frame> sent = p.drain(p.a);
+  const std::vector<Frame> sent = p.drain(p.a);
   ASSERT_EQ(sent.size(), 3u);
-  p.deliver(p.b, {sent[1]});  // A's last: its tail [1936, 2000) waits
-  p.deliver(p.b, {sent[2]});  // B: [1900, 2000) placed now
-  p.deliver(p.b, {sent[0]});  // A's first: A's tail goes
+  const auto one = [&](size_t i) {
+    p.b.receive(sent[i].data(), static_cast<uint32_t>(sent[i].size()), p.now);
+  };
+  one(1);  // A's last: its tail [1936, 2000) waits
+  one(2);  // B: [1900, 2000) placed now
+  one(0);  // A's first: A's tail goes
   EXPECT_TRUE(std::all_of(dst.begin(), dst.begin() + 1900, [](uint8_t v) { return v == 0xaa; }));
   EXPECT_TRUE(std::all_of(dst.begin() + 1900, dst.end(), [](uint8_t v) { return v == 0xbb; }));
   p.settle();
