@@ -55,7 +55,12 @@ void DcqcnCc::increase() {
 
 void DcqcnCc::on_ack(const AckEvent& e) {
   advance(e.now);
-  bytes_ += e.acked_bytes;
+}
+
+void DcqcnCc::on_sent(uint32_t bytes, TimeNs now) {
+  // The paper's byte counter counts bytes sent (a stage per byte_counter).
+  advance(now);
+  bytes_ += bytes;
   while (bytes_ >= cfg_.dcqcn.byte_counter) {
     bytes_ -= cfg_.dcqcn.byte_counter;
     ++b_count_;

@@ -6,7 +6,8 @@
 //   a CNP:  RT = RC; RC = RC x (1 - alpha / 2); alpha = (1 - g) alpha + g;
 //           the increase stages start again;
 //   every alpha_timer_ns without a CNP: alpha = (1 - g) alpha;
-//   every rate_timer_ns, and every byte_counter bytes sent, an increase
+//   every rate_timer_ns, and every byte_counter bytes sent (counted as
+//   frames leave, not as they are acknowledged), an increase
 //   event: in fast recovery (both counts below F) RC = (RT + RC) / 2; then
 //   additive increase (RT += R_AI), or hyper increase (RT += i x R_HAI)
 //   once both counts passed F, each followed by RC = (RT + RC) / 2.
@@ -31,6 +32,8 @@ class DcqcnCc {
   void on_ack(const AckEvent& e);
   void on_loss(const LossEvent&) {}  // the rate answers CNPs only, as RoCE's
   void on_cnp(TimeNs now);
+  // A frame of `bytes` left at the paced rate (the byte counter's input).
+  void on_sent(uint32_t bytes, TimeNs now);
   // In flight, the window bounds it (RoCE's NICs bound it by their queues).
   uint32_t cwnd_bytes() const { return cfg_.window_bytes; }
   uint64_t rate_bps() const { return static_cast<uint64_t>(rc_); }

@@ -45,6 +45,16 @@ class CongestionControl {
     std::visit([&](auto& a) { a.on_loss(e); }, algo_);
     sync();
   }
+  // A paced frame of `bytes` left (DCQCN's byte counter; the others pace
+  // at a fixed rate or not at all).
+  void on_sent(uint32_t bytes, TimeNs now) {
+    std::visit(
+        [&](auto& a) {
+          if constexpr (requires { a.on_sent(bytes, now); }) a.on_sent(bytes, now);
+        },
+        algo_);
+    sync();
+  }
   // A CNP from the receiver (DCQCN's; the others do not ask for them).
   void on_cnp(TimeNs now) {
     std::visit(

@@ -129,7 +129,10 @@ uint32_t Connection::produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now) 
   if (cc_.pacing_rate_bps() == 0) return produce_data(buf, cap, now);
   if (pacing_holds(now)) return 0;
   const uint32_t n = produce_data(buf, cap, now);
-  if (n > 0) paced(n, now);
+  if (n > 0) {
+    paced(n, now);
+    cc_.on_sent(n, now);  // (only paced frames: DCQCN counts them)
+  }
   return n;
 }
 

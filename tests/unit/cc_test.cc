@@ -382,10 +382,16 @@ TEST(Dcqcn, RecoversFastThenAdditivelyThenHyperTowardsLineRate) {
   }
   const double rai = 100e9 * c.dcqcn.rai_fraction;
   EXPECT_NEAR(low.target_rate_bps(), 50e9 + rai, 1);
-  // Byte-counter stages too: past F of both, hyper increase (i x R_HAI).
+  // Bytes acknowledged are not the byte counter's (the paper counts bytes
+  // sent): no stage.
+  low.on_ack(ack_at(now, static_cast<uint32_t>(3 * c.dcqcn.byte_counter)));
+  EXPECT_EQ(low.byte_stage(), 0u);
+  // Byte-counter stages from bytes sent: past F of both, hyper increase
+  // (i x R_HAI).
   for (uint32_t i = 0; i <= c.dcqcn.fast_recovery_stages; ++i) {
-    low.on_ack(ack_at(now, static_cast<uint32_t>(c.dcqcn.byte_counter)));
+    low.on_sent(static_cast<uint32_t>(c.dcqcn.byte_counter), now);
   }
+  EXPECT_EQ(low.byte_stage(), c.dcqcn.fast_recovery_stages + 1);
   const double before = low.target_rate_bps();
   now += c.dcqcn.rate_timer_ns;
   low.on_ack(ack_at(now));
