@@ -493,6 +493,9 @@ class Connection {
   bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
   static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);
   void release_read_responses();
+  // The request refused (fatal_nack_) is next in order: the connection
+  // ends, once the READs accepted before it have been answered.
+  void end_after_refusal(TimeNs now);
   void on_in_order_advance();
   void execute_reads();
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
@@ -602,7 +605,8 @@ class Connection {
   // refused packet gets the NACK again (the first may have been lost).
   PendingNack fatal_nack_{};
   bool has_fatal_nack_ = false;
-  bool peer_crc_ = false;  // the peer's packets carry CRC-32C trailers
+  bool error_after_reads_ = false;  // ... and ends once the READs before it are answered
+  bool peer_crc_ = false;           // the peer's packets carry CRC-32C trailers
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;

@@ -173,7 +173,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
             0};
         has_fatal_nack_ = true;
         queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
-        if (psn == rx_.cack() + 1) set_error(WcStatus::kWrFlushErr);
+        if (psn == rx_.cack() + 1) end_after_refusal(now);
         break;
     }
     return;
@@ -217,8 +217,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (advanced > 0) on_in_order_advance();
   if (pkt.has_ses_response) complete_sends();
   if (state_ != ConnectionState::kActive) return;
-  if (has_fatal_nack_ && rx_.cack() + 1 == fatal_nack_.psn) {
-    set_error(WcStatus::kWrFlushErr);  // everything before the refusal is in: ACKed now
+  if (has_fatal_nack_ && rx_.cack() + 1 == fatal_nack_.psn && !error_after_reads_) {
+    end_after_refusal(now);  // everything before the refusal is in: ACKed now
     return;
   }
   // A packet that closes a gap is acknowledged at once: what it completes
@@ -530,6 +530,21 @@ void Connection::release_read_responses() {
     freed = true;
   }
   if (freed) execute_reads();
+  if (error_after_reads_ && reads_head_ == reads_tail_ && rr_head_ == rr_tail_) {
+    set_error(WcStatus::kWrFlushErr);  // the READs before the refusal are answered
+  }
+}
+
+void Connection::end_after_refusal(TimeNs now) {
+  // As an InfiniBand responder, which answers the READs it accepted before
+  // the request it refuses: those responses go first (and are
+  // acknowledged), then the connection ends.
+  if (reads_head_ == reads_tail_ && rr_head_ == rr_tail_) {
+    set_error(WcStatus::kWrFlushErr);
+    return;
+  }
+  error_after_reads_ = true;
+  schedule_ack(true, now);  // what came before the refusal is acknowledged now
 }
 
 }  // namespace braid

@@ -553,6 +553,25 @@ TEST(RcSemantics, ReadLimitsAreHonouredAtBothEnds) {
   ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return p.a_scq.size() == 4; }));
   for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_EQ(wc.status, WcStatus::kSuccess);
   EXPECT_EQ(local, source);
+  // A requester that allows itself 4 against a responder that accepts 1:
+  // the second READ is refused, and the first, accepted before it, is
+  // still answered (as an InfiniBand responder answers it).
+  ConnectionConfig four = c;
+  four.max_rd_atomic = 4;
+  auto [qe, qf] = p.add_pair(four, dest_one, 7, 8);
+  std::fill(local.begin(), local.end(), 0);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_EQ(qe->post_send(request(20 + i, Opcode::kRead, local.data() + 3000 * i, 3000,
+                                    source.data() + 3000 * i, key)),
+              PostError::kOk);
+  }
+  p.settle();
+  auto two = poll_all(p.a_scq);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(two[1].status, WcStatus::kRemInvReqErr);
+  EXPECT_TRUE(std::equal(source.begin(), source.begin() + 3000, local.begin()));
+  EXPECT_EQ(qf->state(), ConnectionState::kError);
   // A responder that accepts none (max_dest_rd_atomic 0) refuses a READ
   // as an invalid request.
   ConnectionConfig dest_none = c;
