@@ -32,11 +32,11 @@ void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
   // An idle pacer banks no turns: it starts from now (or from when the
   // unscheduled data it has seen has left the link).
   if (!timer_.armed()) {
-    push_next(now, 0);
-    if (next_at() <= now) {
+    next_at_ = std::max(next_at_, now);
+    if (next_at_ <= now) {
       run(now);
     } else {
-      wheel_->schedule(&timer_, next_at());
+      wheel_->schedule(&timer_, next_at_);
     }
   }
 }
@@ -46,16 +46,16 @@ void CreditPacer::on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now) 
   if (active_.size() <= (active_.contains(id) ? 1u : 0u)) return;
   push_next(now, time_of(frame_bytes));
   // (Shared: the turns booked later move; this pacer's booked one stays.)
-  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at()) {
-    wheel_->schedule(&timer_, next_at());
+  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at_) {
+    wheel_->schedule(&timer_, next_at_);
   }
 }
 
 void CreditPacer::on_congestion(uint32_t frame_bytes, bool trimmed, TimeNs now) {
   ++(trimmed ? stats_.trimmed : stats_.marked);
   push_next(now, time_of(trimmed ? frame_bytes : frame_bytes / 16));
-  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at()) {
-    wheel_->schedule(&timer_, next_at());
+  if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at_) {
+    wheel_->schedule(&timer_, next_at_);
   }
 }
 
@@ -127,8 +127,8 @@ void CreditPacer::run(TimeNs now) {
   // A timer fires up to a tick late: the turns due meanwhile are granted
   // now, but an idle spell is not made up for (at most two quanta).
   const TimeNs slack = 2 * time_of(cfg_.quantum_bytes);
-  if (next_at() + slack < now) push_next(now - slack, 0);
-  while (next_at() <= now && !active_.empty()) {
+  if (next_at_ + slack < now) next_at_ = now - slack;
+  while (next_at_ <= now && !active_.empty()) {
     const uint32_t turn = turn_bytes();
     const uint16_t id = active_.front();
     active_.pop();
@@ -138,9 +138,9 @@ void CreditPacer::run(TimeNs now) {
     if (g == 0) continue;
     ++stats_.grants;
     stats_.granted_bytes += g;
-    push_next(0, time_of(g));
+    next_at_ += time_of(g);
   }
-  if (!active_.empty()) wheel_->schedule(&timer_, next_at());
+  if (!active_.empty()) wheel_->schedule(&timer_, next_at_);
 }
 
 }  // namespace braid

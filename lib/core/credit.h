@@ -165,11 +165,8 @@ class CreditPacer {
   TimeNs time_of(uint64_t bytes) const {
     return rate_ == 0 ? 0 : static_cast<TimeNs>(bytes * 8'000'000'000ull / rate_);
   }
-  // The next grant's time: this pacer's, or the one its link's pacers share.
-  TimeNs next_at() const {
-    return shared_ != nullptr ? shared_->load(std::memory_order_relaxed) : next_at_;
-  }
-  // next = max(next, floor) + add.
+  // The next grant's time (this pacer's, or the one its link's pacers
+  // share) becomes max(it, floor) + add.
   void push_next(TimeNs floor, TimeNs add) {
     if (shared_ == nullptr) {
       next_at_ = std::max(next_at_, floor) + add;

@@ -985,8 +985,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // Unset, 16 (the device's max_qp_rd_atom): InfiniBand requires it at RTR.
   qp->attr.max_dest_rd_atomic = (mask & BRAID_QP_MAX_DEST_RD_ATOMIC) ? a->max_dest_rd_atomic : 16;
   cc.max_dest_rd_atomic = qp->attr.max_dest_rd_atomic;
-  cc.remote_access = remote_access_of(qp->attr.qp_access_flags);
-  if (mask & BRAID_QP_ACCESS_FLAGS) cc.remote_access = remote_access_of(a->qp_access_flags);
+  cc.remote_access = remote_access_of((mask & BRAID_QP_ACCESS_FLAGS) ? a->qp_access_flags
+                                                                     : qp->attr.qp_access_flags);
   if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
   cc.rnr_delay_ns = rnr_delay_ns(qp->attr.min_rnr_timer);
   cc.peer_ack_hold_ns = braid::kAckHoldNs;
@@ -1002,16 +1002,6 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->attr.ah_attr = a->ah_attr;
   if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
   return 0;
-}
-
-// IB's local ACK timeout (4.096 us x 2^timeout) caps Braid's adaptive RTO;
-// 0 is infinite: the QP waits for its peer forever (RTO backoff capped at
-// 50 ms, so that a peer that comes back is heard from soon).
-static void apply_retry(braid_qp* qp, uint8_t retry, uint8_t rnr, uint8_t timeout) {
-  const braid::TimeNs rto_max =
-      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
-  qp->conn->set_retry(std::min<uint8_t>(retry, 7), std::min<uint8_t>(rnr, 7), rto_max,
-                      timeout == 0);
 }
 
 // What RTS->RTS may change, as InfiniBand's state table allows for RC (the
@@ -1036,7 +1026,7 @@ static int rts_to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
                 "modify_qp RTS->RTS: only the access flags and the RNR timer may change "
                 "(timeout, retry counts, PSNs and READ limits are set at RTR and RTS)");
   }
-  if (qp->conn != nullptr) apply_access_and_rnr(qp, a, mask);
+  apply_access_and_rnr(qp, a, mask);  // (a QP in RTS has its connection)
   return 0;
 }
 
@@ -1055,7 +1045,13 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->attr.timeout = (mask & BRAID_QP_TIMEOUT) ? a->timeout : 14;
   qp->attr.max_rd_atomic = (mask & BRAID_QP_MAX_QP_RD_ATOMIC) ? a->max_rd_atomic : 16;
   qp->attr.sq_psn = a->sq_psn;
-  apply_retry(qp, qp->attr.retry_cnt, qp->attr.rnr_retry, qp->attr.timeout);
+  // IB's local ACK timeout (4.096 us x 2^timeout) caps Braid's adaptive
+  // RTO; 0 is infinite: the QP waits for its peer forever (RTO backoff
+  // capped at 50 ms, so that a peer that comes back is heard from soon).
+  const uint8_t timeout = qp->attr.timeout;
+  const braid::TimeNs rto_max =
+      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
+  qp->conn->set_retry(qp->attr.retry_cnt, qp->attr.rnr_retry, rto_max, timeout == 0);
   qp->conn->set_max_rd_atomic(qp->attr.max_rd_atomic);
   apply_access_and_rnr(qp, a, mask);
   return 0;
