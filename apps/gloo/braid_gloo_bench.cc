@@ -22,15 +22,18 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/ibverbs/device.h>
+#include <gloo/transport/ibverbs/pair.h>
 #include <gloo/transport/tcp/device.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -184,6 +187,37 @@ class Fence {
   std::vector<std::unique_ptr<gloo::transport::Buffer>> send_, recv_;
 };
 
+// In sync mode Gloo still has the event its pair constructor armed for:
+// the device thread takes it at the pair's first completion, and never
+// re-arms. An event the thread has not taken when the pair goes is dropped
+// with the CQ (as rdma-core drops it); if the thread had already seen the
+// channel's fd readable, ibv_get_cq_event then finds no event and Gloo
+// aborts (device.cc:205). Under load the thread may not run for the whole
+// of a short run: 7 two-rank runs in 100 aborted there. So the program
+// makes that first completion (a fence) and waits until each pair's device
+// thread has handled its event; after that no CQ is armed. Gloo counts the
+// events in a protected member, which a derived class can name.
+struct PairEvents : gloo::transport::ibverbs::Pair {
+  static int handled(gloo::transport::ibverbs::Pair& p) {
+    return std::atomic_ref<int>(p.*(&PairEvents::completionEventsHandled_))
+        .load(std::memory_order_acquire);
+  }
+};
+
+bool wait_first_events(const std::shared_ptr<gloo::Context>& ctx) {
+  const auto until = Clock::now() + std::chrono::seconds(60);
+  for (int i = 0; i < ctx->size; ++i) {
+    if (i == ctx->rank) continue;
+    auto* p = dynamic_cast<gloo::transport::ibverbs::Pair*>(ctx->getPair(i).get());
+    if (p == nullptr) continue;
+    while (PairEvents::handled(*p) == 0) {
+      if (Clock::now() > until) return false;
+      std::this_thread::yield();
+    }
+  }
+  return true;
+}
+
 std::string size_str(uint64_t b) {
   if (b >= (1ull << 20) && b % (1ull << 20) == 0) return fmt::format("{} MiB", b >> 20);
   if (b >= 1024 && b % 1024 == 0) return fmt::format("{} KiB", b >> 10);
@@ -275,6 +309,14 @@ int main(int argc, char** argv) {
     }
     std::vector<float> buf, out;
     Fence fence(ctx);
+    if (o.transport == "ibverbs" && o.mode == "sync") {
+      fence.run();
+      if (!wait_first_events(ctx)) {
+        fmt::print(stderr, "braid_gloo_bench: rank {}: Gloo's device thread did not take its "
+                           "pairs' first completion events in 60 s\n", o.rank);
+        return 1;
+      }
+    }
     for (const std::string& name : o.algorithms) {
       const bool sized = name != "barrier_all_to_all";
       for (uint64_t bytes = o.min_bytes; bytes <= o.max_bytes; bytes *= 4) {

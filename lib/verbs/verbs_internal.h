@@ -114,6 +114,7 @@ struct braid_comp_channel {
   braid_context* context;
   int fd;  // eventfd
   std::deque<braid_cq*> fired;
+  bool signalled = false;  // the eventfd's counter is 1 (else 0)
 };
 
 struct braid_cq {
