@@ -546,6 +546,8 @@ SigpipeGuard::~SigpipeGuard() {
   pthread_sigmask(SIG_SETMASK, &old_, nullptr);
 }
 
+void release_all_pauses();  // below, with the pause's state
+
 void Eal::shutdown() {
   EalState& s = state();
   if (!s.initialized) return;
@@ -557,6 +559,7 @@ void Eal::shutdown() {
   // are stopped and closed too; DPDK's complaints about the ones already
   // stopped are noise at exit.
   rte_log_set_global_level(RTE_LOG_EMERG);
+  release_all_pauses();
   run_on_interrupt_thread(
       [](void*) {
         uint16_t port = 0;
@@ -591,7 +594,9 @@ void Eal::shutdown() {
 namespace braid::dpdk {
 
 void Eal::drain_interrupts() {
-  if (initialized()) drain_interrupt_thread_impl();
+  if (!initialized()) return;
+  InterruptsRun run;
+  drain_interrupt_thread_impl();
 }
 
 void Eal::run_on_interrupt_thread(void (*fn)(void*), void* arg) {
@@ -600,6 +605,7 @@ void Eal::run_on_interrupt_thread(void (*fn)(void*), void* arg) {
     void* arg;
     std::atomic<int> state{0};  // 0 queued, 1 running, 2 done
   } job{fn, arg};
+  InterruptsRun run;
   auto cb = [](void* p) {
     handoff_acquire(p);
     auto* j = static_cast<Job*>(p);
@@ -632,18 +638,17 @@ void Eal::run_on_interrupt_thread(void (*fn)(void*), void* arg) {
 namespace {
 
 // The interrupt thread parked by pause_interrupts: it waits in park_alarm
-// until released (or its cap passes). Shared with the alarm, which may
-// run after the pausing call gave up on it.
+// until released. Shared with the alarm, which may run after the pausing
+// call gave up on it.
 struct Park {
   enum : int { kQueued, kParked, kReleased, kAbandoned };
   std::atomic<int> state{kQueued};
   std::mutex lock;
   std::condition_variable cv;
-  std::chrono::milliseconds cap{1000};
 };
-std::mutex g_pause_lock;  // the count and the current park
+std::mutex g_pause_lock;  // the holders' count and the current park
 int g_pause_depth = 0;
-std::shared_ptr<Park> g_park;
+std::shared_ptr<Park> g_park;  // null while the thread runs
 
 void park_alarm(void* arg) {
   handoff_acquire(arg);
@@ -654,20 +659,12 @@ void park_alarm(void* arg) {
   if (!park->state.compare_exchange_strong(queued, Park::kParked)) return;  // taken back
   std::unique_lock<std::mutex> l(park->lock);
   park->cv.notify_all();
-  park->cv.wait_for(l, park->cap, [&] { return park->state.load() == Park::kReleased; });
+  park->cv.wait(l, [&] { return park->state.load() == Park::kReleased; });
 }
 
-}  // namespace
-
-bool Eal::pause_interrupts(std::chrono::milliseconds wait, std::chrono::milliseconds cap) {
-  std::lock_guard<std::mutex> g(g_pause_lock);
-  if (g_pause_depth > 0) {
-    ++g_pause_depth;
-    return true;
-  }
-  if (!initialized()) return false;
+// Under g_pause_lock.
+bool park_now(std::chrono::milliseconds wait) {
   auto park = std::make_shared<Park>();
-  park->cap = cap;
   auto* holder = new std::shared_ptr<Park>(park);
   handoff_release(holder);
   if (rte_eal_alarm_set(1, park_alarm, holder) != 0) {
@@ -685,20 +682,60 @@ bool Eal::pause_interrupts(std::chrono::milliseconds wait, std::chrono::millisec
     if (rte_eal_alarm_cancel(park_alarm, holder) > 0) delete holder;
     return false;
   }
-  g_park = park;
-  g_pause_depth = 1;
+  g_park = std::move(park);
   return true;
 }
 
-void Eal::resume_interrupts() {
-  std::lock_guard<std::mutex> g(g_pause_lock);
-  if (g_pause_depth == 0 || --g_pause_depth > 0) return;
+// Under g_pause_lock.
+void unpark_now() {
+  if (!g_park) return;
   {
     std::lock_guard<std::mutex> l(g_park->lock);
     g_park->state.store(Park::kReleased);
   }
   g_park->cv.notify_all();
   g_park.reset();
+}
+
+}  // namespace
+
+bool Eal::pause_interrupts(std::chrono::milliseconds wait) {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  if (!g_park && (!initialized() || !park_now(wait))) return false;
+  ++g_pause_depth;
+  return true;
+}
+
+void Eal::resume_interrupts() {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  if (g_pause_depth == 0 || --g_pause_depth > 0) return;
+  unpark_now();
+}
+
+// At exit: ports a program left open still hold the thread.
+void release_all_pauses() {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  g_pause_depth = 0;
+  unpark_now();
+}
+
+bool Eal::interrupts_paused() {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  return g_park != nullptr;
+}
+
+Eal::InterruptsRun::InterruptsRun() {
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  lent_ = g_park != nullptr;
+  unpark_now();
+}
+
+Eal::InterruptsRun::~InterruptsRun() {
+  if (!lent_) return;
+  std::lock_guard<std::mutex> g(g_pause_lock);
+  // Parked again for the holders left (if the thread does not park in
+  // time, they burst unprotected, as pause_interrupts' false allows).
+  if (g_pause_depth > 0 && !g_park && initialized()) park_now(std::chrono::milliseconds(500));
 }
 
 Status Eal::remove_vdev(const std::string& name) {

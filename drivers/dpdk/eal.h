@@ -85,18 +85,32 @@ class Eal {
   // tearing down crashed now and then). Runs `fn` here if the EAL has no
   // interrupt thread to run it on.
   static void run_on_interrupt_thread(void (*fn)(void*), void* arg);
-  // Parks the interrupt thread in one of its alarms until
-  // resume_interrupts() (or `cap`, a safety net against a caller that never
-  // resumes): no PMD handler runs meanwhile, so bursts cannot race a
-  // memif peer's disconnect, which unmaps the rings a burst reads (DPDK
-  // 22.11's memif checks its connected flag once, then reads the ring; it
-  // raises no link-state event to synchronise with). Nests (a count); the
-  // thread is parked by the first call and let go by the last resume.
-  // False when the thread did not park within `wait` (gone or stuck): it
-  // is not parked then, and resume_interrupts() must not be called.
-  static bool pause_interrupts(std::chrono::milliseconds wait = std::chrono::milliseconds(500),
-                               std::chrono::milliseconds cap = std::chrono::milliseconds(1000));
+  // Parks the interrupt thread in one of its alarms until the matching
+  // resume_interrupts(): no PMD handler runs meanwhile, so bursts cannot
+  // race a memif peer's disconnect, which unmaps the rings a burst reads
+  // (DPDK 22.11's memif checks its connected flag once, then reads the
+  // ring; it raises no link-state event to synchronise with). Nests (a
+  // count); the thread is parked by the first call and let go by the last
+  // resume. drain_interrupts and run_on_interrupt_thread let it run for
+  // their job and park it again. False when the thread did not park within
+  // `wait` (gone or stuck): it is not parked then, and resume_interrupts()
+  // must not be called.
+  static bool pause_interrupts(std::chrono::milliseconds wait = std::chrono::milliseconds(500));
   static void resume_interrupts();
+  // The interrupt thread is parked now (diagnostics and tests).
+  static bool interrupts_paused();
+  // While one lives, a parked interrupt thread runs (a port's open needs
+  // it for its link handshake); it is parked again after.
+  class InterruptsRun {
+   public:
+    InterruptsRun();
+    ~InterruptsRun();
+    InterruptsRun(const InterruptsRun&) = delete;
+    InterruptsRun& operator=(const InterruptsRun&) = delete;
+
+   private:
+    bool lent_ = false;
+  };
   // The arguments init passed to rte_eal_init (empty before).
   static const std::vector<std::string>& args();
   // The memory mode init resolved `auto` to.

@@ -475,6 +475,9 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   if (!Eal::initialized() && rte_lcore_count() == 0) {
     return fail("the DPDK EAL is not initialised: call braid::dpdk::Eal::init first");
   }
+  // A link handshake (memif's, vhost-user's) runs on the interrupt thread:
+  // another port's hold lets it run meanwhile.
+  Eal::InterruptsRun handshakes;
 
   uint16_t port = 0;
   if (!config.name.empty()) {
@@ -724,6 +727,8 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
 
 EthdevPort::~EthdevPort() {
   SigpipeGuard no_sigpipe;
+  // No burst runs any more: the peer's disconnect may be handled now.
+  if (events_held_) Eal::resume_interrupts();
   if (started_) {
     // Frames still in the RX queue stay there: the queue and its pool
     // outlive this port (PortSetup), and the next open reads them. (Reading
@@ -962,6 +967,14 @@ void EthdevPort::release_events() {
   Eal::resume_interrupts();
 }
 
+void EthdevPort::hold_events_until_close() {
+  // Only memif's handlers unmap what a burst reads (the others' events are
+  // link states and their peers' messages: leave them be).
+  if (events_held_ || !is_driver(driver_, "net_memif")) return;
+  // Not parked in time (a stuck thread): bursts go on unprotected.
+  events_held_ = Eal::pause_interrupts();
+}
+
 bool EthdevPort::link_up() const {
   rte_eth_link link{};
   return rte_eth_link_get_nowait(port_id_, &link) == 0 && link.link_status == RTE_ETH_LINK_UP;
@@ -1059,6 +1072,7 @@ class EthdevQueue final : public PacketIo {
   void detach_thread() override { port_->detach_thread(); }
   bool hold_events() override { return port_->hold_events(); }
   void release_events() override { port_->release_events(); }
+  void hold_events_until_close() override { port_->hold_events_until_close(); }
 
  private:
   EthdevPort* port_;

@@ -5,6 +5,7 @@
 // header needs no DPDK include; the EAL must be up (Eal::init) before open.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -90,6 +91,7 @@ class EthdevPort final : public PacketIo {
   // The EAL's interrupt thread parked (Eal::pause_interrupts).
   bool hold_events() override;
   void release_events() override;
+  void hold_events_until_close() override;
   // rx_missed: the PMD's imissed and rx_nombuf, plus received frames dropped
   // here because they spanned several mbufs (rx_chained_dropped).
   PacketIoStats stats() const override;
@@ -143,6 +145,7 @@ class EthdevPort final : public PacketIo {
   };
   std::vector<Queue> queues_;
   bool tx_external_ = false;
+  bool events_held_ = false;  // hold_events_until_close (control path only)
 };
 
 }  // namespace braid::dpdk

@@ -992,6 +992,11 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
                                             &qp->recv_cq->ring(qp->engine));
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
+  // The device has a peer now: from here to close its bursts must not race
+  // the peer's going (a memif peer that exits makes DPDK unmap the rings a
+  // burst reads). Before the first RTR the link may still come and go (a
+  // client that retries its connection).
+  for (auto& s : c->slots) s->engine->io().hold_events_until_close();
   if (!known) e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
   for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(id, sgl);
   qp->early_recvs.clear();

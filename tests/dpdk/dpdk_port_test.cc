@@ -509,6 +509,61 @@ TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
   EXPECT_TRUE(Eal::remove_vdev("net_memif1").ok());
 }
 
+// The EAL's interrupt thread parked: nested holds, a scope that lets it
+// run (a port's handshake, a job on the thread) and parks it again after.
+TEST_F(EthdevPortTest, InterruptThreadParksNestsAndRunsForAJob) {
+  ASSERT_FALSE(Eal::interrupts_paused());
+  ASSERT_TRUE(Eal::pause_interrupts());
+  EXPECT_TRUE(Eal::interrupts_paused());
+  ASSERT_TRUE(Eal::pause_interrupts());  // a second holder
+  {
+    Eal::InterruptsRun run;
+    EXPECT_FALSE(Eal::interrupts_paused());
+  }
+  EXPECT_TRUE(Eal::interrupts_paused());
+  // A job on the thread runs (it is let go for it), and the thread parks again.
+  bool ran = false;
+  Eal::run_on_interrupt_thread([](void* p) { *static_cast<bool*>(p) = true; }, &ran);
+  EXPECT_TRUE(ran);
+  EXPECT_TRUE(Eal::interrupts_paused());
+  Eal::resume_interrupts();
+  EXPECT_TRUE(Eal::interrupts_paused());  // one holder left
+  Eal::resume_interrupts();
+  EXPECT_FALSE(Eal::interrupts_paused());
+  Eal::resume_interrupts();  // one too many: nothing to release
+  EXPECT_FALSE(Eal::interrupts_paused());
+}
+
+// A memif port held until close (a device with connected QPs): the
+// interrupt thread, which would unmap the rings under a burst when the peer
+// disconnects, stays parked while frames flow, and runs again once the port
+// closes. A ring port has no such events: it holds nothing.
+TEST_F(EthdevPortTest, MemifPortHoldsTheInterruptThreadUntilItCloses) {
+  ScratchDir dir;
+  const std::string socket = (dir.path / "hold.sock").string();
+  ASSERT_EQ(rte_dev_probe(("net_memif8,role=server,id=8,socket=" + socket).c_str()), 0);
+  ASSERT_EQ(rte_dev_probe(("net_memif9,role=client,id=8,socket=" + socket).c_str()), 0);
+  {
+    std::string error;
+    auto [server, client] = open_memif_pair("net_memif8", "net_memif9", {}, &error);
+    ASSERT_TRUE(server && client) << error;
+    client->hold_events_until_close();
+    EXPECT_TRUE(Eal::interrupts_paused());
+    client->hold_events_until_close();  // once per port
+    const std::vector<std::vector<uint8_t>> frames = {pattern(60, 1), pattern(1514, 2)};
+    ASSERT_EQ(send(*client, frames), frames.size());
+    EXPECT_EQ(receive(*server, frames.size()), frames);
+    client.reset();
+    EXPECT_FALSE(Eal::interrupts_paused());
+    auto ring = open(kPortA);
+    ASSERT_TRUE(ring);
+    ring->hold_events_until_close();
+    EXPECT_FALSE(Eal::interrupts_paused());
+  }
+  EXPECT_TRUE(Eal::remove_vdev("net_memif9").ok());
+  EXPECT_TRUE(Eal::remove_vdev("net_memif8").ok());
+}
+
 // memif copies every frame out within tx_burst, so a frame may end with a
 // payload outside the port's buffers (registered memory): it arrives whole,
 // and a frame the full ring hands back comes back whole, its payload copied
