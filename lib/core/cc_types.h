@@ -44,6 +44,13 @@ struct CcConfig {
   // 64 KiB when the base RTT is not configured).
   bool credit = false;
   uint32_t credit_speculative_bytes = 0;
+  // The receiver's side (whatever `credit` says: it answers who asks): the
+  // most it grants a peer beyond the credited data that arrived from it.
+  // A dead peer, or one that asks and does not send, takes that much of
+  // the link's turns and no more; one whose credited data was lost asks
+  // again and is forgiven after a backed-off wait (7 times in a row at most
+  // without that much data arriving in between).
+  uint32_t credit_unused_cap_bytes = 1u << 20;
 };
 
 // What one ACK says.

@@ -488,6 +488,22 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
   ++stats_.credit_requests_received;
   peer_credit_ = true;
   if (credit_after(value, peer_target_)) peer_target_ = value;
+  if (credit_capped_) {
+    // The peer has not used what it holds. Asking again after a wait that
+    // doubles each time in a row (its credited data may have been lost):
+    // forgiven, 7 times at most until the cap's half arrives.
+    constexpr uint8_t kMaxForgiven = 7;
+    const TimeNs wait = std::min<TimeNs>(rto_ << credit_forgiven_, cfg_.rto_max_ns);
+    if (credit_forgiven_ >= kMaxForgiven || now - credit_capped_at_ < wait) {
+      credit_due_ = true;  // our cumulative grant again: nothing new
+      return;
+    }
+    ++credit_forgiven_;
+    ++stats_.credit_forgiven;
+    credit_capped_ = false;
+    peer_unused_ = 0;
+    peer_arrived_since_forgiven_ = 0;
+  }
   if (credit_after(peer_target_, peer_granted_)) {
     if (pacer_ != nullptr) {
       pacer_->want(cfg_.local_id, cfg_.cc.link_bps, now);
@@ -501,11 +517,22 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
   }
 }
 
-uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more) {
+uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more, TimeNs now) {
   *more = false;
   if (state_ != ConnectionState::kActive) return 0;
   const int32_t want = static_cast<int32_t>(peer_target_ - peer_granted_);
   if (want <= 0) return 0;
+  const uint32_t cap = cfg_.cc.credit_unused_cap_bytes;
+  if (cap != 0 && peer_unused_ >= cap) {
+    // Out of the turns until its data arrives or it asks again (on_data,
+    // on_credit_ctrl).
+    if (!credit_capped_) {
+      credit_capped_ = true;
+      credit_capped_at_ = now;
+      ++stats_.credit_capped;
+    }
+    return 0;
+  }
   // Whole packets: a turn's time on the link is what its packets take (a
   // quantum that is not a multiple of them leaves a gap in one turn and a
   // queue in another, the same turns for every sender).
@@ -513,6 +540,7 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more) {
   const uint32_t packets = std::max<uint32_t>(1, (max_bytes + frame / 2) / frame);
   const uint32_t g = std::min<uint32_t>(packets * frame, static_cast<uint32_t>(want));
   peer_granted_ += g;
+  peer_unused_ += g;
   stats_.credit_bytes_granted += g;
   *more = static_cast<uint32_t>(want) > g;
   credit_due_ = true;
@@ -521,6 +549,20 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more) {
   credit_copies_ = *more ? 0 : 1;
   poke();
   return g;
+}
+
+void Connection::on_credited_arrival(uint32_t frame, TimeNs now) {
+  peer_unused_ -= std::min(frame, peer_unused_);
+  const uint32_t cap = cfg_.cc.credit_unused_cap_bytes;
+  peer_arrived_since_forgiven_ = static_cast<uint32_t>(
+      std::min<uint64_t>(uint64_t{peer_arrived_since_forgiven_} + frame, cap));
+  if (peer_arrived_since_forgiven_ >= cap / 2) credit_forgiven_ = 0;
+  if (credit_capped_ && peer_unused_ < cap) {
+    credit_capped_ = false;
+    if (credit_after(peer_target_, peer_granted_) && pacer_ != nullptr) {
+      pacer_->want(cfg_.local_id, cfg_.cc.link_bps, now);
+    }
+  }
 }
 
 void Connection::on_read_timeout(TimeNs now) {

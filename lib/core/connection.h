@@ -114,6 +114,7 @@ struct ConnectionStats {
   uint64_t invalid_requests = 0;
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
+  uint64_t stale_closes = 0;     // CLOSEs naming PSNs this connection never sent: ignored
   uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
   uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
   uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
@@ -127,6 +128,8 @@ struct ConnectionStats {
   uint64_t credit_bytes_granted = 0;      // by us, to the peer
   uint64_t unscheduled_sent = 0;          // data packets sent without credit (speculative)
   uint64_t credit_stalls = 0;             // times we asked again after waiting for credit
+  uint64_t credit_capped = 0;             // our grants to the peer stopped: too much unused
+  uint64_t credit_forgiven = 0;           // ... and resumed when it asked again
   uint64_t tails_deferred = 0;            // last bytes of a WRITE held until the rest was placed
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
@@ -229,7 +232,10 @@ class Connection {
   // up to max_bytes of the peer's demand as credit. Returns what was
   // granted; *more says whether demand is left.
   void set_credit_pacer(CreditPacer* p) { pacer_ = p; }
-  uint32_t grant_credit(uint32_t max_bytes, bool* more);
+  uint32_t grant_credit(uint32_t max_bytes, bool* more, TimeNs now);
+  // New credited data of `frame` bytes arrived from the peer: its grants
+  // are in use (peer_unused_).
+  void on_credited_arrival(uint32_t frame, TimeNs now);
   const CreditSender& credit() const { return credit_; }
   bool uses_credit() const { return credit_on_; }
   // Earliest time pacing lets the next data packet leave (0: not paced).
@@ -635,6 +641,14 @@ class Connection {
   TxPayloadRef* ext_out_ = nullptr;  // set_external_payload
   uint32_t peer_target_ = 0;         // what the peer asked for, cumulative
   uint32_t peer_granted_ = 0;        // what we granted it, cumulative
+  // Granted and not (yet) arrived as credited data, floored at 0: at
+  // cc.credit_unused_cap_bytes the peer's turns stop (credit_capped_) until
+  // its data arrives, or it asks again after a backed-off wait (forgiven).
+  uint32_t peer_unused_ = 0;
+  uint32_t peer_arrived_since_forgiven_ = 0;
+  TimeNs credit_capped_at_ = 0;
+  uint8_t credit_forgiven_ = 0;  // in a row, without the cap's half arriving
+  bool credit_capped_ = false;
   bool credit_due_ = false;          // a CREDIT is to go out
   uint8_t credit_copies_ = 0;        // ... and again this many times (the last grant of a demand)
   bool peer_credit_ = false;         // the peer asks for credit

@@ -167,9 +167,18 @@ uint32_t Connection::build_close_answer(uint8_t* buf, uint32_t cap) {
 }
 
 void Connection::on_close(uint32_t cack, TimeNs now) {
+  // Our peer's CLOSE names what it received in order: at least what it
+  // acknowledged (snd_una_ - 1), at most what we sent. One outside came
+  // from an earlier connection on the same ids (its PSNs started
+  // elsewhere) or from a stranger: unanswered, and our peer is not taken
+  // for closed (its CLOSE would have waited for our last ACK in vain).
+  if (!psn_lt(cack, snd_nxt_) || psn_lt(cack + 1, snd_una_)) {
+    ++stats_.stale_closes;
+    return;
+  }
   // As a cumulative ACK (without SACK, RTT sample or congestion signal:
-  // the peer is going). An ACK may only cover PSNs we sent.
-  if (state_ == ConnectionState::kActive && psn_lt(cack, snd_nxt_) && psn_lt(snd_una_, cack + 1)) {
+  // the peer is going).
+  if (state_ == ConnectionState::kActive && psn_lt(snd_una_, cack + 1)) {
     uint32_t acked = 0;
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked, false, now);
     snd_una_ = cack + 1;

@@ -100,8 +100,11 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       // Sent on a speculative allowance: it took the link's time that a
       // grant would have, so the next grant waits.
       if (!pkt.trimmed) pacer_->on_unscheduled(cfg_.local_id, frame, now);
-    } else if (pkt.trimmed || pkt.ip.ecn == wire::kEcnCe) {
-      pacer_->on_congestion(frame, pkt.trimmed, now);
+    } else {
+      if (pkt.trimmed || pkt.ip.ecn == wire::kEcnCe) {
+        pacer_->on_congestion(frame, pkt.trimmed, now);
+      }
+      if (v == ReceiveWindow::Verdict::kNew) on_credited_arrival(frame, now);
     }
   }
   if (pkt.trimmed) {

@@ -25,10 +25,11 @@ Endpoint::~Endpoint() {
   }
 }
 
-uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs) {
+uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more,
+                               TimeNs now) {
   Connection* c = static_cast<Endpoint*>(owner)->connection(id);
   *more = false;
-  return c == nullptr ? 0 : c->grant_credit(max_bytes, more);
+  return c == nullptr ? 0 : c->grant_credit(max_bytes, more, now);
 }
 
 Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,

@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <random>
 #include <sstream>
 #include <string>
 
@@ -52,6 +53,11 @@ braid_context* open_device(const braid_device_config* config,
   if (config == nullptr) return fail(EINVAL, "open_device: no configuration");
   auto c = std::make_unique<braid_context>();
   c->config = *config;
+  // QP numbers (the connections' PDC ids) start at a random one and go
+  // round: a device opened after another (a program run again) does not
+  // give its QPs the numbers the last one's peers may still send to (a
+  // lingering CLOSE or ACK of an earlier connection on the same ids).
+  c->next_qpn = std::random_device{}() % 65535 + 1;
   auto own = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   c->port_spec = own(config->port);
   c->ipv4 = own(config->ipv4);

@@ -81,7 +81,7 @@ struct braid_context {
   std::condition_variable wake;
   uint32_t next_pd = 1;
   std::vector<bool> qpn_used = std::vector<bool>(65536, false);
-  uint32_t next_qpn = 1;  // where the search for a free QP number starts
+  uint32_t next_qpn = 1;  // where the search for a free QP number starts (random: open_device)
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
   int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed

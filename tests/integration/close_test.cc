@@ -262,6 +262,49 @@ TEST(Close, ACloseAcknowledgesOnlyOutstandingPackets) {
   EXPECT_EQ(p.qa->unacked_packets(), 1u);
 }
 
+// A CLOSE that names PSNs this connection never sent came from an earlier
+// connection on the same ids (its PSNs started elsewhere) or a stranger:
+// it is not answered, and the peer is not taken for closed, so this end
+// still sends its own CLOSE as it goes.
+TEST(Close, ACloseFromAnEarlierConnectionOnTheIdsChangesNothing) {
+  DirectPair p;
+  std::vector<uint8_t> at_a(64, 0), at_b(64, 0);
+  write_64(p, p.qa, p.b, at_b, p.a_scq);  // b received data: it owes a a CLOSE
+  write_64(p, p.qb, p.a, at_a, p.b_scq);  // a too
+  p.a.close_connection(kIdA);
+  auto close = p.drain(p.a);
+  ASSERT_EQ(close.size(), 1u);
+  ASSERT_TRUE(is_close(close[0]));
+  for (const uint32_t shift : {0x10000000u, 0x00800000u, 0xfffffff0u}) {
+    Frame stale = close[0];
+    wire::CtrlHeader h;
+    ASSERT_GT(wire::decode_ctrl(stale.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
+    h.psn += shift;
+    wire::encode_ctrl(stale.data() + wire::kL2L4Size, h);
+    p.deliver(p.b, {stale});
+    EXPECT_TRUE(p.drain(p.b).empty()) << shift;
+  }
+  EXPECT_EQ(p.qb->stats().stale_closes, 3u);
+  p.b.close_connection(kIdB);
+  EXPECT_EQ(p.b.closing(), 1u);
+}
+
+// The same CLOSE as sent is answered, and ends b's need to send its own.
+TEST(Close, TheCloseOfThisConnectionIsAnsweredAndEndsTheOwedClose) {
+  DirectPair p;
+  std::vector<uint8_t> at_a(64, 0), at_b(64, 0);
+  write_64(p, p.qa, p.b, at_b, p.a_scq);
+  write_64(p, p.qb, p.a, at_a, p.b_scq);
+  p.a.close_connection(kIdA);
+  auto close = p.drain(p.a);
+  ASSERT_EQ(close.size(), 1u);
+  p.deliver(p.b, close);
+  EXPECT_EQ(p.drain(p.b).size(), 1u);  // the answer
+  EXPECT_EQ(p.qb->stats().stale_closes, 0u);
+  p.b.close_connection(kIdB);
+  EXPECT_EQ(p.b.closing(), 0u);
+}
+
 // Both ends received data and close at once: each CLOSE ends the other's
 // wait, and neither gives up.
 TEST(Close, BothEndsClosingEndEachOthersWait) {

@@ -221,6 +221,55 @@ TEST(Credit, AConnectionWithoutCreditIsNotHeldBack) {
   EXPECT_EQ(t.p.qb->stats().credits_sent, 0u);
 }
 
+// A peer that asks for credit and whose data never arrives (dead after
+// asking, or lying) takes the receiver's turns up to the cap of granted and
+// unused bytes; asking again, it is forgiven a bounded number of times
+// after backed-off waits, then gets nothing more until its data arrives.
+// Before the cap: 10 Gb/s of grants for as long as it asked.
+TEST(Credit, APeerWhoseDataNeverArrivesGetsAtMostTheCapOfGrants) {
+  ConnectionConfig c = credit_config();
+  c.retry_forever = true;  // the sender keeps asking
+  c.rto_max_ns = 4'000'000;
+  Transfer t(c, 64 << 20);
+  t.post();
+  const auto drop_data = [&](const Frame& f, bool a_to_b) { return a_to_b && is_data(parse(f)); };
+  // A second of virtual time: without the cap, the receiver would grant
+  // its whole link's rate (1.25 GB).
+  t.p.run_for(1'000'000'000, 10'000, [] { return false; }, drop_data);
+  const uint32_t cap = c.cc.credit_unused_cap_bytes;
+  const ConnectionStats& rx = t.p.qb->stats();
+  EXPECT_GE(rx.credit_capped, 1u);
+  EXPECT_EQ(rx.credit_forgiven, 7u);
+  // The cap, then a cap at most per forgiveness (each grant may overdraw
+  // it by one turn).
+  EXPECT_LE(rx.credit_bytes_granted, 8ull * (cap + 64 * 1024)) << rx.credit_bytes_granted;
+  EXPECT_GT(t.p.qa->stats().credit_requests_sent, 20u);  // it kept asking
+  EXPECT_EQ(t.p.qb->stats().bytes_placed, 0u);
+}
+
+// Credited data lost for longer than the cap covers (a link down for a
+// while): the sender asks again, is forgiven, and the transfer completes.
+TEST(Credit, ASenderWhoseCreditedDataWasLostIsForgivenAndCompletes) {
+  ConnectionConfig c = credit_config();
+  c.cc.credit_unused_cap_bytes = 256 * 1024;
+  Transfer t(c, 4 << 20);
+  t.post();
+  // The first 600 KiB of credited data frames are lost.
+  uint64_t lost = 0;
+  const auto drop = [&](const Frame& f, bool a_to_b) {
+    if (!a_to_b) return false;
+    const wire::ParsedPacket pkt = parse(f);
+    if (!is_data(pkt) || (pkt.req.pro.flags & wire::kReqFlagUnscheduled)) return false;
+    if (lost >= 600 * 1024) return false;
+    lost += f.size();
+    return true;
+  };
+  ASSERT_TRUE(t.p.run_for(2'000'000'000, 1000, [&] { return t.done(); }, drop));
+  EXPECT_EQ(t.src, t.dst);
+  EXPECT_GE(t.p.qb->stats().credit_capped, 1u);
+  EXPECT_GE(t.p.qb->stats().credit_forgiven, 1u);
+}
+
 // A receiver that goes away while its sender waits for credit: asking
 // again is not exempt from the retry budget. Whether it dies mid-transfer
 // (packets in flight) or right after its sender's speculative allowance was

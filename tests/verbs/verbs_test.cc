@@ -507,6 +507,35 @@ TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
   }
 }
 
+// A device's first QP number is not the last device's: a program run again
+// does not give its QPs the ids the last run's peers may still send to.
+TEST(VerbsConfig, DevicesStartTheirQpNumbersAtRandom) {
+  std::set<uint32_t> first;
+  for (int i = 0; i < 8; ++i) {
+    braid_device_config c{};
+    c.ipv4 = "198.18.0.1";
+    const MacAddr ma{2, 0, 0, 0, 0, 1}, mb{2, 0, 0, 0, 0, 2};
+    auto [ia, ib] = braid::PipeIo::make_pair(ma, mb, 1514);
+    braid_context* ctx = braid::open_device(&c, std::move(ia));
+    ASSERT_NE(ctx, nullptr) << braid_last_error();
+    braid_pd* pd = braid_alloc_pd(ctx);
+    braid_cq* cq = braid_create_cq(ctx, 16, nullptr, nullptr, 0);
+    braid_qp_init_attr qa{};
+    qa.send_cq = qa.recv_cq = cq;
+    qa.qp_type = BRAID_QPT_RC;
+    qa.cap = {8, 8, 1, 1, 0};
+    braid_qp* qp = braid_create_qp(pd, &qa);
+    ASSERT_NE(qp, nullptr) << braid_last_error();
+    first.insert(braid_qp_num(qp));
+    EXPECT_EQ(braid_destroy_qp(qp), 0);
+    EXPECT_EQ(braid_destroy_cq(cq), 0);
+    EXPECT_EQ(braid_dealloc_pd(pd), 0);
+    EXPECT_EQ(braid_close_device(ctx), 0);
+  }
+  // Eight draws from 65535 all alike: about 1 in 10^38.
+  EXPECT_GT(first.size(), 1u);
+}
+
 TEST_P(VerbsPipe, MalformedAndForeignFramesAreDroppedAndCountedWhileTrafficFlows) {
   std::mt19937_64 g(7);
   for (size_t i = 0; i < 600000; ++i) a.buf[i] = static_cast<uint8_t>(g());
