@@ -96,6 +96,10 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
       ASSERT_NE(a.ctx, nullptr) << braid_last_error();
       b.ctx = braid_open_device(&cb);
     }
+    // QP numbers from 1 on both (a device starts at random): the tests
+    // choose which engine each QP is on, and whether a pair crosses engines.
+    if (a.ctx != nullptr) a.ctx->next_qpn = 1;
+    if (b.ctx != nullptr) b.ctx->next_qpn = 1;
     ASSERT_NE(a.ctx, nullptr) << braid_last_error();
     ASSERT_NE(b.ctx, nullptr) << braid_last_error();
   }
@@ -493,6 +497,7 @@ TEST(DeviceEnginesArp, AReplyOnAnotherEnginesQueueReachesTheEngineThatAsked) {
   c.rtr_arp_wait_us = -1;
   braid_context* ctx = braid::open_device(&c, std::move(ios));
   ASSERT_NE(ctx, nullptr) << braid_last_error();
+  ctx->next_qpn = 1;  // QP 1: engine 1
   braid_pd* pd = braid_alloc_pd(ctx);
   braid_cq* cq = braid_create_cq(ctx, 16, nullptr, nullptr, 0);
   std::vector<uint8_t> buf(4096, 0x5a);
