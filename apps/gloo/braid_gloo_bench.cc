@@ -312,8 +312,10 @@ int main(int argc, char** argv) {
     if (o.transport == "ibverbs" && o.mode == "sync") {
       fence.run();
       if (!wait_first_events(ctx)) {
-        fmt::print(stderr, "braid_gloo_bench: rank {}: Gloo's device thread did not take its "
-                           "pairs' first completion events in 60 s\n", o.rank);
+        fmt::print(stderr,
+                   "braid_gloo_bench: rank {}: Gloo's device thread did not take its "
+                   "pairs' first completion events in 60 s\n",
+                   o.rank);
         return 1;
       }
     }

@@ -235,7 +235,8 @@ TEST(Credit, APeerWhoseDataNeverArrivesGetsAtMostTheCapOfGrants) {
   const auto drop_data = [&](const Frame& f, bool a_to_b) { return a_to_b && is_data(parse(f)); };
   // A second of virtual time: without the cap, the receiver would grant
   // its whole link's rate (1.25 GB).
-  t.p.run_for(1'000'000'000, 10'000, [] { return false; }, drop_data);
+  t.p.run_for(
+      1'000'000'000, 10'000, [] { return false; }, drop_data);
   const uint32_t cap = c.cc.credit_unused_cap_bytes;
   const ConnectionStats& rx = t.p.qb->stats();
   EXPECT_GE(rx.credit_capped, 1u);
@@ -264,7 +265,8 @@ TEST(Credit, ASenderWhoseCreditedDataWasLostIsForgivenAndCompletes) {
     lost += f.size();
     return true;
   };
-  ASSERT_TRUE(t.p.run_for(2'000'000'000, 1000, [&] { return t.done(); }, drop));
+  ASSERT_TRUE(t.p.run_for(
+      2'000'000'000, 1000, [&] { return t.done(); }, drop));
   EXPECT_EQ(t.src, t.dst);
   EXPECT_GE(t.p.qb->stats().credit_capped, 1u);
   EXPECT_GE(t.p.qb->stats().credit_forgiven, 1u);
