@@ -240,6 +240,9 @@ void Engine::update_routes(TimeNs now) {
     } else if (!done && arp_->arp.state(hop) == net::NeighborState::kFailed) {
       c->set_error(WcStatus::kRetryExcErr);  // no ARP reply: the peer is unreachable
       done = true;
+    } else if (!done && arp_->arp.state(hop) == net::NeighborState::kUnknown) {
+      // Not in the table (it was full, or the entry went): asked again.
+      arp_->arp.resolve(hop, now);
     }
     if (done) {
       pending_routes_[i] = pending_routes_.back();

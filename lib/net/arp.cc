@@ -124,6 +124,18 @@ size_t build_arp_request(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t 
   return build_arp(buf, cap, p);
 }
 
+size_t build_arp_probe(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
+                       const MacAddr& target_mac, uint32_t target_ip) {
+  ArpPacket p;
+  p.eth_dst = target_mac;
+  p.eth_src = mac;
+  p.op = kArpOpRequest;
+  p.sender_mac = mac;
+  p.sender_ip = ip;
+  p.target_ip = target_ip;
+  return build_arp(buf, cap, p);
+}
+
 size_t build_arp_reply(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
                        const MacAddr& target_mac, uint32_t target_ip) {
   ArpPacket p;
@@ -184,8 +196,28 @@ NeighborState NeighborTable::state(uint32_t ip) const {
   return n ? n->state : NeighborState::kUnknown;
 }
 
-Neighbor* NeighborTable::insert(uint32_t ip, TimeNs now) {
+bool NeighborTable::evict(TimeNs now) {
+  (void)now;
+  Neighbor* victim = nullptr;
+  for (Neighbor& n : entries_) {
+    if (n.state == NeighborState::kFailed) {
+      victim = &n;
+      break;
+    }
+    if (n.state == NeighborState::kReachable &&
+        (victim == nullptr || n.expires_at < victim->expires_at)) {
+      victim = &n;
+    }
+  }
+  if (victim == nullptr) return false;
+  erase_slot(find_slot(victim->ip));
+  ++stats_.evicted;
+  return true;
+}
+
+Neighbor* NeighborTable::insert(uint32_t ip, TimeNs now, bool may_evict) {
   if (count_ == capacity()) expire(now);  // reclaim expired and failed entries first
+  if (count_ == capacity() && may_evict) evict(now);
   if (count_ == capacity()) {
     ++stats_.table_full;
     return nullptr;
@@ -236,6 +268,9 @@ TimeNs NeighborTable::due(const Neighbor& n) const {
       return n.requests == 0 ? 0 : add_sat(n.last_request_at, cfg_.retry_interval_ns);
     case NeighborState::kReachable: {
       TimeNs t = n.expires_at;
+      if (n.has_candidate && n.requests >= cfg_.max_requests) {
+        t = std::min(t, add_sat(n.last_request_at, cfg_.retry_interval_ns));
+      }
       if (n.used && n.requests < cfg_.max_requests) {
         TimeNs refresh;
         if (n.requests > 0) {
@@ -323,14 +358,57 @@ bool NeighborTable::learn(uint32_t ip, const MacAddr& mac, TimeNs now, bool crea
       ++stats_.learned;
       break;
   }
-  n->mac = mac;
-  n->state = NeighborState::kReachable;
-  n->used = false;
-  n->requests = 0;
-  n->last_request_at = 0;
-  n->expires_at = add_sat(now, cfg_.reachable_ns);
-  note(*n);
+  confirm(*n, mac, now);
   return true;
+}
+
+void NeighborTable::confirm(Neighbor& n, const MacAddr& mac, TimeNs now) {
+  n.mac = mac;
+  n.state = NeighborState::kReachable;
+  n.used = false;
+  n.requests = 0;
+  n.last_request_at = 0;
+  n.has_candidate = false;
+  n.expires_at = add_sat(now, cfg_.reachable_ns);
+  note(n);
+}
+
+bool NeighborTable::on_reply(uint32_t ip, const MacAddr& mac, TimeNs now) {
+  Neighbor* n = find_mut(ip);
+  if (n == nullptr) {
+    ++stats_.unsolicited;
+    return false;
+  }
+  switch (n->state) {
+    case NeighborState::kStatic:
+      if (n->mac != mac) ++stats_.static_conflicts;
+      return false;
+    case NeighborState::kIncomplete:  // being resolved (its request may not be out yet)
+      ++stats_.learned;
+      confirm(*n, mac, now);
+      return true;
+    case NeighborState::kFailed:  // asked, and answered late
+      ++stats_.learned;
+      confirm(*n, mac, now);
+      return true;
+    case NeighborState::kReachable:
+      if (n->requests == 0) break;  // no refresh under way
+      if (n->mac == mac) {
+        if (n->has_candidate) ++stats_.mac_change_refused;
+        ++stats_.refreshed;
+        confirm(*n, mac, now);
+        return true;
+      }
+      // Another MAC: held until the MAC we have stops answering.
+      n->candidate = mac;
+      n->has_candidate = true;
+      note(*n);
+      return true;
+    case NeighborState::kUnknown:
+      break;
+  }
+  ++stats_.unsolicited;
+  return false;
 }
 
 bool NeighborTable::resolve(uint32_t ip, TimeNs now) {
@@ -348,7 +426,7 @@ bool NeighborTable::resolve(uint32_t ip, TimeNs now) {
         break;
     }
   } else {
-    n = insert(ip, now);
+    n = insert(ip, now, /*may_evict=*/true);
     if (!n) return false;
   }
   n->state = NeighborState::kIncomplete;
@@ -360,15 +438,17 @@ bool NeighborTable::resolve(uint32_t ip, TimeNs now) {
   return true;
 }
 
-bool NeighborTable::next_request(TimeNs now, uint32_t* target_ip) {
-  return run_timers(now, target_ip);
+bool NeighborTable::next_request(TimeNs now, uint32_t* target_ip, MacAddr* unicast_to,
+                                 bool* unicast) {
+  if (unicast != nullptr) *unicast = false;
+  return run_timers(now, target_ip, unicast_to, unicast);
 }
 
 void NeighborTable::expire(TimeNs now) {
   run_timers(now, nullptr);
 }
 
-bool NeighborTable::run_timers(TimeNs now, uint32_t* want) {
+bool NeighborTable::run_timers(TimeNs now, uint32_t* want, MacAddr* unicast_to, bool* unicast) {
   if (now < next_event_) return false;
   bool took = false;
   TimeNs next = kNever;
@@ -394,15 +474,28 @@ bool NeighborTable::run_timers(TimeNs now, uint32_t* want) {
         break;
       case NeighborState::kReachable:
       case NeighborState::kFailed:
+        if (n.state == NeighborState::kReachable && n.has_candidate &&
+            n.requests >= cfg_.max_requests &&
+            now >= add_sat(n.last_request_at, cfg_.retry_interval_ns)) {
+          // Every probe to the MAC we held went unanswered: the peer moved.
+          ++stats_.mac_changes;
+          confirm(n, n.candidate, now);
+          break;
+        }
         if (now >= n.expires_at) {
           erase_slot(find_slot(n.ip));
           ++stats_.expired;
           continue;
         }
-        if (n.state == NeighborState::kReachable && want && !took && due(n) <= now) {
-          ++n.requests;  // a refresh
+        if (n.state == NeighborState::kReachable && want && !took && due(n) <= now &&
+            n.requests < cfg_.max_requests) {
+          ++n.requests;  // a refresh: a unicast probe to the MAC we hold
           n.last_request_at = now;
           *want = n.ip;
+          if (unicast_to != nullptr && unicast != nullptr) {
+            *unicast_to = n.mac;
+            *unicast = true;
+          }
           took = true;
         }
         break;
@@ -450,12 +543,21 @@ size_t Arp::on_frame(const uint8_t* frame, size_t len, TimeNs now, uint8_t* repl
     return 0;
   }
   const bool for_us = p.target_ip == cfg_.ip;
-  // RFC 826: the sender of anything addressed to us is learned; the sender of
-  // other ARP traffic (gratuitous ARP, requests for others) only updates an
-  // entry we already have. Sender IP 0 is an RFC 5227 probe: nothing to learn.
-  bool stored = false;
-  if (p.sender_ip != 0) stored = table_.learn(p.sender_ip, p.sender_mac, now, /*create=*/for_us);
+  // Unlike RFC 826's merge, only a reply to a request of ours changes the
+  // table (NeighborTable::on_reply). The sender of a request is answered,
+  // not learned: a spoofed request can neither redirect our traffic nor
+  // take a table entry, and the answer is no larger than the request.
+  if (p.op == kArpOpReply) {
+    if (for_us && p.sender_ip != 0 && table_.on_reply(p.sender_ip, p.sender_mac, now)) return 0;
+    ++stats_.ignored;
+    return 0;
+  }
   if (p.op == kArpOpRequest && for_us) {
+    // A peer we are resolving may ask for us first (both ends set up a
+    // connection): its request answers ours, as a reply would.
+    if (p.sender_ip != 0 && table_.state(p.sender_ip) == NeighborState::kIncomplete) {
+      table_.on_reply(p.sender_ip, p.sender_mac, now);
+    }
     const size_t n = build_arp_reply(reply_buf, cap, cfg_.mac, cfg_.ip, p.sender_mac, p.sender_ip);
     if (n == 0) {
       ++stats_.reply_no_buffer;
@@ -464,15 +566,18 @@ size_t Arp::on_frame(const uint8_t* frame, size_t len, TimeNs now, uint8_t* repl
     }
     return n;
   }
-  if (!for_us && !stored) ++stats_.ignored;
+  ++stats_.ignored;  // requests for others, gratuitous ARP
   return 0;
 }
 
 size_t Arp::poll(TimeNs now, uint8_t* buf, size_t cap) {
   if (cap < kArpFrameSize) return 0;  // leave the request due for a later call
   uint32_t target = 0;
-  if (!table_.next_request(now, &target)) return 0;
+  MacAddr to{};
+  bool unicast = false;
+  if (!table_.next_request(now, &target, &to, &unicast)) return 0;
   ++stats_.requests_sent;
+  if (unicast) return build_arp_probe(buf, cap, cfg_.mac, cfg_.ip, to, target);
   return build_arp_request(buf, cap, cfg_.mac, cfg_.ip, target);
 }
 

@@ -65,6 +65,10 @@ size_t build_arp_request(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t 
 // Unicast "ip is at mac", to the requester (target_mac, target_ip).
 size_t build_arp_reply(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
                        const MacAddr& target_mac, uint32_t target_ip);
+// Unicast "who has target_ip? tell ip", to the MAC we hold for it: a
+// refresh of a mapping in use, which only its holder should answer.
+size_t build_arp_probe(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
+                       const MacAddr& target_mac, uint32_t target_ip);
 // Gratuitous ARP (an RFC 5227 announcement): a broadcast request with sender
 // and target IP both `ip`. Neighbours that know us update their caches.
 size_t build_gratuitous_arp(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip);
@@ -94,6 +98,10 @@ struct Neighbor {
   bool used = false;
   uint32_t requests = 0;  // sent in the current resolution or refresh
   TimeNs last_request_at = 0;
+  // During a refresh, a reply claimed another MAC: it replaces `mac` only if
+  // the refresh's unicast probes to `mac` all go unanswered.
+  MacAddr candidate{};
+  bool has_candidate = false;
   TimeNs expires_at = kNever;  // reachable: mapping expires; failed: entry is dropped
 };
 
@@ -103,6 +111,9 @@ struct NeighborStats {
   uint64_t mac_changes = 0;       // a reachable mapping confirmed with another MAC
   uint64_t static_conflicts = 0;  // ARP claimed another MAC for a static entry: ignored
   uint64_t table_full = 0;        // an entry could not be created
+  uint64_t evicted = 0;           // learned or failed entries dropped for a new resolution
+  uint64_t unsolicited = 0;       // replies to no request of ours: ignored
+  uint64_t mac_change_refused = 0;  // another MAC claimed, and the one we hold answered
   uint64_t failed = 0;            // resolutions that gave up
   uint64_t expired = 0;           // mappings (and failed entries) dropped by age
 };
@@ -125,17 +136,30 @@ class NeighborTable {
   // The MAC of a reachable (not expired) or static neighbour. Marks a
   // reachable entry as used, so it will be refreshed before it expires.
   bool lookup(uint32_t ip, TimeNs now, MacAddr* out);
-  // A mapping seen in ARP traffic. create = false only updates an entry that
-  // exists (RFC 826's merge for frames not addressed to us). Never changes a
-  // static entry. Returns true when the mapping was stored.
+  // A mapping from a trusted source (another engine of the device that
+  // resolved it). create = false only updates an entry that exists. Never
+  // changes a static entry. Returns true when the mapping was stored.
   bool learn(uint32_t ip, const MacAddr& mac, TimeNs now, bool create = true);
+  // An ARP reply addressed to us (or a request from a neighbour we are
+  // resolving). Taken only as the answer to a request of ours: it completes
+  // a resolution (incomplete or failed), or confirms a
+  // mapping being refreshed. Another MAC for a mapping in use becomes a
+  // candidate, taken only if the refresh's unicast probes to the MAC we
+  // hold go unanswered. Anything else (no entry, no request outstanding)
+  // changes nothing: false, counted as unsolicited.
+  bool on_reply(uint32_t ip, const MacAddr& mac, TimeNs now);
   // Starts resolving `ip` (a neighbour: the peer itself or its gateway, see
   // Arp::next_hop). No-op while a resolution is under way or the mapping is
-  // valid; restarts a failed one. False only when the table is full.
+  // valid; restarts a failed one. In a full table it evicts a failed entry,
+  // else the learned one that expires first; false only when every entry
+  // is static or being resolved.
   bool resolve(uint32_t ip, TimeNs now);
   // One request that is due now: marks it sent and returns its target. Also
   // does the other timed work (giving up, expiry). Call until it returns false.
-  bool next_request(TimeNs now, uint32_t* target_ip);
+  // A refresh of a mapping goes unicast, to *unicast_to (set true in
+  // *unicast when given).
+  bool next_request(TimeNs now, uint32_t* target_ip, MacAddr* unicast_to = nullptr,
+                    bool* unicast = nullptr);
   // Gives up on unanswered resolutions and drops expired mappings.
   void expire(TimeNs now);
   // No timed work is due before this (kNever: none).
@@ -156,12 +180,20 @@ class NeighborTable {
   uint32_t home_slot(uint32_t ip) const;
   uint32_t find_slot(uint32_t ip) const;  // slot holding ip, or kEmpty
   Neighbor* find_mut(uint32_t ip);
-  Neighbor* insert(uint32_t ip, TimeNs now);  // nullptr when full (counted)
+  // nullptr when full (counted). may_evict (a new resolution of ours): a
+  // full table makes room (evict).
+  Neighbor* insert(uint32_t ip, TimeNs now, bool may_evict = false);
   void erase_slot(uint32_t slot);
   TimeNs due(const Neighbor& n) const;
   void note(const Neighbor& n);  // lowers next_event_ to n's deadline
   // The timed work; when want != nullptr, also takes one due request.
-  bool run_timers(TimeNs now, uint32_t* want);
+  bool run_timers(TimeNs now, uint32_t* want, MacAddr* unicast_to = nullptr,
+                  bool* unicast = nullptr);
+  // Frees an entry for a new resolution in a full table: a failed one, else
+  // the learned mapping that expires first. False when all are static or
+  // being resolved.
+  bool evict(TimeNs now);
+  void confirm(Neighbor& n, const MacAddr& mac, TimeNs now);
 
   NeighborConfig cfg_;
   std::vector<Neighbor> entries_;  // capacity; state kUnknown = free
@@ -211,9 +243,12 @@ class Arp {
   explicit Arp(const ArpConfig& cfg);
 
   // Handles one received frame. Returns the length of a reply written to
-  // reply_buf when the frame is a request for our IP, else 0. Learns the
-  // sender of requests and replies addressed to us, and updates (never adds)
-  // the sender of other ARP traffic.
+  // reply_buf when the frame is a request for our IP, else 0. Only replies
+  // to our own requests change the table (NeighborTable::on_reply), and a
+  // request from a neighbour we are resolving; any other request, a
+  // gratuitous ARP or a reply nobody asked for changes nothing,
+  // so a host on the segment can neither redirect our traffic with one
+  // frame nor fill the table.
   size_t on_frame(const uint8_t* frame, size_t len, TimeNs now, uint8_t* reply_buf, size_t cap);
   // Writes at most one due request (resolution, retry or refresh) and returns
   // its length; 0 when none is due. Call until it returns 0.
