@@ -115,6 +115,7 @@ struct ConnectionStats {
   uint64_t bad_acks = 0;         // ACKs for PSNs never sent, etc.
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t stale_closes = 0;     // CLOSEs naming PSNs this connection never sent: ignored
+  uint64_t stale_ctrl = 0;       // CNPs, CREDITs, CREDIT_REQs naming PSNs out of reach: ignored
   uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
   uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
   uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
@@ -536,6 +537,22 @@ class Connection {
   uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);
+
+ public:
+  // The peer's control packets name a PSN of ours it received (CLOSE, CNP,
+  // CREDIT: its cumulative PSN) or of its own it sent (CREDIT_REQ). One
+  // outside what the peer could have named came from an earlier connection
+  // on the same ids or from a stranger guessing. A CLOSE's is exact
+  // (between what the peer acknowledged and what we sent); the others allow
+  // kCtrlSlack packets of reordering behind.
+  static constexpr uint32_t kCtrlSlack = 1024;
+  bool names_sent_psn(uint32_t cack, uint32_t slack) const {
+    return psn_lt(cack, snd_nxt_) && !psn_lt(cack + 1 + slack, snd_una_);
+  }
+  bool names_received_psn(uint32_t psn) const;
+  void note_stale_close() { ++stats_.stale_closes; }
+
+ private:
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
   // `held`: how long the receiver says it held the ACK (its service time):
   // the path's delay is the time since the last transmission less that.

@@ -172,7 +172,7 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
   // from an earlier connection on the same ids (its PSNs started
   // elsewhere) or from a stranger: unanswered, and our peer is not taken
   // for closed (its CLOSE would have waited for our last ACK in vain).
-  if (!psn_lt(cack, snd_nxt_) || psn_lt(cack + 1, snd_una_)) {
+  if (!names_sent_psn(cack, 0)) {
     ++stats_.stale_closes;
     return;
   }

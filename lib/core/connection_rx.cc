@@ -69,11 +69,25 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
       if (state_ != ConnectionState::kActive) break;
       switch (static_cast<wire::CtrlType>(pkt.ctrl.pro.next_hdr)) {
         case wire::CtrlType::kCnp:
+          if (!names_sent_psn(pkt.ctrl.psn, kCtrlSlack)) {
+            ++stats_.stale_ctrl;
+            break;
+          }
           ++stats_.cnps_received;
           cc_.on_cnp(now);
           break;
         case wire::CtrlType::kCredit:
+          if (!names_sent_psn(pkt.ctrl.psn, kCtrlSlack)) {
+            ++stats_.stale_ctrl;
+            break;
+          }
+          on_credit_ctrl(pkt, now);
+          break;
         case wire::CtrlType::kCreditReq:
+          if (!names_received_psn(pkt.ctrl.psn)) {
+            ++stats_.stale_ctrl;
+            break;
+          }
           on_credit_ctrl(pkt, now);
           break;
         default:
@@ -84,6 +98,13 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
       break;
   }
   poke();
+}
+
+bool Connection::names_received_psn(uint32_t psn) const {
+  // The peer's last PSN sent: at most a window beyond what we hold in
+  // order, at least what we hold (less reordering slack).
+  const uint32_t cack = rx_.cack();
+  return !psn_lt(psn + kCtrlSlack, cack) && psn_lt(psn, cack + 1 + rx_.window() + kCtrlSlack);
 }
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {

@@ -494,7 +494,9 @@ uint32_t Connection::build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlTyp
   wire::CtrlHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
   h.pro.next_hdr = static_cast<uint8_t>(type);
-  h.psn = rx_.cack();
+  // A CREDIT names our cumulative received PSN (the peer's data), a
+  // CREDIT_REQ the last PSN we sent: each in a space its receiver checks.
+  h.psn = type == wire::CtrlType::kCreditReq ? snd_nxt_ - 1 : rx_.cack();
   h.spdcid = cfg_.local_id;
   h.dpdcid = cfg_.remote_id;
   uint8_t* p = buf + wire::kL2L4Size;

@@ -160,8 +160,18 @@ bool Endpoint::on_closing_packet(uint16_t dst, uint16_t src) {
 
 // The answer to a CLOSE for a connection this end does not have (never
 // had, or closed without a record: it waits for nothing from the peer).
-void Endpoint::answer_unknown_close() {
-  if (stateless_.size() >= kMaxStateless) return;  // the peer's retries come back
+void Endpoint::answer_unknown_close(TimeNs now) {
+  if (now >= stateless_refill_at_) {
+    const TimeNs periods = (now - stateless_refill_at_) / kStatelessIntervalNs + 1;
+    stateless_tokens_ =
+        static_cast<uint32_t>(std::min<TimeNs>(kMaxStateless, stateless_tokens_ + periods));
+    stateless_refill_at_ = now + kStatelessIntervalNs;
+  }
+  if (stateless_tokens_ == 0 || stateless_.size() >= kMaxStateless) {
+    ++stats_.stateless_limited;  // the peer's retries come back
+    return;
+  }
+  --stateless_tokens_;
   Stateless& a = stateless_.emplace_back();
   wire::AckHeader h;
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kAckCc);
@@ -260,15 +270,26 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
       break;
   }
   Connection* c = connection(dst);
+  const bool close = static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kCtrl &&
+                     pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
     if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
-    if (c == nullptr && static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kCtrl &&
-        pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose)) {
-      ++stats_.closes_answered_unknown;
-      answer_unknown_close();
+    // A CLOSE for an id we do not have, or from someone else than its peer,
+    // is answered the same way: which ids are live does not show.
+    if (close) {
+      if (c == nullptr) ++stats_.closes_answered_unknown;
+      if (c != nullptr) c->note_stale_close();
+      answer_unknown_close(now);
       return;
     }
     drop(wire::DropReason::kUnknownConnection);
+    return;
+  }
+  if (close && !c->names_sent_psn(pkt_.ctrl.psn, 0)) {
+    // From an earlier connection on these ids, or a stranger guessing: as
+    // for an unknown id (a connection's own answer would tell its PSNs).
+    c->note_stale_close();
+    answer_unknown_close(now);
     return;
   }
   c->on_packet(pkt_, now);

@@ -61,6 +61,8 @@ struct EndpointStats {
   uint64_t closes_answered = 0;          // ... the peer answered (or closed as well)
   uint64_t closes_unanswered = 0;        // ... given up on
   uint64_t closes_answered_unknown = 0;  // peers' CLOSEs for connections we do not have
+  // (or naming PSNs the live connection never sent: answered the same way)
+  uint64_t stateless_limited = 0;  // such answers not sent: over the rate limit
   std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
   uint64_t dropped() const {
     uint64_t n = 0;
@@ -145,11 +147,16 @@ class Endpoint {
   static void closing_timer(Timer* t, TimeNs now);
   void queue_closing(Closing& r);
   bool on_closing_packet(uint16_t dst, uint16_t src);
-  void answer_unknown_close();
+  void answer_unknown_close(TimeNs now);
   uint32_t transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now);
   void erase_closing(uint16_t id);
-  // Answers to CLOSEs for connections this end does not have.
+  // Answers to CLOSEs for connections this end does not have: a token
+  // bucket of kMaxStateless, one more every kStatelessIntervalNs (10,000 a
+  // second), so that forged CLOSEs cannot make this end a reflector.
   static constexpr size_t kMaxStateless = 64;
+  static constexpr TimeNs kStatelessIntervalNs = 100'000;
+  uint32_t stateless_tokens_ = kMaxStateless;
+  TimeNs stateless_refill_at_ = 0;
   struct Stateless {
     std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize> frame{};
     uint32_t len = 0;

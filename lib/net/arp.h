@@ -106,16 +106,16 @@ struct Neighbor {
 };
 
 struct NeighborStats {
-  uint64_t learned = 0;           // new mappings (new entry, or incomplete/failed resolved)
-  uint64_t refreshed = 0;         // a reachable mapping confirmed again
-  uint64_t mac_changes = 0;       // a reachable mapping confirmed with another MAC
-  uint64_t static_conflicts = 0;  // ARP claimed another MAC for a static entry: ignored
-  uint64_t table_full = 0;        // an entry could not be created
-  uint64_t evicted = 0;           // learned or failed entries dropped for a new resolution
-  uint64_t unsolicited = 0;       // replies to no request of ours: ignored
+  uint64_t learned = 0;             // new mappings (new entry, or incomplete/failed resolved)
+  uint64_t refreshed = 0;           // a reachable mapping confirmed again
+  uint64_t mac_changes = 0;         // a reachable mapping confirmed with another MAC
+  uint64_t static_conflicts = 0;    // ARP claimed another MAC for a static entry: ignored
+  uint64_t table_full = 0;          // an entry could not be created
+  uint64_t evicted = 0;             // learned or failed entries dropped for a new resolution
+  uint64_t unsolicited = 0;         // replies to no request of ours: ignored
   uint64_t mac_change_refused = 0;  // another MAC claimed, and the one we hold answered
-  uint64_t failed = 0;            // resolutions that gave up
-  uint64_t expired = 0;           // mappings (and failed entries) dropped by age
+  uint64_t failed = 0;              // resolutions that gave up
+  uint64_t expired = 0;             // mappings (and failed entries) dropped by age
 };
 
 // The neighbour cache: a fixed number of entries indexed by an open-addressing

@@ -263,9 +263,10 @@ TEST(Close, ACloseAcknowledgesOnlyOutstandingPackets) {
 }
 
 // A CLOSE that names PSNs this connection never sent came from an earlier
-// connection on the same ids (its PSNs started elsewhere) or a stranger:
-// it is not answered, and the peer is not taken for closed, so this end
-// still sends its own CLOSE as it goes.
+// connection on the same ids (its PSNs started elsewhere) or a stranger: it
+// does not mark the peer closed (this end still sends its own CLOSE as it
+// goes), and it is answered as a CLOSE for an unknown id is (echoing its
+// PSN, telling nothing of ours), so that live ids do not show.
 TEST(Close, ACloseFromAnEarlierConnectionOnTheIdsChangesNothing) {
   DirectPair p;
   std::vector<uint8_t> at_a(64, 0), at_b(64, 0);
@@ -282,11 +283,82 @@ TEST(Close, ACloseFromAnEarlierConnectionOnTheIdsChangesNothing) {
     h.psn += shift;
     wire::encode_ctrl(stale.data() + wire::kL2L4Size, h);
     p.deliver(p.b, {stale});
-    EXPECT_TRUE(p.drain(p.b).empty()) << shift;
+    const auto answers = p.drain(p.b);
+    ASSERT_EQ(answers.size(), 1u) << shift;
+    wire::ParsedPacket pkt;
+    ASSERT_EQ(wire::decode_frame(answers[0].data(), answers[0].size(), {}, &pkt),
+              wire::DropReason::kNone);
+    EXPECT_EQ(pkt.ack.cack_psn, h.psn);  // its own PSN back, not ours
   }
   EXPECT_EQ(p.qb->stats().stale_closes, 3u);
+  EXPECT_EQ(p.b.stats().closes_answered_unknown, 0u);
   p.b.close_connection(kIdB);
   EXPECT_EQ(p.b.closing(), 1u);
+}
+
+// Live-id scanning (issue 32): a stranger's CLOSE gets the same answer
+// whether the id it names is live or not.
+TEST(Close, AStrangersCloseIsAnsweredAlikeForLiveAndUnknownIds) {
+  DirectPair p;
+  std::vector<uint8_t> at_b(64, 0);
+  write_64(p, p.qa, p.b, at_b, p.a_scq);
+  p.b.close_connection(kIdB);  // a CLOSE from b, to a: a template
+  auto close = p.drain(p.b);
+  ASSERT_EQ(close.size(), 1u);
+  std::vector<Frame> answers;
+  for (const uint16_t id : {kIdA, uint16_t{777}}) {
+    Frame f = close[0];
+    wire::CtrlHeader h;
+    ASSERT_GT(wire::decode_ctrl(f.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
+    h.psn = 0x5a5a5a5a;
+    h.dpdcid = id;
+    h.spdcid = 4242;  // not a's peer's id
+    wire::encode_ctrl(f.data() + wire::kL2L4Size, h);
+    p.deliver(p.a, {f});
+    auto got = p.drain(p.a);
+    ASSERT_EQ(got.size(), 1u) << id;
+    answers.push_back(got[0]);
+  }
+  // Alike but for the ids they name.
+  wire::ParsedPacket x, y;
+  ASSERT_EQ(wire::decode_frame(answers[0].data(), answers[0].size(), {}, &x),
+            wire::DropReason::kNone);
+  ASSERT_EQ(wire::decode_frame(answers[1].data(), answers[1].size(), {}, &y),
+            wire::DropReason::kNone);
+  EXPECT_EQ(answers[0].size(), answers[1].size());
+  EXPECT_EQ(x.ack.cack_psn, 0x5a5a5a5au);
+  EXPECT_EQ(y.ack.cack_psn, 0x5a5a5a5au);
+  EXPECT_EQ(x.ack.pro.flags, y.ack.pro.flags);
+  EXPECT_EQ(x.ack.spdcid, kIdA);
+  EXPECT_EQ(y.ack.spdcid, 777);
+}
+
+// A flood of forged CLOSEs gets at most the token bucket's answers: 64 at
+// once, then 10,000 a second.
+TEST(Close, StatelessAnswersAreRateLimited) {
+  DirectPair p;
+  std::vector<uint8_t> at_b(64, 0);
+  write_64(p, p.qa, p.b, at_b, p.a_scq);
+  p.b.close_connection(kIdB);
+  auto close = p.drain(p.b);
+  ASSERT_EQ(close.size(), 1u);
+  auto flood = [&](int n) {
+    size_t answered = 0;
+    for (int i = 0; i < n; ++i) {
+      Frame f = close[0];
+      wire::CtrlHeader h;
+      wire::decode_ctrl(f.data() + wire::kL2L4Size, wire::kCtrlSize, &h);
+      h.dpdcid = static_cast<uint16_t>(1000 + i);
+      wire::encode_ctrl(f.data() + wire::kL2L4Size, h);
+      p.deliver(p.a, {f});
+      answered += p.drain(p.a).size();
+    }
+    return answered;
+  };
+  EXPECT_EQ(flood(200), 64u);
+  EXPECT_EQ(p.a.stats().stateless_limited, 136u);
+  p.now += 1'000'000;  // 1 ms: 10 more
+  EXPECT_EQ(flood(200), 10u);
 }
 
 // The same CLOSE as sent is answered, and ends b's need to send its own.

@@ -272,6 +272,46 @@ TEST(Credit, ASenderWhoseCreditedDataWasLostIsForgivenAndCompletes) {
   EXPECT_GE(t.p.qb->stats().credit_forgiven, 1u);
 }
 
+// CREDIT_REQ amplification (issue 32): a CREDIT_REQ naming a PSN its
+// sender could not have sent (a stranger's, or an earlier connection's) is
+// dropped and counted: no CREDIT answers it (one forged frame made the host
+// send 3,726 CREDITs). A forged CREDIT is refused the same way.
+TEST(Credit, ControlFramesNamingPsnsOutOfReachAreIgnored) {
+  Transfer t(credit_config(), 1 << 20);
+  t.post();
+  const std::vector<Frame> first = t.p.drain(t.p.a);
+  Frame req;
+  for (const Frame& f : first) {
+    if (is_ctrl(f, wire::CtrlType::kCreditReq)) req = f;
+  }
+  ASSERT_FALSE(req.empty());
+  wire::CtrlHeader h;
+  ASSERT_GT(wire::decode_ctrl(req.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
+  h.psn += 0x40000000;
+  wire::encode_ctrl(req.data() + wire::kL2L4Size, h);
+  wire::store_be32(req.data() + wire::kL2L4Size + wire::kCtrlSize, 1u << 30);  // 1 GiB
+  t.p.deliver(t.p.b, {req});
+  for (const Frame& f : t.p.drain(t.p.b)) EXPECT_FALSE(is_ctrl(f, wire::CtrlType::kCredit));
+  EXPECT_EQ(t.p.qb->stats().stale_ctrl, 1u);
+  EXPECT_EQ(t.p.qb->stats().credit_requests_received, 0u);
+  // A's real frames get b's CREDIT; a copy naming a PSN a never sent, and
+  // granting 1 GiB, is refused.
+  t.p.deliver(t.p.b, first);
+  Frame credit;
+  for (const Frame& f : t.p.drain(t.p.b)) {
+    if (is_ctrl(f, wire::CtrlType::kCredit)) credit = f;
+  }
+  ASSERT_FALSE(credit.empty());
+  wire::CtrlHeader g;
+  ASSERT_GT(wire::decode_ctrl(credit.data() + wire::kL2L4Size, wire::kCtrlSize, &g), 0u);
+  g.psn += 0x40000000;
+  wire::encode_ctrl(credit.data() + wire::kL2L4Size, g);
+  wire::store_be32(credit.data() + wire::kL2L4Size + wire::kCtrlSize, 1u << 30);
+  t.p.deliver(t.p.a, {credit});
+  EXPECT_EQ(t.p.qa->stats().stale_ctrl, 1u);
+  EXPECT_LT(t.p.qa->credit().granted(), 1u << 30);
+}
+
 // A receiver that goes away while its sender waits for credit: asking
 // again is not exempt from the retry budget. Whether it dies mid-transfer
 // (packets in flight) or right after its sender's speculative allowance was

@@ -657,9 +657,8 @@ TEST_F(ArpResolveTest, EntryInUseIsRefreshedBeforeExpiry) {
   EXPECT_EQ(arp_.next_timer(), 57 * kSec);
   EXPECT_EQ(poll(57 * kSec - 1), 0u);
   ASSERT_EQ(poll(57 * kSec), kArpFrameSize);
-  EXPECT_EQ(sent(kArpFrameSize),
-            frame_of(ArpPacket{kPeerMac, kOurMac, kArpOpRequest, kOurMac, kOurIp, MacAddr{},
-                               kPeerIp}));
+  EXPECT_EQ(sent(kArpFrameSize), frame_of(ArpPacket{kPeerMac, kOurMac, kArpOpRequest, kOurMac,
+                                                    kOurIp, MacAddr{}, kPeerIp}));
   EXPECT_EQ(poll(58 * kSec - 1), 0u);
   EXPECT_EQ(poll(58 * kSec), kArpFrameSize);
   EXPECT_TRUE(arp_.lookup(kPeerIp, 58 * kSec, &mac));  // still usable meanwhile
@@ -685,7 +684,7 @@ TEST_F(ArpResolveTest, AnotherMacDuringARefreshWaitsUntilTheOneWeHoldIsSilent) {
     ASSERT_EQ(arp.poll(0, out.data(), out.size()), kArpFrameSize);
     feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp), 0);
     MacAddr mac{};
-    ASSERT_TRUE(arp.lookup(kPeerIp, kSec, &mac));  // in use
+    ASSERT_TRUE(arp.lookup(kPeerIp, kSec, &mac));                           // in use
     ASSERT_EQ(arp.poll(57 * kSec, out.data(), out.size()), kArpFrameSize);  // probe 1
     feed(reply_from(kOtherMac, kPeerIp, kOurMac, kOurIp), 57 * kSec + 5);
     ASSERT_TRUE(arp.lookup(kPeerIp, 57 * kSec + 6, &mac));
@@ -764,8 +763,8 @@ TEST(NeighborTable, ANewResolutionEvictsAFailedOrLearnedEntry) {
   NeighborConfig cfg;
   NeighborTable t(4, cfg);
   ASSERT_TRUE(t.add_static(ipv4(10, 0, 0, 1), kPeerMac));
-  ASSERT_TRUE(t.learn(ipv4(10, 0, 0, 2), kPeerMac, 0));       // expires at 60 s
-  ASSERT_TRUE(t.learn(ipv4(10, 0, 0, 3), kPeerMac, kSec));    // at 61 s
+  ASSERT_TRUE(t.learn(ipv4(10, 0, 0, 2), kPeerMac, 0));     // expires at 60 s
+  ASSERT_TRUE(t.learn(ipv4(10, 0, 0, 3), kPeerMac, kSec));  // at 61 s
   ASSERT_TRUE(t.resolve(ipv4(10, 0, 0, 4), kSec));
   EXPECT_TRUE(t.resolve(ipv4(10, 0, 0, 5), 2 * kSec));
   EXPECT_EQ(t.state(ipv4(10, 0, 0, 2)), NeighborState::kUnknown);  // expired first: gone
@@ -789,8 +788,8 @@ TEST(NeighborTable, SpoofedRequestsTakeNoEntriesAndThePeerStillResolves) {
   Arp arp(c);
   std::array<uint8_t, 64> out;
   for (uint32_t i = 0; i < 1000; ++i) {
-    const MacAddr made_up = {0x02, 0x66, 0, 0, static_cast<uint8_t>(i >> 8),
-                             static_cast<uint8_t>(i)};
+    const MacAddr made_up = {
+        0x02, 0x66, 0, 0, static_cast<uint8_t>(i >> 8), static_cast<uint8_t>(i)};
     const Bytes req = request_from(made_up, ipv4(10, 9, 0, 0) + i, kOurIp);
     EXPECT_EQ(arp.on_frame(req.data(), req.size(), 0, out.data(), out.size()), kArpFrameSize);
   }
