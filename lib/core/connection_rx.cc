@@ -404,8 +404,13 @@ bool Connection::place_request(const wire::ParsedPacket& pkt, Refusal* why) {
 // one is refused and comes back with the retransmission.
 void Connection::learn_responder_psn(const wire::ParsedPacket& pkt) {
   // Inside the window, the responder's PSNs are the ones expected (it may
-  // have sent requests before, some still on their way).
-  if (pkt.resp.message_offset != 0 || rx_.check(pkt.req.psn) == ReceiveWindow::Verdict::kNew) {
+  // have sent requests before, some still on their way). Outside, only a
+  // responder that answered in RTR: it knows no send PSN there and starts
+  // its responses at ours (our initial PSN, its rq_psn), which a stranger
+  // must guess as exactly as RoCEv2's (any PSN used to restart the window:
+  // one forged frame completed a READ with its bytes).
+  if (pkt.resp.message_offset != 0 || pkt.req.psn != cfg_.tx_psn ||
+      rx_.check(pkt.req.psn) == ReceiveWindow::Verdict::kNew) {
     return;
   }
   for (uint32_t i = sq_head_; i != sq_tx_; ++i) {

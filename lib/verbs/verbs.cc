@@ -956,7 +956,10 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.remote_mac = mac;
   cc.remote_ip = peer_ip;
   cc.rx_psn = a->rq_psn & 0xffffff;
-  cc.tx_psn = 0;
+  // Until RTS gives the send PSN: READ responses sent in RTR start at the
+  // requester's own initial PSN (our rq_psn), which it recognises
+  // (Connection::learn_responder_psn).
+  cc.tx_psn = cc.rx_psn;
   cc.pd = qp->pd->id;
   const uint32_t link_mtu = e.io().max_frame() - braid::wire_l2();
   // A path MTU below the port's is honoured to the byte. At the port's own

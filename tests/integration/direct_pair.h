@@ -42,10 +42,13 @@ class DirectPair {
   // responder left in RTR, as perftest's ib_read_bw server: it sends from
   // PSN 0 while a expects 5000, the PSN b would have been given at RTS.
   std::pair<Connection*, Connection*> add_rtr_responder_pair(const ConnectionConfig& c) {
+    // a's initial PSN 777, b's (given at RTS) 5000; b answers in RTR from
+    // a's PSN on (its rq_psn), as the verbs layer does.
     ConnectionConfig ca = c, cb = c;
+    ca.tx_psn = 777;
     ca.rx_psn = 5000;
-    cb.rx_psn = 0;
-    cb.tx_psn = 0;
+    cb.rx_psn = 777;
+    cb.tx_psn = 777;
     return add_pair(ca, cb, 3, 4);
   }
 

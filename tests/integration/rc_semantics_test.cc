@@ -472,6 +472,47 @@ TEST(RcSemantics, ResponderThatAnsweredAReadInRtrMovesToRtsAndSends) {
   EXPECT_EQ(a_target, back);
 }
 
+// A forged first READ response (issue 32): it used to restart the
+// requester's window at any PSN, and one frame completed the READ with the
+// attacker's bytes. Only the PSN an RTR responder starts at (the
+// requester's own initial one) restarts it now.
+TEST(RcSemantics, AForgedFirstReadResponseDoesNotRestartTheWindow) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  auto [qa, qb] = p.add_rtr_responder_pair(c);
+  ASSERT_TRUE(qa && qb);
+  std::vector<uint8_t> source(1000, 4), local(1000, 0);
+  const uint32_t rkey =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ASSERT_EQ(qa->post_send(request(1, Opcode::kRead, local.data(), 1000, source.data(), rkey)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  const auto frames = p.drain(p.b);  // the response (and an ACK of the request)
+  std::vector<Frame> response;
+  for (const Frame& f : frames) {
+    if (f.size() > 1000) response.push_back(f);
+  }
+  ASSERT_EQ(response.size(), 1u);
+  for (const uint32_t psn : {123456u, 777u + 1, 5000u + 2000}) {
+    Frame forged = response[0];
+    wire::RequestHeader h;
+    ASSERT_GT(wire::decode_request(forged.data() + wire::kL2L4Size, wire::kRequestSize, &h), 0u);
+    h.psn = psn;
+    wire::encode_request(forged.data() + wire::kL2L4Size, h);
+    std::fill(forged.end() - 1000, forged.end(), 0xee);  // the attacker's bytes
+    p.deliver(p.a, {forged});
+    EXPECT_TRUE(poll_all(p.a_scq).empty()) << psn;
+  }
+  EXPECT_EQ(local, std::vector<uint8_t>(1000, 0));
+  p.deliver(p.a, frames);  // the real ones: the response at 777
+  p.settle();
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+}
+
 // The responder's QP access flags are checked besides its region's (IB's
 // qp_access_flags): a WRITE through a QP that allows no remote access, and
 // a READ through one that allows WRITE only, are refused with a remote
