@@ -244,6 +244,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     return;
   }
   uint16_t dst = 0, src = 0;
+  bool close = false;
   switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
@@ -259,6 +260,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     case wire::PdsType::kCtrl:
       dst = pkt_.ctrl.dpdcid;
       src = pkt_.ctrl.spdcid;
+      close = pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
       break;
     default:
       if (pkt_.req.pro.flags & wire::kReqFlagSyn) {
@@ -270,8 +272,6 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
       break;
   }
   Connection* c = connection(dst);
-  const bool close = static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kCtrl &&
-                     pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
     if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
     // A CLOSE for an id we do not have, or from someone else than its peer,
@@ -285,7 +285,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(wire::DropReason::kUnknownConnection);
     return;
   }
-  if (close && !c->names_sent_psn(pkt_.ctrl.psn, 0)) {
+  if (close && !c->names_sent_psn(pkt_.ctrl.psn, 0)) [[unlikely]] {
     // From an earlier connection on these ids, or a stranger guessing: as
     // for an unknown id (a connection's own answer would tell its PSNs).
     c->note_stale_close();
