@@ -46,10 +46,11 @@ struct CcConfig {
   uint32_t credit_speculative_bytes = 0;
   // The receiver's side (whatever `credit` says: it answers who asks): the
   // most it grants a peer beyond the credited data that arrived from it.
-  // A dead peer, or one that asks and does not send, takes that much of
-  // the link's turns and no more; one whose credited data was lost asks
-  // again and is forgiven after a backed-off wait (7 times in a row at most
-  // without that much data arriving in between).
+  // At least two BDPs (link_bps x base_rtt_ns). A dead peer, or one that
+  // asks and does not send, takes that much of the link's turns, then one
+  // cap per rto_max_ns at most (forgiven when it asks again, after a wait
+  // that doubles); a peer whose credited data still arrives is forgiven at
+  // once.
   uint32_t credit_unused_cap_bytes = 1u << 20;
 };
 

@@ -489,16 +489,19 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
   peer_credit_ = true;
   if (credit_after(value, peer_target_)) peer_target_ = value;
   if (credit_capped_) {
-    // The peer has not used what it holds. Asking again after a wait that
-    // doubles each time in a row (its credited data may have been lost):
-    // forgiven, 7 times at most until the cap's half arrives.
-    constexpr uint8_t kMaxForgiven = 7;
-    const TimeNs wait = std::min<TimeNs>(rto_ << credit_forgiven_, cfg_.rto_max_ns);
-    if (credit_forgiven_ >= kMaxForgiven || now - credit_capped_at_ < wait) {
+    // The peer has not used what it holds (or some was lost, or given back
+    // at idle). A peer whose credited data still arrives is forgiven at
+    // once when it asks; one whose data does not, after a wait that doubles
+    // each time in a row up to the RTO's maximum (so a lost link that
+    // comes back recovers, and a liar gets a cap per rto_max_ns at most).
+    const bool alive = credited_arrival_at_ != 0 && now - credited_arrival_at_ < rto_;
+    const TimeNs wait =
+        std::min<TimeNs>(rto_ << std::min<uint8_t>(credit_forgiven_, 16), cfg_.rto_max_ns);
+    if (!alive && now - credit_capped_at_ < wait) {
       credit_due_ = true;  // our cumulative grant again: nothing new
       return;
     }
-    ++credit_forgiven_;
+    if (!alive && credit_forgiven_ < 255) ++credit_forgiven_;
     ++stats_.credit_forgiven;
     credit_capped_ = false;
     peer_unused_ = 0;
@@ -522,7 +525,7 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more, TimeNs now) {
   if (state_ != ConnectionState::kActive) return 0;
   const int32_t want = static_cast<int32_t>(peer_target_ - peer_granted_);
   if (want <= 0) return 0;
-  const uint32_t cap = cfg_.cc.credit_unused_cap_bytes;
+  const uint32_t cap = credit_cap();
   if (cap != 0 && peer_unused_ >= cap) {
     // Out of the turns until its data arrives or it asks again (on_data,
     // on_credit_ctrl).
@@ -551,9 +554,17 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more, TimeNs now) {
   return g;
 }
 
-void Connection::on_credited_arrival(uint32_t frame, TimeNs now) {
-  peer_unused_ -= std::min(frame, peer_unused_);
+uint32_t Connection::credit_cap() const {
   const uint32_t cap = cfg_.cc.credit_unused_cap_bytes;
+  if (cap == 0) return 0;
+  const uint64_t bdp = cfg_.cc.link_bps / 8 * cfg_.cc.base_rtt_ns / 1'000'000'000;
+  return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(cap, 2 * bdp), 1u << 30));
+}
+
+void Connection::on_credited_arrival(uint32_t frame, TimeNs now) {
+  credited_arrival_at_ = now;
+  peer_unused_ -= std::min(frame, peer_unused_);
+  const uint32_t cap = credit_cap();
   peer_arrived_since_forgiven_ = static_cast<uint32_t>(
       std::min<uint64_t>(uint64_t{peer_arrived_since_forgiven_} + frame, cap));
   if (peer_arrived_since_forgiven_ >= cap / 2) credit_forgiven_ = 0;

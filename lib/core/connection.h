@@ -237,6 +237,9 @@ class Connection {
   // New credited data of `frame` bytes arrived from the peer: its grants
   // are in use (peer_unused_).
   void on_credited_arrival(uint32_t frame, TimeNs now);
+  // cc.credit_unused_cap_bytes, and at least two of the peer's BDPs (the
+  // link's rate times the base RTT) so that the cap never limits a flow.
+  uint32_t credit_cap() const;
   const CreditSender& credit() const { return credit_; }
   bool uses_credit() const { return credit_on_; }
   // Earliest time pacing lets the next data packet leave (0: not paced).
@@ -667,6 +670,7 @@ class Connection {
   uint32_t peer_unused_ = 0;
   uint32_t peer_arrived_since_forgiven_ = 0;
   TimeNs credit_capped_at_ = 0;
+  TimeNs credited_arrival_at_ = 0;  // the peer's last credited data
   uint8_t credit_forgiven_ = 0;  // in a row, without the cap's half arriving
   bool credit_capped_ = false;
   bool credit_due_ = false;    // a CREDIT is to go out
