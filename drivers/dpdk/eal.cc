@@ -649,6 +649,7 @@ struct Park {
 std::mutex g_pause_lock;  // the holders' count and the current park
 int g_pause_depth = 0;
 std::shared_ptr<Park> g_park;  // null while the thread runs
+int g_lends = 0;               // InterruptsRun scopes alive: the thread runs for them
 
 void park_alarm(void* arg) {
   handoff_acquire(arg);
@@ -701,6 +702,11 @@ void unpark_now() {
 
 bool Eal::pause_interrupts(std::chrono::milliseconds wait) {
   std::lock_guard<std::mutex> g(g_pause_lock);
+  if (g_lends > 0 && initialized()) {
+    // Lent to a job (a port's handshake): parked when the last lend ends.
+    ++g_pause_depth;
+    return true;
+  }
   if (!g_park && (!initialized() || !park_now(wait))) return false;
   ++g_pause_depth;
   return true;
@@ -726,16 +732,20 @@ bool Eal::interrupts_paused() {
 
 Eal::InterruptsRun::InterruptsRun() {
   std::lock_guard<std::mutex> g(g_pause_lock);
-  lent_ = g_park != nullptr;
+  ++g_lends;
+  lent_ = true;
   unpark_now();
 }
 
 Eal::InterruptsRun::~InterruptsRun() {
   if (!lent_) return;
   std::lock_guard<std::mutex> g(g_pause_lock);
-  // Parked again for the holders left (if the thread does not park in
-  // time, they burst unprotected, as pause_interrupts' false allows).
-  if (g_pause_depth > 0 && !g_park && initialized()) park_now(std::chrono::milliseconds(500));
+  // Parked again for the holders left once no job needs the thread (if it
+  // does not park in time, they burst unprotected, as pause_interrupts'
+  // false allows).
+  if (--g_lends == 0 && g_pause_depth > 0 && !g_park && initialized()) {
+    park_now(std::chrono::milliseconds(5000));
+  }
 }
 
 Status Eal::remove_vdev(const std::string& name) {

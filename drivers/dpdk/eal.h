@@ -95,7 +95,7 @@ class Eal {
   // their job and park it again. False when the thread did not park within
   // `wait` (gone or stuck): it is not parked then, and resume_interrupts()
   // must not be called.
-  static bool pause_interrupts(std::chrono::milliseconds wait = std::chrono::milliseconds(500));
+  static bool pause_interrupts(std::chrono::milliseconds wait = std::chrono::milliseconds(2000));
   static void resume_interrupts();
   // The interrupt thread is parked now (diagnostics and tests).
   static bool interrupts_paused();

@@ -671,7 +671,7 @@ class Connection {
   uint32_t peer_arrived_since_forgiven_ = 0;
   TimeNs credit_capped_at_ = 0;
   TimeNs credited_arrival_at_ = 0;  // the peer's last credited data
-  uint8_t credit_forgiven_ = 0;  // in a row, without the cap's half arriving
+  uint8_t credit_forgiven_ = 0;     // in a row, without the cap's half arriving
   bool credit_capped_ = false;
   bool credit_due_ = false;    // a CREDIT is to go out
   uint8_t credit_copies_ = 0;  // ... and again this many times (the last grant of a demand)

@@ -267,10 +267,11 @@ TimeNs NeighborTable::due(const Neighbor& n) const {
       // The next request, or giving up once the last one went unanswered.
       return n.requests == 0 ? 0 : add_sat(n.last_request_at, cfg_.retry_interval_ns);
     case NeighborState::kReachable: {
-      TimeNs t = n.expires_at;
-      if (n.has_candidate && n.requests >= cfg_.max_requests) {
-        t = std::min(t, add_sat(n.last_request_at, cfg_.retry_interval_ns));
+      if (n.has_candidate) {
+        // Probing the MAC we hold: the next probe, or the switch.
+        return n.requests == 0 ? 0 : add_sat(n.last_request_at, cfg_.retry_interval_ns);
       }
+      TimeNs t = n.expires_at;
       if (n.used && n.requests < cfg_.max_requests) {
         TimeNs refresh;
         if (n.requests > 0) {
@@ -392,7 +393,10 @@ bool NeighborTable::on_reply(uint32_t ip, const MacAddr& mac, TimeNs now) {
       confirm(*n, mac, now);
       return true;
     case NeighborState::kReachable:
-      if (n->requests == 0) break;  // no refresh under way
+      if (n->requests == 0) {  // no refresh under way: nobody asked
+        if (n->mac != mac) challenge(ip, mac, now);
+        break;
+      }
       if (n->mac == mac) {
         if (n->has_candidate) ++stats_.mac_change_refused;
         ++stats_.refreshed;
@@ -436,6 +440,19 @@ bool NeighborTable::resolve(uint32_t ip, TimeNs now) {
   n->expires_at = kNever;
   note(*n);
   return true;
+}
+
+void NeighborTable::challenge(uint32_t ip, const MacAddr& mac, TimeNs now) {
+  Neighbor* n = find_mut(ip);
+  if (n == nullptr || n->state != NeighborState::kReachable || n->mac == mac || n->has_candidate) {
+    return;
+  }
+  n->candidate = mac;
+  n->has_candidate = true;
+  n->requests = 0;
+  n->last_request_at = now;
+  ++stats_.challenges;
+  note(*n);
 }
 
 bool NeighborTable::next_request(TimeNs now, uint32_t* target_ip, MacAddr* unicast_to,
@@ -551,6 +568,9 @@ size_t Arp::on_frame(const uint8_t* frame, size_t len, TimeNs now, uint8_t* repl
     if (for_us && p.sender_ip != 0 && table_.on_reply(p.sender_ip, p.sender_mac, now)) return 0;
     ++stats_.ignored;
     return 0;
+  }
+  if (p.sender_ip != 0 && table_.state(p.sender_ip) == NeighborState::kReachable) {
+    table_.challenge(p.sender_ip, p.sender_mac, now);  // nothing if it is the MAC we hold
   }
   if (p.op == kArpOpRequest && for_us) {
     // A peer we are resolving may ask for us first (both ends set up a

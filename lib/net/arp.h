@@ -114,6 +114,7 @@ struct NeighborStats {
   uint64_t evicted = 0;             // learned or failed entries dropped for a new resolution
   uint64_t unsolicited = 0;         // replies to no request of ours: ignored
   uint64_t mac_change_refused = 0;  // another MAC claimed, and the one we hold answered
+  uint64_t challenges = 0;          // probe series started by a claim nobody asked for
   uint64_t failed = 0;              // resolutions that gave up
   uint64_t expired = 0;             // mappings (and failed entries) dropped by age
 };
@@ -148,6 +149,12 @@ class NeighborTable {
   // hold go unanswered. Anything else (no entry, no request outstanding)
   // changes nothing: false, counted as unsolicited.
   bool on_reply(uint32_t ip, const MacAddr& mac, TimeNs now);
+  // ARP traffic nobody asked for claims another MAC for a mapping we hold
+  // (a gratuitous ARP, a request, an unsolicited reply: a peer that moved,
+  // or an attacker). The claim becomes a candidate and the mapping is
+  // probed at once by unicast to the MAC we hold; the candidate replaces it
+  // only if every probe goes unanswered. One series at a time per entry.
+  void challenge(uint32_t ip, const MacAddr& mac, TimeNs now);
   // Starts resolving `ip` (a neighbour: the peer itself or its gateway, see
   // Arp::next_hop). No-op while a resolution is under way or the mapping is
   // valid; restarts a failed one. In a full table it evicts a failed entry,

@@ -512,15 +512,22 @@ TEST_F(EthdevPortTest, MemifServerAndClientInOneProcess) {
 // The EAL's interrupt thread parked: nested holds, a scope that lets it
 // run (a port's handshake, a job on the thread) and parks it again after.
 TEST_F(EthdevPortTest, InterruptThreadParksNestsAndRunsForAJob) {
+  // Generous waits for the thread to park: the cores may be busy.
+  const std::chrono::seconds wait(30);
   ASSERT_FALSE(Eal::interrupts_paused());
-  ASSERT_TRUE(Eal::pause_interrupts());
+  ASSERT_TRUE(Eal::pause_interrupts(wait));
   EXPECT_TRUE(Eal::interrupts_paused());
-  ASSERT_TRUE(Eal::pause_interrupts());  // a second holder
+  ASSERT_TRUE(Eal::pause_interrupts(wait));  // a second holder
   {
     Eal::InterruptsRun run;
     EXPECT_FALSE(Eal::interrupts_paused());
+    // A holder that comes meanwhile is parked for once the job is done,
+    // not underneath it.
+    ASSERT_TRUE(Eal::pause_interrupts(wait));
+    EXPECT_FALSE(Eal::interrupts_paused());
   }
   EXPECT_TRUE(Eal::interrupts_paused());
+  Eal::resume_interrupts();
   // A job on the thread runs (it is let go for it), and the thread parks again.
   bool ran = false;
   Eal::run_on_interrupt_thread([](void* p) { *static_cast<bool*>(p) = true; }, &ran);

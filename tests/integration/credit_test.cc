@@ -232,7 +232,8 @@ TEST(Credit, APeerWhoseDataNeverArrivesGetsAtMostTheCapOfGrants) {
   Transfer t(c, 64 << 20);
   t.post();
   const auto drop_data = [&](const Frame& f, bool a_to_b) { return a_to_b && is_data(parse(f)); };
-  t.p.run_for(1'000'000'000, 10'000, [] { return false; }, drop_data);
+  t.p.run_for(
+      1'000'000'000, 10'000, [] { return false; }, drop_data);
   const uint64_t cap = c.cc.credit_unused_cap_bytes;
   const ConnectionStats& rx = t.p.qb->stats();
   EXPECT_GE(rx.credit_capped, 1u);

@@ -17,8 +17,10 @@ stop_busy() {
   wait 2>/dev/null
 }
 trap stop_busy EXIT
+trap 'exit 143' TERM INT
 for core in 0 1; do
-  taskset -c "$core" bash -c 'while :; do :; done' &
+  # Bounded: a runner that kills this script (a timeout) leaves no spinner.
+  taskset -c "$core" timeout 1800 bash -c 'while :; do :; done' &
   busy+=($!)
 done
 failed=0 crashed=0

@@ -363,6 +363,40 @@ TEST_F(ArpResponderTest, NoFrameNobodyAskedForRedirectsAResolvedPeer) {
   EXPECT_EQ(arp_.neighbors().stats().mac_changes, 0u);
   EXPECT_EQ(arp_.neighbors().find(kPeerIp)->expires_at, 65 * kSec);  // confirmed at 5 s only
   EXPECT_EQ(arp_.stats().ignored, 2u);  // the gratuitous ARP and the unsolicited reply
+  // The claims start one probe series to the MAC we hold; the peer answers.
+  EXPECT_EQ(arp_.neighbors().stats().challenges, 1u);
+  ASSERT_EQ(arp_.poll(8 * kSec, req.data(), req.size()), kArpFrameSize);
+  feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp), 8 * kSec + 5);
+  for (TimeNs t = 9; t <= 12; ++t) arp_.poll(t * kSec, req.data(), req.size());
+  ASSERT_TRUE(arp_.lookup(kPeerIp, 12 * kSec, &mac));
+  EXPECT_EQ(mac, kPeerMac);
+  EXPECT_EQ(arp_.neighbors().stats().mac_change_refused, 1u);
+}
+
+// A peer that moved to another NIC announces it (gratuitous ARP): the MAC
+// we hold is probed by unicast at once, and the new one is taken when no
+// probe is answered, 3 s later. Had the old MAC answered, it would stay.
+TEST_F(ArpResponderTest, AnAnnouncedNewMacIsTakenOnceTheOldOneStaysSilent) {
+  ASSERT_TRUE(arp_.resolve(kPeerIp, 5 * kSec));
+  std::array<uint8_t, kArpFrameSize> buf;
+  ASSERT_EQ(arp_.poll(5 * kSec, buf.data(), buf.size()), kArpFrameSize);
+  feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp));
+  const Bytes garp = frame_of(packet(kArpOpRequest, kOtherMac, kPeerIp, MacAddr{}, kPeerIp));
+  EXPECT_EQ(feed(garp, 7 * kSec), 0u);
+  EXPECT_EQ(arp_.neighbors().stats().challenges, 1u);
+  MacAddr mac{};
+  for (TimeNs s = 7; s <= 9; ++s) {
+    ASSERT_EQ(arp_.poll(s * kSec, buf.data(), buf.size()), kArpFrameSize) << s;
+    EXPECT_EQ(Bytes(buf.begin(), buf.end()),
+              frame_of(ArpPacket{kPeerMac, kOurMac, kArpOpRequest, kOurMac, kOurIp, MacAddr{},
+                                 kPeerIp}));  // unicast, to the MAC we hold
+    ASSERT_TRUE(arp_.lookup(kPeerIp, s * kSec, &mac));
+    EXPECT_EQ(mac, kPeerMac);
+  }
+  EXPECT_EQ(arp_.poll(10 * kSec, buf.data(), buf.size()), 0u);
+  ASSERT_TRUE(arp_.lookup(kPeerIp, 10 * kSec, &mac));
+  EXPECT_EQ(mac, kOtherMac);
+  EXPECT_EQ(arp_.neighbors().stats().mac_changes, 1u);
 }
 
 TEST_F(ArpResponderTest, IgnoresOwnFramesBadSendersAndConflicts) {
