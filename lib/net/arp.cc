@@ -112,18 +112,6 @@ size_t build_arp(uint8_t* buf, size_t cap, const ArpPacket& p) {
   return kArpFrameSize;
 }
 
-size_t build_arp_request(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
-                         uint32_t target_ip) {
-  ArpPacket p;
-  p.eth_dst = kBroadcastMac;
-  p.eth_src = mac;
-  p.op = kArpOpRequest;
-  p.sender_mac = mac;
-  p.sender_ip = ip;
-  p.target_ip = target_ip;  // target_mac stays zero: it is what we ask for
-  return build_arp(buf, cap, p);
-}
-
 size_t build_arp_probe(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
                        const MacAddr& target_mac, uint32_t target_ip) {
   ArpPacket p;
@@ -132,8 +120,13 @@ size_t build_arp_probe(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip
   p.op = kArpOpRequest;
   p.sender_mac = mac;
   p.sender_ip = ip;
-  p.target_ip = target_ip;
+  p.target_ip = target_ip;  // target_mac stays zero: it is what we ask for
   return build_arp(buf, cap, p);
+}
+
+size_t build_arp_request(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
+                         uint32_t target_ip) {
+  return build_arp_probe(buf, cap, mac, ip, kBroadcastMac, target_ip);
 }
 
 size_t build_arp_reply(uint8_t* buf, size_t cap, const MacAddr& mac, uint32_t ip,
