@@ -168,14 +168,10 @@ uint32_t Connection::build_close_answer(uint8_t* buf, uint32_t cap) {
 
 void Connection::on_close(uint32_t cack, TimeNs now) {
   // Our peer's CLOSE names what it received in order: at least what it
-  // acknowledged (snd_una_ - 1), at most what we sent. One outside came
-  // from an earlier connection on the same ids (its PSNs started
-  // elsewhere) or from a stranger: unanswered, and our peer is not taken
-  // for closed (its CLOSE would have waited for our last ACK in vain).
-  if (!names_sent_psn(cack, 0)) {
-    ++stats_.stale_closes;
-    return;
-  }
+  // acknowledged (snd_una_ - 1), at most what we sent. The endpoint
+  // answered any other statelessly and did not pass it on
+  // (Endpoint::receive): our peer is not taken for closed by one from an
+  // earlier connection on the same ids, or from a stranger.
   // As a cumulative ACK (without SACK, RTT sample or congestion signal:
   // the peer is going).
   if (state_ == ConnectionState::kActive && psn_lt(snd_una_, cack + 1)) {
