@@ -52,6 +52,9 @@ struct CcConfig {
   // that doubles); a peer whose credited data still arrives is forgiven at
   // once.
   uint32_t credit_unused_cap_bytes = 1u << 20;
+
+  // The link's bytes in one base RTT (0 when the base RTT is not set).
+  uint64_t bdp_bytes() const { return link_bps / 8 * base_rtt_ns / 1'000'000'000ull; }
 };
 
 // What one ACK says.

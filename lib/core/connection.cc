@@ -91,8 +91,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   if (credit_on_) {
     uint64_t spec = cfg.cc.credit_speculative_bytes;
     if (spec == 0) {
-      spec = cfg.cc.base_rtt_ns > 0 ? cfg.cc.link_bps / 8 * cfg.cc.base_rtt_ns / 1'000'000'000ull
-                                    : 64 * 1024;
+      spec = cfg.cc.base_rtt_ns > 0 ? cfg.cc.bdp_bytes() : 64 * 1024;
     }
     credit_ = CreditSender(static_cast<uint32_t>(std::clamp<uint64_t>(spec, 1, 1u << 30)));
   }
@@ -557,8 +556,8 @@ uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more, TimeNs now) {
 uint32_t Connection::credit_cap() const {
   const uint32_t cap = cfg_.cc.credit_unused_cap_bytes;
   if (cap == 0) return 0;
-  const uint64_t bdp = cfg_.cc.link_bps / 8 * cfg_.cc.base_rtt_ns / 1'000'000'000;
-  return static_cast<uint32_t>(std::min<uint64_t>(std::max<uint64_t>(cap, 2 * bdp), 1u << 30));
+  return static_cast<uint32_t>(
+      std::min<uint64_t>(std::max<uint64_t>(cap, 2 * cfg_.cc.bdp_bytes()), 1u << 30));
 }
 
 void Connection::on_credited_arrival(uint32_t frame, TimeNs now) {

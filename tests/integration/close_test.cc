@@ -247,11 +247,7 @@ TEST(Close, ACloseAcknowledgesOnlyOutstandingPackets) {
   ASSERT_EQ(close.size(), 1u);
   ASSERT_TRUE(is_close(close[0]));
   // A forged copy naming a PSN far beyond what a sent.
-  Frame forged = close[0];
-  wire::CtrlHeader h;
-  ASSERT_GT(wire::decode_ctrl(forged.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
-  h.psn += 1000;
-  wire::encode_ctrl(forged.data() + wire::kL2L4Size, h);
+  const Frame forged = with_ctrl(close[0], [](wire::CtrlHeader& h) { h.psn += 1000; });
   p.deliver(p.a, {forged});
   EXPECT_TRUE(poll_all(p.a_scq).empty());
   EXPECT_EQ(p.qa->unacked_packets(), 2u);
@@ -277,18 +273,11 @@ TEST(Close, ACloseFromAnEarlierConnectionOnTheIdsChangesNothing) {
   ASSERT_EQ(close.size(), 1u);
   ASSERT_TRUE(is_close(close[0]));
   for (const uint32_t shift : {0x10000000u, 0x00800000u, 0xfffffff0u}) {
-    Frame stale = close[0];
-    wire::CtrlHeader h;
-    ASSERT_GT(wire::decode_ctrl(stale.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
-    h.psn += shift;
-    wire::encode_ctrl(stale.data() + wire::kL2L4Size, h);
-    p.deliver(p.b, {stale});
+    const uint32_t psn = parse(close[0]).ctrl.psn + shift;
+    p.deliver(p.b, {with_ctrl(close[0], [&](wire::CtrlHeader& h) { h.psn = psn; })});
     const auto answers = p.drain(p.b);
     ASSERT_EQ(answers.size(), 1u) << shift;
-    wire::ParsedPacket pkt;
-    ASSERT_EQ(wire::decode_frame(answers[0].data(), answers[0].size(), {}, &pkt),
-              wire::DropReason::kNone);
-    EXPECT_EQ(pkt.ack.cack_psn, h.psn);  // its own PSN back, not ours
+    EXPECT_EQ(parse(answers[0]).ack.cack_psn, psn);  // its own PSN back, not ours
   }
   EXPECT_EQ(p.qb->stats().stale_closes, 3u);
   EXPECT_EQ(p.b.stats().closes_answered_unknown, 0u);
@@ -307,24 +296,17 @@ TEST(Close, AStrangersCloseIsAnsweredAlikeForLiveAndUnknownIds) {
   ASSERT_EQ(close.size(), 1u);
   std::vector<Frame> answers;
   for (const uint16_t id : {kIdA, uint16_t{777}}) {
-    Frame f = close[0];
-    wire::CtrlHeader h;
-    ASSERT_GT(wire::decode_ctrl(f.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
-    h.psn = 0x5a5a5a5a;
-    h.dpdcid = id;
-    h.spdcid = 4242;  // not a's peer's id
-    wire::encode_ctrl(f.data() + wire::kL2L4Size, h);
-    p.deliver(p.a, {f});
+    p.deliver(p.a, {with_ctrl(close[0], [&](wire::CtrlHeader& h) {
+                h.psn = 0x5a5a5a5a;
+                h.dpdcid = id;
+                h.spdcid = 4242;  // not a's peer's id
+              })});
     auto got = p.drain(p.a);
     ASSERT_EQ(got.size(), 1u) << id;
     answers.push_back(got[0]);
   }
   // Alike but for the ids they name.
-  wire::ParsedPacket x, y;
-  ASSERT_EQ(wire::decode_frame(answers[0].data(), answers[0].size(), {}, &x),
-            wire::DropReason::kNone);
-  ASSERT_EQ(wire::decode_frame(answers[1].data(), answers[1].size(), {}, &y),
-            wire::DropReason::kNone);
+  const wire::ParsedPacket x = parse(answers[0]), y = parse(answers[1]);
   EXPECT_EQ(answers[0].size(), answers[1].size());
   EXPECT_EQ(x.ack.cack_psn, 0x5a5a5a5au);
   EXPECT_EQ(y.ack.cack_psn, 0x5a5a5a5au);
@@ -345,12 +327,9 @@ TEST(Close, StatelessAnswersAreRateLimited) {
   auto flood = [&](int n) {
     size_t answered = 0;
     for (int i = 0; i < n; ++i) {
-      Frame f = close[0];
-      wire::CtrlHeader h;
-      wire::decode_ctrl(f.data() + wire::kL2L4Size, wire::kCtrlSize, &h);
-      h.dpdcid = static_cast<uint16_t>(1000 + i);
-      wire::encode_ctrl(f.data() + wire::kL2L4Size, h);
-      p.deliver(p.a, {f});
+      p.deliver(p.a, {with_ctrl(close[0], [&](wire::CtrlHeader& h) {
+                  h.dpdcid = static_cast<uint16_t>(1000 + i);
+                })});
       answered += p.drain(p.a).size();
     }
     return answered;

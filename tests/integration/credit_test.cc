@@ -23,13 +23,6 @@ ConnectionConfig credit_config() {
   return c;
 }
 
-wire::ParsedPacket parse(const Frame& f) {
-  wire::ParsedPacket pkt;
-  EXPECT_EQ(wire::decode_frame(f.data(), f.size(), wire::DecodeOptions{}, &pkt),
-            wire::DropReason::kNone);
-  return pkt;
-}
-
 bool is_data(const wire::ParsedPacket& p) {
   return static_cast<wire::PdsType>(p.pro.type) == wire::PdsType::kRudReq;
 }
@@ -304,10 +297,7 @@ TEST(Credit, ControlFramesNamingPsnsOutOfReachAreIgnored) {
     if (is_ctrl(f, wire::CtrlType::kCreditReq)) req = f;
   }
   ASSERT_FALSE(req.empty());
-  wire::CtrlHeader h;
-  ASSERT_GT(wire::decode_ctrl(req.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
-  h.psn += 0x40000000;
-  wire::encode_ctrl(req.data() + wire::kL2L4Size, h);
+  req = with_ctrl(req, [](wire::CtrlHeader& h) { h.psn += 0x40000000; });
   wire::store_be32(req.data() + wire::kL2L4Size + wire::kCtrlSize, 1u << 30);  // 1 GiB
   t.p.deliver(t.p.b, {req});
   for (const Frame& f : t.p.drain(t.p.b)) EXPECT_FALSE(is_ctrl(f, wire::CtrlType::kCredit));
@@ -321,10 +311,7 @@ TEST(Credit, ControlFramesNamingPsnsOutOfReachAreIgnored) {
     if (is_ctrl(f, wire::CtrlType::kCredit)) credit = f;
   }
   ASSERT_FALSE(credit.empty());
-  wire::CtrlHeader g;
-  ASSERT_GT(wire::decode_ctrl(credit.data() + wire::kL2L4Size, wire::kCtrlSize, &g), 0u);
-  g.psn += 0x40000000;
-  wire::encode_ctrl(credit.data() + wire::kL2L4Size, g);
+  credit = with_ctrl(credit, [](wire::CtrlHeader& h) { h.psn += 0x40000000; });
   wire::store_be32(credit.data() + wire::kL2L4Size + wire::kCtrlSize, 1u << 30);
   t.p.deliver(t.p.a, {credit});
   EXPECT_EQ(t.p.qa->stats().stale_ctrl, 1u);

@@ -8,10 +8,30 @@
 
 #include "sim_pair.h"
 #include "wire/byte_order.h"
+#include "wire/pds.h"
 
 namespace braid::test {
 
 using Frame = std::vector<uint8_t>;
+
+// A frame as the endpoints decode it.
+inline wire::ParsedPacket parse(const Frame& f) {
+  wire::ParsedPacket pkt;
+  EXPECT_EQ(wire::decode_frame(f.data(), f.size(), wire::DecodeOptions{}, &pkt),
+            wire::DropReason::kNone);
+  return pkt;
+}
+
+// A copy of a CTRL frame with its header changed by edit(CtrlHeader&):
+// a forged control packet.
+template <typename Edit>
+Frame with_ctrl(Frame f, Edit edit) {
+  wire::CtrlHeader h;
+  EXPECT_GT(wire::decode_ctrl(f.data() + wire::kL2L4Size, wire::kCtrlSize, &h), 0u);
+  edit(h);
+  wire::encode_ctrl(f.data() + wire::kL2L4Size, h);
+  return f;
+}
 
 class DirectPair {
  public:

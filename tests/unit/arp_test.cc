@@ -296,6 +296,14 @@ class ArpResponderTest : public ::testing::Test {
   Bytes out(size_t n) const {
     return Bytes(out_.begin(), out_.begin() + static_cast<std::ptrdiff_t>(n));
   }
+  // Resolves the peer at 5 s: our request, its reply (taken, not answered).
+  void resolve_peer() {
+    ASSERT_TRUE(arp_.resolve(kPeerIp, 5 * kSec));
+    std::array<uint8_t, kArpFrameSize> req;
+    ASSERT_EQ(arp_.poll(5 * kSec, req.data(), req.size()), kArpFrameSize);
+    EXPECT_EQ(feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp)), 0u);
+    ASSERT_EQ(arp_.state(kPeerIp), NeighborState::kReachable);
+  }
 
   Arp arp_;
   std::array<uint8_t, 128> out_{};
@@ -332,10 +340,7 @@ TEST_F(ArpResponderTest, RepliesAnswerOurRequestsOnly) {
   EXPECT_EQ(arp_.state(kPeerIp), NeighborState::kUnknown);
   EXPECT_EQ(arp_.neighbors().stats().unsolicited, 1u);
   // Asked, and answered.
-  ASSERT_TRUE(arp_.resolve(kPeerIp, 5 * kSec));
-  std::array<uint8_t, kArpFrameSize> req;
-  ASSERT_EQ(arp_.poll(5 * kSec, req.data(), req.size()), kArpFrameSize);
-  EXPECT_EQ(feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp)), 0u);
+  ASSERT_NO_FATAL_FAILURE(resolve_peer());
   MacAddr mac{};
   ASSERT_TRUE(arp_.lookup(kPeerIp, 6 * kSec, &mac));
   EXPECT_EQ(mac, kPeerMac);
@@ -349,10 +354,8 @@ TEST_F(ArpResponderTest, RepliesAnswerOurRequestsOnly) {
 // a gratuitous ARP and a request "from" the peer, each naming another MAC,
 // leave the mapping as it is (each one used to overwrite it).
 TEST_F(ArpResponderTest, NoFrameNobodyAskedForRedirectsAResolvedPeer) {
-  ASSERT_TRUE(arp_.resolve(kPeerIp, 5 * kSec));
+  ASSERT_NO_FATAL_FAILURE(resolve_peer());
   std::array<uint8_t, kArpFrameSize> req;
-  ASSERT_EQ(arp_.poll(5 * kSec, req.data(), req.size()), kArpFrameSize);
-  feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp));
   const Bytes garp = frame_of(packet(kArpOpRequest, kOtherMac, kPeerIp, MacAddr{}, kPeerIp));
   EXPECT_EQ(feed(garp, 7 * kSec), 0u);
   EXPECT_EQ(feed(reply_from(kOtherMac, kPeerIp, kOurMac, kOurIp), 7 * kSec), 0u);
@@ -377,10 +380,8 @@ TEST_F(ArpResponderTest, NoFrameNobodyAskedForRedirectsAResolvedPeer) {
 // we hold is probed by unicast at once, and the new one is taken when no
 // probe is answered, 3 s later. Had the old MAC answered, it would stay.
 TEST_F(ArpResponderTest, AnAnnouncedNewMacIsTakenOnceTheOldOneStaysSilent) {
-  ASSERT_TRUE(arp_.resolve(kPeerIp, 5 * kSec));
+  ASSERT_NO_FATAL_FAILURE(resolve_peer());
   std::array<uint8_t, kArpFrameSize> buf;
-  ASSERT_EQ(arp_.poll(5 * kSec, buf.data(), buf.size()), kArpFrameSize);
-  feed(reply_from(kPeerMac, kPeerIp, kOurMac, kOurIp));
   const Bytes garp = frame_of(packet(kArpOpRequest, kOtherMac, kPeerIp, MacAddr{}, kPeerIp));
   EXPECT_EQ(feed(garp, 7 * kSec), 0u);
   EXPECT_EQ(arp_.neighbors().stats().challenges, 1u);
