@@ -530,6 +530,13 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: CRC-32C trailer on what we send: on, off, or auto (default: on where "
                  "frames leave the host); every trailer received is checked")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  app.add_option("--auth", o.auth,
+                 "Braid: authenticated mode (AES-256-GCM, UET's TSS): off, on, or required "
+                 "(on, and no answer to anything unauthenticated); both ends alike")
+      ->check(CLI::IsMember({"off", "on", "required"}));
+  app.add_option("--auth-key", o.auth_key,
+                 "Braid: the shared secret for --auth: 64 hex digits, or @file holding them "
+                 "(default: $BRAID_AUTH_KEY)");
   app.add_option("--engines", o.engines,
                  "Braid: engines on the port, one per queue pair (default 1); QP n runs on "
                  "engine n % engines, and both ends' ports need that many queues")
@@ -794,6 +801,9 @@ int Session::open_device() {
   cfg.crc = o_.crc == "on" ? 1 : o_.crc == "off" ? -1 : 0;
   cfg.tx_copy = o_.tx_copy ? 1 : 0;
   cfg.engines = o_.engines;
+  cfg.auth = o_.auth == "on" ? BRAID_AUTH_ON : o_.auth == "required" ? BRAID_AUTH_REQUIRED : 0;
+  const char* env_key = std::getenv("BRAID_AUTH_KEY");
+  cfg.auth_key = !o_.auth_key.empty() ? o_.auth_key.c_str() : env_key;
   cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
               : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
                                         : BRAID_PATHS_REPS;
@@ -1196,6 +1206,10 @@ void Session::print_stats() const {
     sum.credit_bytes_granted += q.credit_bytes_granted;
     sum.unscheduled_sent += q.unscheduled_sent;
     sum.credit_stalls += q.credit_stalls;
+    sum.wrong_job_id += q.wrong_job_id;
+    sum.auth_failed += q.auth_failed;
+    sum.auth_replayed += q.auth_replayed;
+    sum.unsealed += q.unsealed;
   }
   // The sender's state and its paths, for the first QP.
   braid_qp_stats q0{};
@@ -1239,6 +1253,12 @@ void Session::print_stats() const {
               sum.lost_inferred, sum.lost_nacked, sum.lost_timeout, sum.timeouts, sum.acks_sent,
               sum.acks_received, sum.nacks_sent, sum.nacks_received, sum.rnr_nacks_sent,
               sum.rnr_nacks_received, sum.access_errors);
+  if (o_.auth != "off" || sum.wrong_job_id + sum.unsealed > 0) {
+    std::printf(" Refused as foreign: wrong job id %" PRIu64 "; not authentic %" PRIu64
+                ", replayed %" PRIu64 ", %s %" PRIu64 "\n",
+                sum.wrong_job_id, sum.auth_failed, sum.auth_replayed,
+                o_.auth != "off" ? "in clear" : "sealed", sum.unsealed);
+  }
   std::printf(" Congestion: data packets received ECN-marked %" PRIu64 "; CNPs sent %" PRIu64
               " received %" PRIu64 "\n",
               sum.ecn_received, sum.cnps_sent, sum.cnps_received);

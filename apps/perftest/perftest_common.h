@@ -59,6 +59,8 @@ struct Options {
   uint16_t entropies = 0;
   uint16_t udp_port = 0;
   std::string crc = "auto";
+  std::string auth = "off";
+  std::string auth_key;  // 64 hex digits or @file; default $BRAID_AUTH_KEY
   bool tx_copy = false;
   int engines = 1;
   std::string paths = "reps";

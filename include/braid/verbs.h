@@ -116,6 +116,22 @@ struct braid_device_config {
    * thread. A CQ takes completions from QPs of any engine, in order per QP
    * (docs/ibverbs.md). */
   int engines;
+  /* Authenticated mode (docs/security.md): enum braid_auth, default off.
+   * ON seals every packet of every QP with AES-256-GCM (UET's TSS header,
+   * a 16-byte ICV) under keys derived for each QP direction from auth_key,
+   * and takes only packets that authenticate (replays and forgeries are
+   * dropped and counted). REQUIRED also answers no frame it cannot
+   * authenticate. Both ends need the same mode and key. */
+  int auth;
+  /* The secret every device of the job shares: 64 hex digits (32 bytes),
+   * or "@path" of a file that holds them. Required when auth is on. */
+  const char* auth_key;
+};
+
+enum braid_auth {
+  BRAID_AUTH_OFF = 0,
+  BRAID_AUTH_ON = 1,
+  BRAID_AUTH_REQUIRED = 2,
 };
 
 enum braid_path_policy {
@@ -341,8 +357,8 @@ struct braid_qp_attr {
    * ends then need the same link MTU, as with RoCE. */
   enum braid_mtu path_mtu;
   uint32_t qkey;
-  uint32_t rq_psn;
-  uint32_t sq_psn;
+  uint32_t rq_psn;  // all 32 bits are used (InfiniBand's PSNs, through the
+  uint32_t sq_psn;  // libibverbs face, are 24): random ones are harder to guess
   uint32_t dest_qp_num;
   unsigned int qp_access_flags;
   struct braid_qp_cap cap;
@@ -456,6 +472,11 @@ struct braid_qp_stats {
   uint64_t credit_bytes_granted;                           /* by this QP, to its peer */
   uint64_t unscheduled_sent; /* data packets sent without credit (from idle) */
   uint64_t credit_stalls;    /* times it asked again after waiting for credit */
+  /* Packets refused as foreign (docs/security.md), all dropped: */
+  uint64_t wrong_job_id;  /* data whose SES job id is not this QP direction's */
+  uint64_t auth_failed;   /* sealed, and did not authenticate (auth on) */
+  uint64_t auth_replayed; /* sealed, authentic, seen before (or too old) */
+  uint64_t unsealed;      /* in clear where auth is on, or sealed where it is off */
 };
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 

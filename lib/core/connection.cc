@@ -28,6 +28,22 @@ bool consumes_receive(Opcode op) {
 
 }  // namespace
 
+uint32_t direction_job_id(uint32_t start_psn, uint16_t src_id, uint16_t dst_id, uint32_t src_ip,
+                          uint32_t dst_ip) {
+  // Two rounds of a 64-bit multiply-xorshift mix: every input bit reaches
+  // every output bit.
+  const auto mix = [](uint64_t x) {
+    x ^= x >> 31;
+    x *= 0x9e3779b97f4a7c15ull;
+    x ^= x >> 29;
+    x *= 0xbf58476d1ce4e5b9ull;
+    return x ^ (x >> 32);
+  };
+  const uint64_t a = (uint64_t{start_psn} << 32) | (uint64_t{src_id} << 16) | dst_id;
+  const uint64_t b = (uint64_t{src_ip} << 32) | dst_ip;
+  return static_cast<uint32_t>(mix(mix(a) ^ b)) & 0xffffff;
+}
+
 Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
                        CompletionQueue* send_cq, CompletionQueue* recv_cq, TimingWheel* wheel)
     : cfg_(cfg),
@@ -64,6 +80,17 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   retx_mask_ = 2 * records - 1;
   snd_una_ = snd_nxt_ = cfg.tx_psn;
   highest_sacked_ = cfg.tx_psn - 1;
+  tx_job_id_ =
+      direction_job_id(cfg.tx_psn, cfg.local_id, cfg.remote_id, cfg.local_ip, cfg.remote_ip);
+  rx_job_id_ =
+      direction_job_id(cfg.rx_psn, cfg.remote_id, cfg.local_id, cfg.remote_ip, cfg.local_ip);
+  if (cfg_.auth) {
+    cfg_.crc_trailer = false;  // the ICV covers more
+    rx_key_ = wire::TssKey::derive(
+        cfg_.auth_secret,
+        {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id, cfg_.local_id, cfg_.rx_psn}, cfg_.auth_sdi);
+    derive_keys();
+  }
   sq_.resize(std::min(cfg_.sq_depth, entries));
   sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
   // The responder's queues: the READs it accepts.
@@ -143,7 +170,23 @@ bool Connection::set_send_psn(uint32_t psn) {
   cfg_.tx_psn = psn;
   snd_una_ = snd_nxt_ = psn;
   highest_sacked_ = psn - 1;
+  tx_job_id_ = direction_job_id(psn, cfg_.local_id, cfg_.remote_id, cfg_.local_ip, cfg_.remote_ip);
+  if (cfg_.auth) derive_keys();
   return true;
+}
+
+void Connection::derive_keys() {
+  // Ours, from the PSN we start at; and the one a responder in RTR would
+  // seal its first responses with (it starts at our PSN too).
+  tx_key_ = wire::TssKey::derive(
+      cfg_.auth_secret, {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id, cfg_.tx_psn},
+      cfg_.auth_sdi);
+  rx_key_rtr_ = cfg_.tx_psn == cfg_.rx_psn
+                    ? nullptr
+                    : wire::TssKey::derive(cfg_.auth_secret,
+                                           {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id,
+                                            cfg_.local_id, cfg_.tx_psn},
+                                           cfg_.auth_sdi);
 }
 
 void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,

@@ -84,6 +84,12 @@ struct ConnectionConfig {
   TimeNs peer_ack_hold_ns = 0;
   uint32_t path_reorder_threshold = 1;  // later packets acked on the same entropy => loss
   bool crc_trailer = false;
+  // Authenticated mode (TSS): every packet sealed with AES-256-GCM under
+  // keys derived from this secret for each direction (wire/tss.h), and only
+  // sealed packets that authenticate are taken. No CRC trailer then.
+  bool auth = false;
+  wire::TssSecret auth_secret{};
+  uint32_t auth_sdi = 0;     // the security header's SDI (24 bits)
   uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
   // The peer's MAC is not known yet (ARP under way): nothing is sent until
   // set_remote_mac(). An RC QP reaches RTR with a GID, not a MAC.
@@ -91,6 +97,14 @@ struct ConnectionConfig {
   EntropyConfig entropy;
   CcConfig cc;
 };
+
+// The SES job id on every data packet of one direction: 24 bits mixed from
+// the PSN that direction started at, both PDC ids and both addresses. A
+// receiver takes data only with its direction's id, so a stranger guessing
+// into the PSN window must also guess the start PSN exactly: RoCEv2's work
+// factor (docs/security.md) although any PSN in the window is accepted.
+uint32_t direction_job_id(uint32_t start_psn, uint16_t src_id, uint16_t dst_id, uint32_t src_ip,
+                          uint32_t dst_ip);
 
 // What a connection has seen; all plain counters.
 struct ConnectionStats {
@@ -116,9 +130,14 @@ struct ConnectionStats {
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t stale_closes = 0;     // CLOSEs naming PSNs this connection never sent: ignored
   uint64_t stale_ctrl = 0;       // CNPs, CREDITs, CREDIT_REQs naming PSNs out of reach: ignored
-  uint64_t read_timeouts = 0;    // RTOs spent waiting for READ response data
-  uint64_t tail_probes = 0;      // packets resent by a tail-loss probe
-  uint64_t cnps_sent = 0;        // DCQCN: congestion notifications we sent
+  uint64_t wrong_job_id = 0;     // data whose SES job id does not name this direction: dropped
+  // Authenticated mode.
+  uint64_t auth_failed = 0;    // sealed packets that did not authenticate: dropped
+  uint64_t auth_replayed = 0;  // sealed packets whose counter was seen (or too old): dropped
+  uint64_t unsealed = 0;       // packets not sealed (auth on) or sealed (auth off): dropped
+  uint64_t read_timeouts = 0;  // RTOs spent waiting for READ response data
+  uint64_t tail_probes = 0;    // packets resent by a tail-loss probe
+  uint64_t cnps_sent = 0;      // DCQCN: congestion notifications we sent
   uint64_t cnps_received = 0;
   uint64_t ecn_received = 0;  // data packets that arrived marked ECN-CE
   // Receiver-driven credit (credit.h).
@@ -494,7 +513,13 @@ class Connection {
   // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
   // the frame length. `body` bytes of UDP payload are already in place.
   uint32_t finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const;
-  size_t trailer() const { return cfg_.crc_trailer ? wire::kCrcTrailerSize : 0; }
+  // Bytes a frame carries besides its headers and payload: the TSS header
+  // and ICV, or the CRC-32C trailer.
+  size_t trailer() const {
+    return cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
+  }
+  // Payloads may go by reference (not copied into the frame).
+  bool payload_by_reference() const { return !cfg_.crc_trailer && !cfg_.auth; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
@@ -554,8 +579,18 @@ class Connection {
   }
   bool names_received_psn(uint32_t psn) const;
   void note_stale_close() { ++stats_.stale_closes; }
+  // Authenticated mode: checks a sealed packet's counter and ICV and
+  // decrypts it into `scratch` (room for its length), then decodes the SES
+  // header and payload from there into `pkt`. False (counted) if it is not
+  // this direction's, replayed, or forged.
+  bool open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch);
+  // Keys could not be made (libcrypto failed): the connection must not run.
+  bool auth_broken() const { return cfg_.auth && (tx_key_ == nullptr || rx_key_ == nullptr); }
+  void note_unsealed() { ++stats_.unsealed; }
 
  private:
+  void derive_keys();
+
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
   // `held`: how long the receiver says it held the ACK (its service time):
   // the path's delay is the time since the last transmission less that.
@@ -679,6 +714,15 @@ class Connection {
 
   // Receive state.
   ReceiveWindow rx_;
+  // The SES job id of each direction (direction_job_id): what we send, and
+  // what the peer's data must carry.
+  uint32_t tx_job_id_ = 0;
+  uint32_t rx_job_id_ = 0;
+  // Authenticated mode: a key per direction; until the first data arrives,
+  // also the key a responder that answered in RTR seals with (it starts at
+  // our initial PSN: learn_responder_psn).
+  std::unique_ptr<wire::TssKey> tx_key_, rx_key_, rx_key_rtr_;
+  wire::TssReplayWindow replay_;
   std::vector<RecvWqe> rq_;
   uint32_t rq_mask_;
   uint32_t rq_head_ = 0;  // oldest not completed (RSN)
@@ -706,7 +750,7 @@ class Connection {
   // Allocated the first time a connection needs it (most never do).
   static constexpr uint32_t kCeAcks = 64;
   static constexpr uint32_t kCeAckBytes =
-      wire::kL2L4Size + wire::kAckCcSize + wire::kCrcTrailerSize;
+      wire::kL2L4Size + wire::kAckCcSize + wire::kTssOverhead;  // the longest trailer
   struct CeAcks {
     uint8_t frame[kCeAcks][kCeAckBytes];
     uint8_t len[kCeAcks];

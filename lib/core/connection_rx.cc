@@ -20,7 +20,48 @@ void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t 
   ++stats_.nacks_sent;
 }
 
+bool Connection::open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch) {
+  if (!cfg_.auth) {
+    ++stats_.unsealed;
+    return false;
+  }
+  const wire::TssHeader h = pkt->tss;
+  if (!replay_.fresh(h.counter)) {
+    ++stats_.auth_replayed;
+    return false;
+  }
+  const uint8_t* at = pkt->sealed_at;
+  const size_t len = pkt->sealed_len;
+  size_t n = rx_key_->open(at, len, h, cfg_.remote_ip, cfg_.local_ip, scratch);
+  if (rx_key_rtr_ != nullptr) {
+    if (n > 0) {
+      rx_key_rtr_.reset();  // the peer seals from the PSN it was given at RTS
+    } else {
+      // A responder that answered in RTR seals from our initial PSN on (its
+      // ACKs too): a packet that authenticates so says it, and the key stays.
+      n = rx_key_rtr_->open(at, len, h, cfg_.remote_ip, cfg_.local_ip, scratch);
+      if (n > 0) rx_key_ = std::move(rx_key_rtr_);
+    }
+  }
+  if (n == 0) {
+    ++stats_.auth_failed;
+    return false;
+  }
+  replay_.take(h.counter);
+  if (wire::decode_udp_payload(scratch, n, false, pkt) != wire::DropReason::kNone) {
+    ++stats_.invalid_requests;  // authentic, yet not a packet: a peer's bug
+    return false;
+  }
+  pkt->sealed = true;
+  pkt->tss = h;
+  return true;
+}
+
 void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  if (cfg_.auth && !pkt.sealed) [[unlikely]] {
+    ++stats_.unsealed;
+    return;
+  }
   // A peer that sends trailers sends them on every packet: one without is a
   // packet whose flag a bit error cleared (its trailer would be read as
   // payload), dropped like any corrupted one.
@@ -110,6 +151,19 @@ bool Connection::names_received_psn(uint32_t psn) const {
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t psn = pkt.req.psn;
   if (stats_.data_received == 0 && pkt.has_ses_response && !pkt.trimmed) learn_responder_psn(pkt);
+  // Before anything is counted or marked: data of this direction carries
+  // its job id (a trimmed packet's SES header is not read: it only brings
+  // a NACK for its PSN to the peer).
+  if (!pkt.trimmed) [[likely]] {
+    if (!pkt.has_ses_request && !pkt.has_ses_response) [[unlikely]] {
+      ++stats_.invalid_requests;
+      return;
+    }
+    if ((pkt.has_ses_request ? pkt.ses.job_id : pkt.resp.job_id) != rx_job_id_) [[unlikely]] {
+      ++stats_.wrong_job_id;
+      return;
+    }
+  }
   const ReceiveWindow::Verdict v = rx_.check(psn);
   if (peer_credit_ && pacer_ != nullptr) {
     // What the receiver's link carried for this peer tells its pacer.
@@ -409,7 +463,9 @@ void Connection::learn_responder_psn(const wire::ParsedPacket& pkt) {
   // its responses at ours (our initial PSN, its rq_psn), which a stranger
   // must guess as exactly as RoCEv2's (any PSN used to restart the window:
   // one forged frame completed a READ with its bytes).
-  if (pkt.resp.message_offset != 0 || pkt.req.psn != cfg_.tx_psn ||
+  const uint32_t job_id =
+      direction_job_id(cfg_.tx_psn, cfg_.remote_id, cfg_.local_id, cfg_.remote_ip, cfg_.local_ip);
+  if (pkt.resp.message_offset != 0 || pkt.req.psn != cfg_.tx_psn || pkt.resp.job_id != job_id ||
       rx_.check(pkt.req.psn) == ReceiveWindow::Verdict::kNew) {
     return;
   }
@@ -418,6 +474,7 @@ void Connection::learn_responder_psn(const wire::ParsedPacket& pkt) {
     if (w.wr.opcode != Opcode::kRead) continue;
     if (static_cast<uint16_t>(w.msn) == pkt.resp.read_request_message_id) {
       rx_.restart(pkt.req.psn);
+      rx_job_id_ = job_id;
     }
     return;  // only the first READ's response starts the PSN space
   }

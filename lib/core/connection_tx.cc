@@ -308,8 +308,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
       }
     }
   }
-  const size_t udp_payload =
-      wire::kRequestSize + ses_size + payload_len + (cfg_.crc_trailer ? wire::kCrcTrailerSize : 0);
+  const size_t udp_payload = wire::kRequestSize + ses_size + payload_len + trailer();
   if (wire::kL2L4Size + udp_payload > cap) return 0;
   // Credit pays for the whole frame; without credit it goes unscheduled,
   // and says so.
@@ -339,13 +338,14 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
     s.return_code = read_rc;
     s.message_id = job.message_id;
+    s.job_id = tx_job_id_;
     s.read_request_message_id = job.message_id;
     s.payload_length = static_cast<uint16_t>(payload_len);
     s.modified_length = job.length;
     s.message_offset = r.offset;
     wire::encode_ses_response_data(ses_at, s);
     if (payload_len > 0) {
-      if (ext_out_ != nullptr && !cfg_.crc_trailer && payload_len >= kExternalPayloadMin) {
+      if (ext_out_ != nullptr && payload_by_reference() && payload_len >= kExternalPayloadMin) {
         *ext_out_ = TxPayloadRef{read_src, payload_len};
       } else {
         std::memcpy(payload, read_src, payload_len);
@@ -360,6 +360,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
     s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
     s.message_id = static_cast<uint16_t>(w.msn);
+    s.job_id = tx_job_id_;
     s.request_length = static_cast<uint32_t>(w.length);
     switch (op) {
       case Opcode::kWrite:
@@ -390,9 +391,10 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     wire::encode_ses_request(ses_at, s);
     if (op == Opcode::kRead) read_progress_at_ = read_heard_at_ = now;
     if (r.len > 0) {
-      const uint8_t* span = ext_out_ != nullptr && !cfg_.crc_trailer && r.len >= kExternalPayloadMin
-                                ? sgl_span(w.wr.local, r.offset, r.len)
-                                : nullptr;
+      const uint8_t* span =
+          ext_out_ != nullptr && payload_by_reference() && r.len >= kExternalPayloadMin
+              ? sgl_span(w.wr.local, r.offset, r.len)
+              : nullptr;
       if (span != nullptr) {
         *ext_out_ = TxPayloadRef{span, r.len};
       } else {
@@ -430,7 +432,10 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
 
 uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const {
   uint8_t* p = buf + wire::kL2L4Size;
-  if (cfg_.crc_trailer) {
+  if (tx_key_ != nullptr) {
+    // (A failure of libcrypto leaves a frame the peer drops: resent.)
+    tx_key_->seal(p, body, cfg_.local_ip, cfg_.remote_ip);
+  } else if (cfg_.crc_trailer) {
     p[1] |= wire::kFlagCrcTrailer;  // the prologue says a trailer follows
     wire::store_be32(p + body, wire::crc32c(p, body));
   }

@@ -17,6 +17,7 @@ Endpoint::Endpoint(const EndpointConfig& cfg)
   // none are not refused (each sender chooses).
   decode_.crc_trailer = false;
   decode_.trim_dscp = cfg.trim_dscp;
+  if (cfg.auth != AuthMode::kOff) open_buf_.resize(16384 + 64);  // any frame's UDP payload
 }
 
 Endpoint::~Endpoint() {
@@ -41,6 +42,9 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   cfg.udp_port = cfg_.udp_port;
   cfg.crc_trailer = cfg_.crc_trailer;
   cfg.trim_dscp = cfg_.trim_dscp;
+  cfg.auth = cfg_.auth != AuthMode::kOff;
+  cfg.auth_secret = cfg_.auth_secret;
+  cfg.auth_sdi = cfg_.auth_sdi;
   if (conns_.size() <= cfg.local_id) conns_.resize(size_t{cfg.local_id} + 1);
   control_.reserve_ids(conns_.size());
   data_.reserve_ids(conns_.size());
@@ -48,6 +52,10 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   Connection* c =
       (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, memory_, send_cq, recv_cq, &wheel_))
           .get();
+  if (c->auth_broken()) {
+    conns_[cfg.local_id].reset();
+    return nullptr;
+  }
   c->set_immediate_ack_counter(&stats_.immediate_acks);
   c->set_ready_queues(&control_, &data_);
   c->set_credit_pacer(&pacer_);
@@ -274,9 +282,14 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   Connection* c = connection(dst);
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
     if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
+    if (pkt_.sealed) {
+      ++stats_.sealed_strangers;  // nothing to open it with
+      drop(wire::DropReason::kUnknownConnection);
+      return;
+    }
     // A CLOSE for an id we do not have, or from someone else than its peer,
     // is answered the same way: which ids are live does not show.
-    if (close) {
+    if (close && cfg_.auth != AuthMode::kRequired) {
       if (c == nullptr) ++stats_.closes_answered_unknown;
       if (c != nullptr) c->note_stale_close();
       answer_unknown_close(now);
@@ -285,11 +298,12 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(wire::DropReason::kUnknownConnection);
     return;
   }
+  if (pkt_.sealed && !c->open_sealed(&pkt_, open_buf_.data())) return;  // counted there
   if (close && !c->names_sent_psn(pkt_.ctrl.psn, 0)) [[unlikely]] {
     // From an earlier connection on these ids, or a stranger guessing: as
     // for an unknown id (a connection's own answer would tell its PSNs).
     c->note_stale_close();
-    answer_unknown_close(now);
+    if (cfg_.auth != AuthMode::kRequired) answer_unknown_close(now);
     return;
   }
   c->on_packet(pkt_, now);

@@ -22,6 +22,15 @@
 
 namespace braid {
 
+// The authenticated mode (TSS) of an endpoint's connections.
+enum class AuthMode : uint8_t {
+  kOff = 0,  // packets in clear; sealed ones are dropped (counted)
+  kOn,       // every connection seals and takes only what authenticates
+  // As kOn, and no unauthenticated frame is answered: not even the
+  // stateless answer to a CLOSE for an unknown connection.
+  kRequired,
+};
+
 struct EndpointConfig {
   wire::MacAddr mac{};
   uint32_t ip = 0;  // host order
@@ -51,6 +60,10 @@ struct EndpointConfig {
   // all; unanswered, the record goes one interval after the last.
   TimeNs close_retry_ns = 1'000'000;
   uint8_t close_sends = 6;
+  // Authenticated mode, and the secret each connection's keys derive from.
+  AuthMode auth = AuthMode::kOff;
+  wire::TssSecret auth_secret{};
+  uint32_t auth_sdi = 1;
 };
 
 struct EndpointStats {
@@ -63,6 +76,7 @@ struct EndpointStats {
   uint64_t closes_answered_unknown = 0;  // peers' CLOSEs for connections we do not have
   // (or naming PSNs the live connection never sent: answered the same way)
   uint64_t stateless_limited = 0;  // such answers not sent: over the rate limit
+  uint64_t sealed_strangers = 0;   // sealed frames for no connection of ours: dropped
   std::array<uint64_t, static_cast<size_t>(wire::DropReason::kCount)> drops{};
   uint64_t dropped() const {
     uint64_t n = 0;
@@ -175,6 +189,7 @@ class Endpoint {
   CreditPacer pacer_;
   EndpointStats stats_;
   wire::ParsedPacket pkt_;                         // scratch
+  std::vector<uint8_t> open_buf_;                  // sealed packets decrypted (auth on)
   std::vector<std::unique_ptr<Closing>> closing_;  // by local id
   std::vector<uint16_t> closing_due_;              // ids with a frame due (or stale)
   std::vector<Stateless> stateless_;

@@ -29,6 +29,8 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
         ec.ip = cfg.ip;
         ec.udp_port = cfg.udp_port;
         ec.crc_trailer = cfg.crc_trailer;
+        ec.auth = cfg.auth;
+        ec.auth_secret = cfg.auth_secret;
         ec.credit.rate_bps = cfg.credit_rate_bps;
         ec.credit.shared_next_at = cfg.credit_shared_next_at;
         ec.shared_memory = cfg.shared_memory;

@@ -24,6 +24,9 @@ struct EngineConfig {
   uint32_t prefix_len = 24;
   uint32_t gateway = 0;  // 0: none
   bool crc_trailer = false;
+  // Authenticated mode (EndpointConfig::auth) and its secret.
+  AuthMode auth = AuthMode::kOff;
+  wire::TssSecret auth_secret{};
   uint16_t burst = 32;
   // Receiver-driven credit: the rate this port's credit pacer grants at
   // (0: the link rate of the first connection that asks).

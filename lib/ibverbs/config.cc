@@ -66,6 +66,8 @@ braid_device_config DeviceSettings::to_config() const {
   c.credit = credit;
   c.tx_copy = tx_copy;
   c.engines = engines;
+  c.auth = auth;
+  c.auth_key = auth_key.empty() ? nullptr : auth_key.c_str();
   return c;
 }
 
@@ -92,7 +94,7 @@ DeviceSettings load_settings(std::string* error) {
       "name",         "port",   "ip",        "prefix_len", "gateway",   "neighbors",
       "eal_args",     "mtu",    "entropies", "udp_port",   "lcore",     "progress_thread",
       "link_wait_ms", "crc",    "paths",     "cc",         "link_mbps", "base_rtt_us",
-      "idle_yield",   "credit", "tx_copy",   "engines"};
+      "idle_yield",   "credit", "tx_copy",   "engines",    "auth",      "auth_key"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -177,6 +179,12 @@ DeviceSettings load_settings(std::string* error) {
              &s.cc)) {
     return bad("cc");
   }
+  if (!named("auth",
+             {{"off", BRAID_AUTH_OFF}, {"on", BRAID_AUTH_ON}, {"required", BRAID_AUTH_REQUIRED}},
+             &s.auth)) {
+    return bad("auth");
+  }
+  s.auth_key = kv["auth_key"];
   if (kv.count("link_mbps")) {
     if (!to_number(kv["link_mbps"], 1, 1'000'000, &n)) return bad("link_mbps");
     s.link_mbps = static_cast<uint32_t>(n);

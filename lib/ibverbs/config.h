@@ -43,6 +43,8 @@ struct DeviceSettings {
   uint32_t idle_yield = 0;   // braid_device_config.idle_yield
   int credit = 0;            // braid_device_config.credit
   int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
+  int auth = 0;              // enum braid_auth
+  std::string auth_key;      // 64 hex digits or @file (braid_device_config.auth_key)
   int tx_copy = 0;           // braid_device_config.tx_copy: 1 always copy payloads
   int engines = 0;           // braid_device_config.engines
   std::string source;        // where the settings came from, for messages

@@ -543,8 +543,9 @@ BRAID_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   b.cur_qp_state = static_cast<braid_qp_state>(attr->cur_qp_state);
   b.path_mtu = static_cast<braid_mtu>(attr->path_mtu);
   b.qkey = attr->qkey;
-  b.rq_psn = attr->rq_psn;
-  b.sq_psn = attr->sq_psn;
+  // InfiniBand's PSNs are 24 bits (Braid's own API takes 32).
+  b.rq_psn = attr->rq_psn & 0xffffff;
+  b.sq_psn = attr->sq_psn & 0xffffff;
   b.dest_qp_num = attr->dest_qp_num;
   b.qp_access_flags = attr->qp_access_flags & kAccessBits;
   b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,

@@ -323,7 +323,7 @@ Comm* create_comm(Kind kind) {
   auto* c = new (std::nothrow) Comm(kind);
   if (c == nullptr) return nullptr;
   std::random_device rd;
-  c->psn = rd() & 0xffffff;
+  c->psn = rd();  // 32 random bits: Braid's API takes full PSNs
   c->cq = braid_create_cq(g_dev.ctx, kCqDepth, c, nullptr, 0);
   c->bufs = static_cast<Descriptor*>(std::calloc(kSlots, sizeof(Descriptor)));
   if (c->cq == nullptr || c->bufs == nullptr) {

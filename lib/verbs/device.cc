@@ -1,9 +1,11 @@
 // braid_open_device: configuration, neighbours, engine.
 #include <arpa/inet.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <sstream>
 #include <string>
@@ -30,6 +32,48 @@ bool parse_mac(const std::string& s, wire::MacAddr* out) {
   for (int i = 0; i < 6; ++i) {
     if (v[i] > 255) return false;
     (*out)[i] = static_cast<uint8_t>(v[i]);
+  }
+  return true;
+}
+
+// A 32-byte secret from 64 hex digits, or from "@path": a file holding them
+// (whitespace around them allowed).
+bool parse_auth_key(const char* spec, wire::TssSecret* out, std::string* error) {
+  if (spec == nullptr || *spec == '\0') {
+    *error = "a key is required (64 hex digits, or @file)";
+    return false;
+  }
+  std::string text = spec;
+  if (text[0] == '@') {
+    std::ifstream in(text.substr(1));
+    if (!in) {
+      *error = "cannot read " + text.substr(1);
+      return false;
+    }
+    std::stringstream ss;
+    ss << in.rdbuf();
+    text = ss.str();
+  }
+  std::string hex;
+  for (const char ch : text) {
+    if (!std::isspace(static_cast<unsigned char>(ch))) hex += ch;
+  }
+  if (hex.size() != 2 * out->size()) {
+    *error = "must be 64 hex digits (32 bytes), not " + std::to_string(hex.size()) + " characters";
+    return false;
+  }
+  for (size_t i = 0; i < out->size(); ++i) {
+    uint8_t v = 0;
+    for (int k = 0; k < 2; ++k) {
+      const char ch = static_cast<char>(std::tolower(static_cast<unsigned char>(hex[2 * i + k])));
+      const int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+      if (d < 0) {
+        *error = "not a hex digit: '" + std::string(1, hex[2 * i + k]) + "'";
+        return false;
+      }
+      v = static_cast<uint8_t>(v * 16 + d);
+    }
+    (*out)[i] = v;
   }
   return true;
 }
@@ -99,6 +143,16 @@ braid_context* open_device(const braid_device_config* config,
     return fail(EINVAL, "open_device: " + std::to_string(ios.size()) + " backends for " +
                             std::to_string(engines) + " engines");
   }
+  if (c->config.auth < BRAID_AUTH_OFF || c->config.auth > BRAID_AUTH_REQUIRED) {
+    return fail(EINVAL, "open_device: auth must be a braid_auth");
+  }
+  if (c->config.auth != BRAID_AUTH_OFF) {
+    std::string error;
+    if (!parse_auth_key(config->auth_key, &c->auth_secret, &error)) {
+      return fail(EINVAL, "open_device: auth_key: " + error);
+    }
+  }
+  c->config.auth_key = nullptr;  // the secret is kept once, not the caller's pointer
   if (!parse_ipv4(config->ipv4, &c->ip)) {
     return fail(EINVAL, "open_device: ipv4 must be a dotted-quad address, e.g. 198.18.0.1");
   }
@@ -133,6 +187,8 @@ braid_context* open_device(const braid_device_config* config,
   ec.gateway = gateway;
   ec.crc_trailer = c->config.crc == 1 || (c->config.crc == 0 && !io->host_local());
   c->crc = ec.crc_trailer;
+  ec.auth = static_cast<AuthMode>(c->config.auth);
+  ec.auth_secret = c->auth_secret;
   // Each engine has a credit pacer; they share one next-grant time, so that
   // together they grant the link's rate (not engines times it), and the
   // engine of a lone receiving QP all of it.

@@ -16,11 +16,11 @@ namespace braid {
 inline constexpr uint32_t wire_l2() {
   return wire::kEthernetSize;
 }
-// RDMA payload per packet for an Ethernet (IP) MTU, with or without the
-// CRC-32C trailer.
-inline uint32_t max_payload(uint32_t link_mtu, bool crc = false) {
-  const uint32_t hdr = wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize +
-                       wire::kSesStandardSize + (crc ? wire::kCrcTrailerSize : 0);
+// RDMA payload per packet for an Ethernet (IP) MTU, less `trailer` bytes
+// (the CRC-32C trailer, or the TSS header and ICV).
+inline uint32_t max_payload(uint32_t link_mtu, uint32_t trailer = 0) {
+  const uint32_t hdr =
+      wire::kIpv4Size + wire::kUdpSize + wire::kRequestSize + wire::kSesStandardSize + trailer;
   return link_mtu > hdr + 64 ? link_mtu - hdr : 64;
 }
 

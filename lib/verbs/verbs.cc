@@ -564,7 +564,7 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   a->state = c->engine->io().link_up() && !stalled ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
   a->tx_in_place = c->engine->io().tx_external() ? 1 : 0;
-  a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->crc));
+  a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->trailer_bytes()));
   a->gid_tbl_len = 1;
   a->max_msg_sz = 0x7fffffff;
   a->link_layer = 2;
@@ -955,7 +955,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.qp_num = qp->qp_num;
   cc.remote_mac = mac;
   cc.remote_ip = peer_ip;
-  cc.rx_psn = a->rq_psn & 0xffffff;
+  cc.rx_psn = a->rq_psn;
   // Until RTS gives the send PSN: READ responses sent in RTR start at the
   // requester's own initial PSN (our rq_psn), which it recognises
   // (Connection::learn_responder_psn).
@@ -967,7 +967,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // payload bytes at MTU 1500 rather than 1024, 8916 at 9000 rather than
   // 4096. Like RoCE, both ends need the link MTU the QP was set up with.
   const uint32_t ib_mtu = 128u << std::clamp<int>(a->path_mtu, 1, 5);
-  const uint32_t link_payload = braid::max_payload(link_mtu, c->crc);
+  const uint32_t link_payload = braid::max_payload(link_mtu, c->trailer_bytes());
   cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
@@ -1042,7 +1042,7 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
     return fail(EINVAL, "modify_qp: timeout must be 0..31");
   }
-  if (!qp->conn->set_send_psn(a->sq_psn & 0xffffff)) {
+  if (!qp->conn->set_send_psn(a->sq_psn)) {
     return fail(EINVAL, "modify_qp RTS: the send queue has already started");
   }
   // Unset (InfiniBand requires them for RC), the defaults of an RC QP as
@@ -1157,6 +1157,10 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   out->credit_bytes_granted = s.credit_bytes_granted;
   out->unscheduled_sent = s.unscheduled_sent;
   out->credit_stalls = s.credit_stalls;
+  out->wrong_job_id = s.wrong_job_id;
+  out->auth_failed = s.auth_failed;
+  out->auth_replayed = s.auth_replayed;
+  out->unsealed = s.unsealed;
   if (const braid::NsccCc* n = c.cc().nscc(); n != nullptr && n->configured()) {
     out->base_rtt_ns = static_cast<uint32_t>(n->base_rtt_ns());
     out->target_delay_ns = static_cast<uint32_t>(n->target_delay_ns());

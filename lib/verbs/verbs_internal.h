@@ -37,7 +37,15 @@ struct braid_context {
   std::string port_spec, ipv4, gateway, neighbors, eal_args;  // owned copies
   std::string stats_name;                                     // live statistics object ("": none)
   uint32_t ip = 0;
-  bool crc = false;  // a CRC-32C trailer on what we send (config.crc resolved)
+  bool crc = false;                      // a CRC-32C trailer on what we send (config.crc resolved)
+  braid::wire::TssSecret auth_secret{};  // config.auth_key, parsed (auth on)
+  // Bytes each frame carries besides headers and payload: the TSS header
+  // and ICV (auth), the CRC-32C trailer, or none.
+  uint32_t trailer_bytes() const {
+    return config.auth != BRAID_AUTH_OFF ? braid::wire::kTssOverhead
+           : crc                         ? braid::wire::kCrcTrailerSize
+                                         : 0;
+  }
   // The engines, one per queue pair of the port (config.engines); QP n runs
   // on engine n % engines. With more than one, they share one
   // memory-region table (`memory`, changed only under every engine's lock)

@@ -47,6 +47,8 @@ const char* drop_reason_name(DropReason r) {
       return "not_for_us";
     case DropReason::kUnknownConnection:
       return "unknown_connection";
+    case DropReason::kSealedTrimmed:
+      return "sealed_trimmed";
     case DropReason::kCount:
       break;
   }
@@ -117,12 +119,73 @@ DropReason decode_ses_after(const uint8_t* p, size_t len, uint8_t next_hdr, Pars
   }
 }
 
+// A sealed packet: the security header and the clear PDS header; the rest
+// waits for the key.
+DropReason decode_sealed(const uint8_t* p, size_t len, ParsedPacket* out, bool trimmed) {
+  if (trimmed) return DropReason::kSealedTrimmed;
+  TssHeader h;
+  const size_t at = decode_tss_header(p, len, &h);
+  if (at == 0 || len < at + kPrologueSize + kTssIcvSize) return DropReason::kTruncatedPds;
+  const uint8_t* pds = p + at;
+  const size_t pds_len = pds_header_size(pds, len - at - kTssIcvSize);
+  out->has_ses_request = false;
+  out->has_ses_response = false;
+  out->pro = decode_prologue(pds);
+  if (pds_len == 0) {
+    switch (static_cast<PdsType>(out->pro.type)) {
+      case PdsType::kRudiReq:
+      case PdsType::kRudiResp:
+      case PdsType::kUudReq:
+        return DropReason::kUnsupportedPdsType;
+      case PdsType::kRudReq:
+      case PdsType::kRodReq:
+      case PdsType::kRudCcReq:
+      case PdsType::kRodCcReq:
+      case PdsType::kAck:
+      case PdsType::kAckCc:
+      case PdsType::kAckCcx:
+      case PdsType::kNack:
+      case PdsType::kNackCcx:
+      case PdsType::kCtrl:
+        return DropReason::kTruncatedPds;
+      default:
+        return DropReason::kUnknownPdsType;  // 0, another security header, > 0x0e
+    }
+  }
+  switch (static_cast<PdsType>(out->pro.type)) {
+    case PdsType::kAck:
+    case PdsType::kAckCc:
+    case PdsType::kAckCcx:
+      decode_ack(pds, pds_len, &out->ack);
+      break;
+    case PdsType::kNack:
+    case PdsType::kNackCcx:
+      decode_nack(pds, pds_len, &out->nack);
+      break;
+    case PdsType::kCtrl:
+      decode_ctrl(pds, pds_len, &out->ctrl);
+      break;
+    default:
+      decode_request(pds, pds_len, &out->req);
+      break;
+  }
+  out->sealed = true;
+  out->tss = h;
+  out->sealed_at = p;
+  out->sealed_len = static_cast<uint32_t>(len);
+  out->payload = nullptr;
+  out->payload_len = 0;
+  return DropReason::kNone;
+}
+
 }  // namespace
 
 DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, ParsedPacket* out,
                               bool trimmed) {
   if (len < kPrologueSize) return DropReason::kTruncatedPds;
   out->crc_checked = false;
+  out->sealed = false;
+  if ((p[0] >> 3) == kPdsTypeSecurity) return decode_sealed(p, len, out, trimmed);
   if (!trimmed) {
     if (p[1] & kFlagCrcTrailer) {  // the prologue's flags are byte 1's low 7 bits
       if (len < kPrologueSize + kCrcTrailerSize) return DropReason::kTruncatedPds;
@@ -187,8 +250,14 @@ bool peek_dpdcid(const uint8_t* data, size_t len, uint16_t* dpdcid) {
   const uint8_t* ip = data + kEthernetSize;
   const size_t ihl = size_t{ip[0] & 0xfu} * 4;
   if ((ip[0] >> 4) != 4 || ihl < kIpv4Size || ip[9] != kIpProtoUdp) return false;
-  const size_t pds = kEthernetSize + ihl + kUdpSize;
+  size_t pds = kEthernetSize + ihl + kUdpSize;
   if (len < pds + 12) return false;
+  if ((data[pds] >> 3) == kPdsTypeSecurity) {  // sealed: the PDS header follows in clear
+    TssHeader h;
+    const size_t at = decode_tss_header(data + pds, len - pds, &h);
+    if (at == 0 || len < pds + at + 12) return false;
+    pds += at;
+  }
   const Prologue pro = decode_prologue(data + pds);
   switch (static_cast<PdsType>(pro.type)) {
     case PdsType::kAck:

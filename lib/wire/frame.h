@@ -9,6 +9,7 @@
 
 #include "wire/pds.h"
 #include "wire/ses.h"
+#include "wire/tss.h"
 
 namespace braid::wire {
 
@@ -52,6 +53,7 @@ enum class DropReason : uint8_t {
   kNoCrc,  // no CRC-32C trailer where one is required
   kNotForUs,
   kUnknownConnection,
+  kSealedTrimmed,  // a sealed packet a switch trimmed: its ICV is gone
   kCount,
 };
 
@@ -85,6 +87,13 @@ struct ParsedPacket {
   const uint8_t* payload = nullptr;
   uint32_t payload_len = 0;
   bool trimmed = false;  // a switch cut the payload and re-marked DSCP (trim_dscp)
+  // Sealed (TSS): only the PDS header is decoded (pro, req/ack/nack/ctrl);
+  // the owner of the key opens the rest (Connection::open_sealed), which
+  // decodes SES and payload from the clear text.
+  bool sealed = false;
+  TssHeader tss;
+  const uint8_t* sealed_at = nullptr;  // the security header (UDP payload)
+  uint32_t sealed_len = 0;
 };
 
 struct DecodeOptions {

@@ -35,15 +35,28 @@ Frame with_ctrl(Frame f, Edit edit) {
 
 class DirectPair {
  public:
-  // crc: both endpoints put CRC-32C trailers on what they send.
-  explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false)
-      : a(EndpointConfig{mac_of(1), kIpA, wire::kUetUdpPort, crc, 0xff, 1000, {}}),
-        b(EndpointConfig{mac_of(2), kIpB, wire::kUetUdpPort, crc, 0xff, 1000, {}}),
+  // crc: both endpoints put CRC-32C trailers on what they send. auth: both
+  // run the authenticated mode with kAuthSecret.
+  explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false,
+                      AuthMode auth = AuthMode::kOff)
+      : a(endpoint_config(mac_of(1), kIpA, crc, auth)),
+        b(endpoint_config(mac_of(2), kIpB, crc, auth)),
         a_scq(cq_depth),
         a_rcq(cq_depth),
         b_scq(cq_depth),
         b_rcq(cq_depth) {
     std::tie(qa, qb) = add_pair(c, c, 1, 2);
+  }
+
+  static constexpr wire::TssSecret kAuthSecret = {1,  2,  3,  4,  5,  6,  7,  8,  9,  10, 11,
+                                                  12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
+                                                  23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
+  static EndpointConfig endpoint_config(const wire::MacAddr& mac, uint32_t ip, bool crc,
+                                        AuthMode auth) {
+    EndpointConfig ec{mac, ip, wire::kUetUdpPort, crc, 0xff, 1000, {}};
+    ec.auth = auth;
+    ec.auth_secret = kAuthSecret;
+    return ec;
   }
 
   // Connections `id_a` on a and `id_b` on b, addressed to each other.
