@@ -84,12 +84,13 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
       direction_job_id(cfg.tx_psn, cfg.local_id, cfg.remote_id, cfg.local_ip, cfg.remote_ip);
   rx_job_id_ =
       direction_job_id(cfg.rx_psn, cfg.remote_id, cfg.local_id, cfg.remote_ip, cfg.local_ip);
+  trailer_bytes_ = cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
   if (cfg_.auth) {
     cfg_.crc_trailer = false;  // the ICV covers more
     rx_key_ = wire::TssKey::derive(
         cfg_.auth_secret,
         {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id, cfg_.local_id, cfg_.rx_psn}, cfg_.auth_sdi);
-    derive_keys();
+    derive_keys(false);
   }
   sq_.resize(std::min(cfg_.sq_depth, entries));
   sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
@@ -171,16 +172,24 @@ bool Connection::set_send_psn(uint32_t psn) {
   snd_una_ = snd_nxt_ = psn;
   highest_sacked_ = psn - 1;
   tx_job_id_ = direction_job_id(psn, cfg_.local_id, cfg_.remote_id, cfg_.local_ip, cfg_.remote_ip);
-  if (cfg_.auth) derive_keys();
+  if (cfg_.auth) {
+    // Keys for the new PSN, unless something (an ACK in RTR) went sealed
+    // with the old one: the peer may have taken that key for good
+    // (open_sealed), so it stays.
+    derive_keys(tx_key_ != nullptr && tx_key_->used());
+    if (auth_broken()) return false;
+  }
   return true;
 }
 
-void Connection::derive_keys() {
-  // Ours, from the PSN we start at; and the one a responder in RTR would
-  // seal its first responses with (it starts at our PSN too).
-  tx_key_ = wire::TssKey::derive(
-      cfg_.auth_secret, {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id, cfg_.tx_psn},
-      cfg_.auth_sdi);
+void Connection::derive_keys(bool keep_tx) {
+  // Ours, from the PSN we start at; and the one a peer that sent in RTR
+  // seals with (it starts at our PSN too: responses and ACKs).
+  if (!keep_tx) {
+    tx_key_ = wire::TssKey::derive(
+        cfg_.auth_secret,
+        {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id, cfg_.tx_psn}, cfg_.auth_sdi);
+  }
   rx_key_rtr_ = cfg_.tx_psn == cfg_.rx_psn
                     ? nullptr
                     : wire::TssKey::derive(cfg_.auth_secret,

@@ -130,7 +130,7 @@ struct ConnectionStats {
   uint64_t stale_responses = 0;  // read responses for no outstanding READ
   uint64_t stale_closes = 0;     // CLOSEs naming PSNs this connection never sent: ignored
   uint64_t stale_ctrl = 0;       // CNPs, CREDITs, CREDIT_REQs naming PSNs out of reach: ignored
-  uint64_t wrong_job_id = 0;     // data whose SES job id does not name this direction: dropped
+  uint64_t wrong_job_id = 0;     // data whose SES job id (or none) is not this direction's: dropped
   // Authenticated mode.
   uint64_t auth_failed = 0;    // sealed packets that did not authenticate: dropped
   uint64_t auth_replayed = 0;  // sealed packets whose counter was seen (or too old): dropped
@@ -513,13 +513,13 @@ class Connection {
   // Appends the CRC trailer when enabled and writes L2-L4 headers; returns
   // the frame length. `body` bytes of UDP payload are already in place.
   uint32_t finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const;
+  // The TSS seal (auth) or the CRC-32C trailer, out of the common path.
+  [[gnu::noinline]] void add_trailer(uint8_t* p, size_t body) const;
   // Bytes a frame carries besides its headers and payload: the TSS header
   // and ICV, or the CRC-32C trailer.
-  size_t trailer() const {
-    return cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
-  }
+  size_t trailer() const { return trailer_bytes_; }
   // Payloads may go by reference (not copied into the frame).
-  bool payload_by_reference() const { return !cfg_.crc_trailer && !cfg_.auth; }
+  bool payload_by_reference() const { return trailer_bytes_ == 0; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
@@ -583,13 +583,22 @@ class Connection {
   // decrypts it into `scratch` (room for its length), then decodes the SES
   // header and payload from there into `pkt`. False (counted) if it is not
   // this direction's, replayed, or forged.
-  bool open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch);
+  bool open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch, size_t scratch_size);
+  // A closing connection's keys and replay window go to the endpoint's
+  // record, which seals its CLOSE (again at each send) and opens what
+  // the peer answers. After this the connection sends nothing sealed.
+  void give_keys(std::unique_ptr<wire::TssKey>* tx, std::unique_ptr<wire::TssKey>* rx,
+                 wire::TssReplayWindow* replay) {
+    *tx = std::move(tx_key_);
+    *rx = std::move(rx_key_);
+    *replay = replay_;
+  }
   // Keys could not be made (libcrypto failed): the connection must not run.
   bool auth_broken() const { return cfg_.auth && (tx_key_ == nullptr || rx_key_ == nullptr); }
   void note_unsealed() { ++stats_.unsealed; }
 
  private:
-  void derive_keys();
+  void derive_keys(bool keep_tx);
 
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
   // `held`: how long the receiver says it held the ACK (its service time):
@@ -722,6 +731,7 @@ class Connection {
   // also the key a responder that answered in RTR seals with (it starts at
   // our initial PSN: learn_responder_psn).
   std::unique_ptr<wire::TssKey> tx_key_, rx_key_, rx_key_rtr_;
+  uint8_t trailer_bytes_ = 0;  // trailer(): kTssOverhead, kCrcTrailerSize or 0
   wire::TssReplayWindow replay_;
   std::vector<RecvWqe> rq_;
   uint32_t rq_mask_;

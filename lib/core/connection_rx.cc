@@ -20,9 +20,13 @@ void Connection::queue_nack(uint32_t psn, uint8_t code, uint8_t vendor, uint8_t 
   ++stats_.nacks_sent;
 }
 
-bool Connection::open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch) {
+bool Connection::open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch, size_t scratch_size) {
   if (!cfg_.auth) {
     ++stats_.unsealed;
+    return false;
+  }
+  if (pkt->sealed_len > scratch_size) [[unlikely]] {
+    ++stats_.auth_failed;  // larger than any frame of ours: not the peer's
     return false;
   }
   const wire::TssHeader h = pkt->tss;
@@ -155,11 +159,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // its job id (a trimmed packet's SES header is not read: it only brings
   // a NACK for its PSN to the peer).
   if (!pkt.trimmed) [[likely]] {
-    if (!pkt.has_ses_request && !pkt.has_ses_response) [[unlikely]] {
-      ++stats_.invalid_requests;
-      return;
-    }
-    if ((pkt.has_ses_request ? pkt.ses.job_id : pkt.resp.job_id) != rx_job_id_) [[unlikely]] {
+    const uint32_t job = pkt.has_ses_request    ? pkt.ses.job_id
+                         : pkt.has_ses_response ? pkt.resp.job_id
+                                                : ~0u;  // no SES header: no job id
+    if (job != rx_job_id_) [[unlikely]] {
       ++stats_.wrong_job_id;
       return;
     }
@@ -170,7 +173,9 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     const size_t ses = pkt.has_ses_response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
     const auto frame = static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + ses +
                                              (pkt.trimmed ? cfg_.mtu : pkt.payload_len) +
-                                             (pkt.crc_checked ? wire::kCrcTrailerSize : 0));
+                                             (pkt.sealed        ? wire::kTssOverhead
+                                              : pkt.crc_checked ? wire::kCrcTrailerSize
+                                                                : 0));
     if (pkt.req.pro.flags & wire::kReqFlagUnscheduled) {
       // Sent on a speculative allowance: it took the link's time that a
       // grant would have, so the next grant waits.

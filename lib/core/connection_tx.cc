@@ -430,15 +430,22 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   return frame_len;
 }
 
-uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const {
-  uint8_t* p = buf + wire::kL2L4Size;
-  if (tx_key_ != nullptr) {
+void Connection::add_trailer(uint8_t* p, size_t body) const {
+  if (cfg_.auth) {
     // (A failure of libcrypto leaves a frame the peer drops: resent.)
-    tx_key_->seal(p, body, cfg_.local_ip, cfg_.remote_ip);
-  } else if (cfg_.crc_trailer) {
+    // Without a key (they went to a closing record: give_keys) the frame
+    // keeps the room for the seal, which the record adds at each send.
+    if (tx_key_ != nullptr) tx_key_->seal(p, body, cfg_.local_ip, cfg_.remote_ip);
+  } else {
     p[1] |= wire::kFlagCrcTrailer;  // the prologue says a trailer follows
     wire::store_be32(p + body, wire::crc32c(p, body));
   }
+}
+
+uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, uint8_t tos) const {
+  uint8_t* p = buf + wire::kL2L4Size;
+  if (trailer_bytes_ != 0) [[unlikely]]
+    add_trailer(p, body);
   const size_t udp_payload = body + trailer();
   frame_.write(buf, entropy, static_cast<uint32_t>(udp_payload), tos);
   return static_cast<uint32_t>(wire::kL2L4Size + udp_payload);

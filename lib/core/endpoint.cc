@@ -17,7 +17,8 @@ Endpoint::Endpoint(const EndpointConfig& cfg)
   // none are not refused (each sender chooses).
   decode_.crc_trailer = false;
   decode_.trim_dscp = cfg.trim_dscp;
-  if (cfg.auth != AuthMode::kOff) open_buf_.resize(16384 + 64);  // any frame's UDP payload
+  // Sealed packets are opened here: room for any UDP payload.
+  if (cfg.auth != AuthMode::kOff) open_buf_.resize(65536);
 }
 
 Endpoint::~Endpoint() {
@@ -75,6 +76,7 @@ void Endpoint::close_connection(uint16_t local_id) {
   if (c == nullptr) return;
   if (c->peer_may_wait() && cfg_.close_sends > 0) {
     auto r = std::make_unique<Closing>();
+    if (cfg_.auth != AuthMode::kOff) c->give_keys(&r->tx_key, &r->rx_key, &r->replay);
     r->close_len = c->build_close(r->close.data(), static_cast<uint32_t>(r->close.size()));
     r->answer_len = c->build_close_answer(r->answer_frame.data(),
                                           static_cast<uint32_t>(r->answer_frame.size()));
@@ -136,6 +138,17 @@ bool Endpoint::on_closing_packet(uint16_t dst, uint16_t src) {
   if (dst >= closing_.size() || closing_[dst] == nullptr) return false;
   Closing& r = *closing_[dst];
   if (r.remote_id != src || r.remote_ip != pkt_.ip.src) return false;
+  if (cfg_.auth != AuthMode::kOff || pkt_.sealed) {
+    // Only what the peer sealed counts (the record has its keys).
+    const wire::TssHeader& h = pkt_.tss;
+    if (!pkt_.sealed || r.rx_key == nullptr || pkt_.sealed_len > open_buf_.size() ||
+        !r.replay.fresh(h.counter) ||
+        r.rx_key->open(pkt_.sealed_at, pkt_.sealed_len, h, r.remote_ip, cfg_.ip,
+                       open_buf_.data()) == 0) {
+      return true;  // dropped: not the peer's
+    }
+    r.replay.take(h.counter);
+  }
   switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
@@ -195,6 +208,18 @@ void Endpoint::answer_unknown_close(TimeNs now) {
   a.len = static_cast<uint32_t>(wire::kL2L4Size + wire::kAckCcSize);
 }
 
+uint32_t Endpoint::put_closing_frame(const Closing& r, const uint8_t* frame, uint32_t len,
+                                     uint8_t* buf) {
+  std::memcpy(buf, frame, len);
+  if (r.tx_key != nullptr) {
+    // The frame has its final lengths and room for the seal: the body is
+    // what lies between the UDP header and that room.
+    r.tx_key->seal(buf + wire::kL2L4Size, len - wire::kL2L4Size - wire::kTssOverhead, cfg_.ip,
+                   r.remote_ip);
+  }
+  return len;
+}
+
 uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!stateless_.empty()) {
     const Stateless& a = stateless_.back();
@@ -219,11 +244,11 @@ uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
     r->queued = false;
     ++stats_.tx_frames;
     if (answer) {
-      std::memcpy(buf, r->answer_frame.data(), len);
+      put_closing_frame(*r, r->answer_frame.data(), len, buf);
       erase_closing(id);
       return len;
     }
-    std::memcpy(buf, r->close.data(), len);
+    put_closing_frame(*r, r->close.data(), len, buf);
     if (r->nports > 0) {
       wire::store_be16(buf + wire::kEthernetSize + wire::kIpv4Size,
                        r->ports[r->next_port++ % r->nports]);
@@ -298,7 +323,9 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(wire::DropReason::kUnknownConnection);
     return;
   }
-  if (pkt_.sealed && !c->open_sealed(&pkt_, open_buf_.data())) return;  // counted there
+  if (pkt_.sealed && !c->open_sealed(&pkt_, open_buf_.data(), open_buf_.size())) {
+    return;  // counted there
+  }
   if (close && !c->names_sent_psn(pkt_.ctrl.psn, 0)) [[unlikely]] {
     // From an earlier connection on these ids, or a stranger guessing: as
     // for an unknown id (a connection's own answer would tell its PSNs).

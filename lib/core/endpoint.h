@@ -152,8 +152,13 @@ class Endpoint {
     TimeNs interval = 0;
     uint32_t close_len = 0;
     uint32_t answer_len = 0;
-    std::array<uint8_t, wire::kL2L4Size + wire::kCtrlSize + 4> close{};
-    std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize + 4> answer_frame{};
+    // Built unsealed (with room for the seal) in the authenticated mode:
+    // sealed at each send with the connection's key, so that every copy
+    // has its own counter (a copy again would be a replay).
+    std::array<uint8_t, wire::kL2L4Size + wire::kCtrlSize + 4 + wire::kTssOverhead> close{};
+    std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize + wire::kTssOverhead> answer_frame{};
+    std::unique_ptr<wire::TssKey> tx_key, rx_key;  // auth on: the connection's
+    wire::TssReplayWindow replay;
     std::array<uint16_t, 8> ports{};  // the connection's entropies, a send on each in turn
     uint8_t nports = 0;
     uint8_t next_port = 0;
@@ -163,6 +168,8 @@ class Endpoint {
   bool on_closing_packet(uint16_t dst, uint16_t src);
   void answer_unknown_close(TimeNs now);
   uint32_t transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now);
+  // A closing record's frame into `buf`, sealed if the record has a key.
+  uint32_t put_closing_frame(const Closing& r, const uint8_t* frame, uint32_t len, uint8_t* buf);
   void erase_closing(uint16_t id);
   // Answers to CLOSEs for connections this end does not have: a token
   // bucket of kMaxStateless, one more every kStatelessIntervalNs (10,000 a

@@ -1043,6 +1043,9 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
     return fail(EINVAL, "modify_qp: timeout must be 0..31");
   }
   if (!qp->conn->set_send_psn(a->sq_psn)) {
+    if (qp->conn->auth_broken()) {
+      return fail(EIO, "modify_qp RTS: the QP's keys could not be made (libcrypto failed)");
+    }
     return fail(EINVAL, "modify_qp RTS: the send queue has already started");
   }
   // Unset (InfiniBand requires them for RC), the defaults of an RC QP as

@@ -317,6 +317,7 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
   out->dst_port = opt.udp_port;
   out->trimmed = false;
   out->crc_checked = false;
+  out->sealed = false;  // (the packet decoded before may have been)
   out->has_ses_request = true;
   out->has_ses_response = false;
   out->pro = pro;

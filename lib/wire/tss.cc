@@ -128,6 +128,8 @@ std::unique_ptr<TssKey> TssKey::derive(const TssSecret& secret, const TssDirecti
   if (RAND_bytes(reinterpret_cast<uint8_t*>(&k->counter_), sizeof k->counter_) != 1) {
     return nullptr;
   }
+  k->counter_ >>= 1;  // 2^63 packets before a wrap, which would look like replays
+  k->start_ = k->counter_;
   OPENSSL_cleanse(key, sizeof key);
   return k;
 }

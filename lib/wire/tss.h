@@ -83,6 +83,8 @@ class TssKey {
 
   uint32_t sdi() const { return sdi_; }
   uint64_t next_counter() const { return counter_; }
+  // Something was sealed with it: the peer may know it by now.
+  bool used() const { return counter_ != start_; }
 
  private:
   TssKey() = default;
@@ -90,6 +92,7 @@ class TssKey {
   std::array<uint8_t, 4> salt_{};
   uint32_t sdi_ = 0;
   uint64_t counter_ = 0;
+  uint64_t start_ = 0;
 };
 
 // The counters a direction has taken, as IPsec's anti-replay window: the

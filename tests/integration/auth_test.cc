@@ -82,6 +82,88 @@ TEST(Auth, AResponderInRtrIsHeardUnderTheKeyOfItsStart) {
   EXPECT_EQ(qa->stats().auth_failed, 0u);
 }
 
+// b, still in RTR (it sends from a's PSN), ACKs a's WRITE: a takes b's
+// RTR key for good. b then moves to RTS with another PSN: what it sends
+// next must still be sealed with the key a holds.
+TEST(Auth, APeerThatSentInRtrKeepsItsKeyAtRts) {
+  DirectPair p(ConnectionConfig{}, 1024, false, AuthMode::kOn);
+  ConnectionConfig ca, cb;
+  ca.tx_psn = 777;
+  ca.rx_psn = 5000;
+  cb.rx_psn = cb.tx_psn = 777;  // RTR: b knows no send PSN yet
+  auto [qa, qb] = p.add_pair(ca, cb, 3, 4);
+  std::vector<uint8_t> src(64, 5), at_b(64, 0), at_a(64, 0);
+  const uint32_t bkey = p.b.memory().register_region(at_b.data(), 64, kAccessRemoteWrite, 0);
+  const uint32_t akey = p.a.memory().register_region(at_a.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(qa->post_send(request(1, Opcode::kWrite, src.data(), 64, at_b.data(), bkey)),
+            PostError::kOk);
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);  // by b's ACK, sealed in RTR
+  ASSERT_TRUE(qb->set_send_psn(5000));
+  ASSERT_EQ(qb->post_send(request(2, Opcode::kWrite, src.data(), 64, at_a.data(), akey)),
+            PostError::kOk);
+  p.settle();
+  const auto wb = poll_all(p.b_scq);
+  ASSERT_EQ(wb.size(), 1u);
+  EXPECT_EQ(wb[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(at_a, src);
+  EXPECT_EQ(qa->stats().auth_failed, 0u);
+}
+
+// Closing under auth: b's last ACK is lost and b closes. Each copy of its
+// CLOSE is sealed anew (its own counter: a copy again is not a replay);
+// a's WRITE completes by it, a's sealed answer ends b's wait, and a clear
+// answer forged in between does not.
+TEST(Auth, ACloseIsSealedAtEachSendAndOnlyTheSealedAnswerEndsTheWait) {
+  DirectPair p(ConnectionConfig{}, 1024, false, AuthMode::kOn);
+  DirectPair clear;  // the same ids and addresses, in clear
+  std::vector<uint8_t> src(64, 5), dst(64, 0);
+  const uint32_t rkey = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(7, Opcode::kWrite, src.data(), 64, dst.data(), rkey)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  p.now += 20'000;
+  p.b.advance(p.now);
+  ASSERT_EQ(p.drain(p.b).size(), 1u);  // b's ACK, lost
+  ASSERT_EQ(dst, src);
+  p.b.close_connection(2);
+  ASSERT_EQ(p.b.closing(), 1u);
+  const std::vector<Frame> first = p.drain(p.b);  // the CLOSE, lost too
+  ASSERT_EQ(first.size(), 1u);
+  p.now += p.b.config().close_retry_ns;
+  p.b.advance(p.now);
+  const std::vector<Frame> second = p.drain(p.b);
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_TRUE(sealed(first[0]) && sealed(second[0]));
+  EXPECT_NE(parse(first[0]).tss.counter, parse(second[0]).tss.counter);
+  // A forged clear answer (a's own kind of frame, from the clear pair): b
+  // keeps waiting.
+  std::vector<uint8_t> cdst(64, 0);
+  const uint32_t ckey = clear.a.memory().register_region(cdst.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(clear.qb->post_send(request(1, Opcode::kWrite, src.data(), 64, cdst.data(), ckey)),
+            PostError::kOk);
+  clear.deliver(clear.a, clear.drain(clear.b));
+  clear.now += 20'000;
+  clear.a.advance(clear.now);
+  std::vector<Frame> forged_answer = clear.drain(clear.a);  // a's ACK to b
+  ASSERT_EQ(forged_answer.size(), 1u);
+  forged_answer[0][wire::kL2L4Size + 1] |= wire::kAckFlagProbe;  // as a CLOSE's answer
+  ASSERT_TRUE(parse(forged_answer[0]).ack.pro.flags & wire::kAckFlagProbe);
+  p.deliver(p.b, forged_answer);
+  EXPECT_EQ(p.b.closing(), 1u);
+  // The real CLOSE: a's WRITE completes, a answers, b stops waiting.
+  p.deliver(p.a, second);
+  p.deliver(p.a, first);  // the first copy, late: its own counter, taken too
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  p.deliver(p.a, second);  // again: a replay
+  EXPECT_EQ(p.qa->stats().auth_replayed, 1u);
+  p.deliver(p.b, p.drain(p.a));
+  EXPECT_EQ(p.b.closing(), 0u);
+  EXPECT_EQ(p.b.stats().closes_answered, 1u);
+}
+
 // A pair in clear with the same addresses, ids and PSNs: what an attacker
 // who knows all of them can send.
 ConnectionConfig mtu_1024() {
