@@ -200,11 +200,32 @@ TEST(Auth, ClearFramesOfEveryKindAreDroppedAndCounted) {
   std::vector<Frame> forged = t.clear.drain(t.clear.a);
   t.clear.deliver(t.clear.b, forged);
   for (Frame& f : t.clear.drain(t.clear.b)) forged.push_back(std::move(f));  // b's ACKs
-  forged.push_back(with_ctrl(forged[0], [](wire::CtrlHeader& h) {
-    h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
-    h.pro.next_hdr = static_cast<uint8_t>(wire::CtrlType::kBraidClose);
-  }));
-  ASSERT_GE(forged.size(), 7u);
+  // Control frames of each kind the earlier attacks used: CLOSE, CNP,
+  // CREDIT, CREDIT_REQ (naming PSNs the victim would take).
+  for (const wire::CtrlType type : {wire::CtrlType::kBraidClose, wire::CtrlType::kCnp,
+                                    wire::CtrlType::kCredit, wire::CtrlType::kCreditReq}) {
+    forged.push_back(with_ctrl(forged[0], [type](wire::CtrlHeader& h) {
+      h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
+      h.pro.next_hdr = static_cast<uint8_t>(type);
+    }));
+  }
+  // A READ response in clear for a READ the victim's a has outstanding.
+  std::vector<uint8_t> local(1000, 0);
+  ASSERT_EQ(
+      t.victim.qa->post_send(request(3, Opcode::kRead, local.data(), 1000, t.region.data(), t.key)),
+      PostError::kOk);
+  (void)t.victim.drain(t.victim.a);  // the READ itself: lost
+  std::vector<uint8_t> remote(1000, 0xee);
+  const uint32_t ckey =
+      t.clear.b.memory().register_region(remote.data(), 1000, kAccessRemoteRead, 0);
+  ASSERT_EQ(
+      t.clear.qa->post_send(request(3, Opcode::kRead, local.data(), 1000, remote.data(), ckey)),
+      PostError::kOk);
+  t.clear.deliver(t.clear.b, t.clear.drain(t.clear.a));
+  for (Frame& f : t.clear.drain(t.clear.b)) {
+    if (f.size() > 1000) forged.push_back(std::move(f));  // the response, b -> a
+  }
+  ASSERT_GE(forged.size(), 11u);
   size_t to_b = 0;
   for (const Frame& f : forged) {
     ASSERT_FALSE(sealed(f));
@@ -220,6 +241,10 @@ TEST(Auth, ClearFramesOfEveryKindAreDroppedAndCounted) {
   EXPECT_TRUE(poll_all(t.victim.b_rcq).empty());
   EXPECT_EQ(t.region, std::vector<uint8_t>(3000, 0));
   EXPECT_EQ(t.victim.qa->stats().acks_received, 0u);
+  EXPECT_EQ(t.victim.qa->stats().data_received, 0u);  // the READ response
+  EXPECT_EQ(local, std::vector<uint8_t>(1000, 0));
+  EXPECT_EQ(t.victim.qb->stats().credit_requests_received, 0u);
+  EXPECT_EQ(t.victim.qb->stats().cnps_received, 0u);
 }
 
 TEST(Auth, ChangedAndReplayedSealedFramesAreDroppedAndCounted) {
