@@ -768,6 +768,24 @@ int Session::setup() {
                  std::strerror(err));
     return 1;
   }
+  if (o_.auth != "off") {
+    // Fresh keys for these connections: 16 random bytes a QP from each end,
+    // XORed (both ends run with --auth, checked with the other options).
+    std::vector<std::array<uint8_t, 16>> mine(static_cast<size_t>(o_.num_qps)), theirs(mine.size());
+    std::random_device rd;
+    for (auto& n : mine) {
+      for (uint8_t& b : n) b = static_cast<uint8_t>(rd());
+    }
+    if (const int err = braid_exchange_data(fd_, mine.data(), theirs.data(), 16 * mine.size())) {
+      std::fprintf(stderr, " Failed to exchange data between server and clients: %s\n",
+                   std::strerror(err));
+      return 1;
+    }
+    nonces_.resize(mine.size());
+    for (size_t q = 0; q < mine.size(); ++q) {
+      for (size_t k = 0; k < 16; ++k) nonces_[q][k] = mine[q][k] ^ theirs[q][k];
+    }
+  }
   uint32_t v4;
   if (braid_gid_to_ipv4(&remote_[0].gid, &v4) != 0) {
     std::fprintf(stderr, "\n Found Incompatibility issue with GID types.\n");
@@ -905,10 +923,11 @@ int Session::check_peer_options() {
   // run would wait forever for messages that never come.
   const std::string mine = fmt::format(
       "braid-perftest/1 {} {} size={} iters={} all={} duration={} margin={} qps={} "
-      "bidirectional={} span={}",
+      "bidirectional={} span={} auth={}",
       verb_name(o_.verb), o_.kind == TestKind::kBandwidth ? "BW" : "LAT", o_.size,
       o_.is_duration() ? 0 : o_.iters, o_.all_sizes, o_.duration_s,
-      o_.is_duration() ? o_.margin_s : 0, o_.num_qps, o_.bidirectional, o_.buffer_span);
+      o_.is_duration() ? o_.margin_s : 0, o_.num_qps, o_.bidirectional, o_.buffer_span,
+      o_.auth == "off" ? "off" : "on");
   std::string theirs;
   if (exchange_text(mine, &theirs)) return 1;
   if (theirs != mine) {
@@ -1023,10 +1042,13 @@ int Session::connect_qps() {
     attr.min_rnr_timer = kMinRnrTimer;
     attr.ah_attr.dgid = peer.gid;
     attr.ah_attr.port_num = kIbPort;
-    if (const int err = braid_modify_qp(qps_[static_cast<size_t>(i)], &attr,
-                                        BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU |
-                                            BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN |
-                                            BRAID_QP_MAX_DEST_RD_ATOMIC | BRAID_QP_MIN_RNR_TIMER)) {
+    int mask = BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+               BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC | BRAID_QP_MIN_RNR_TIMER;
+    if (!nonces_.empty()) {
+      std::memcpy(attr.auth_nonce, nonces_[static_cast<size_t>(i)].data(), 16);
+      mask |= BRAID_QP_AUTH_NONCE;
+    }
+    if (const int err = braid_modify_qp(qps_[static_cast<size_t>(i)], &attr, mask)) {
       std::fprintf(stderr, "Failed to modify QP %u to RTR: %s\n", me.qpn, std::strerror(err));
       return 1;
     }

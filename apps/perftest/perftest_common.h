@@ -6,6 +6,7 @@
 #ifndef BRAID_APPS_PERFTEST_PERFTEST_COMMON_H_
 #define BRAID_APPS_PERFTEST_PERFTEST_COMMON_H_
 
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -212,6 +213,8 @@ class Session {
   enum braid_mtu path_mtu_ = BRAID_MTU_1024;
   union braid_gid gid_ {};
   std::vector<braid_conn_info> mine_, remote_;
+  // --auth: each QP's nonce, both ends' random bytes XORed (auth_nonce).
+  std::vector<std::array<uint8_t, 16>> nonces_;
 };
 
 // Message sizes of the run: 2 .. 2^23 with -a, else -s.

@@ -325,6 +325,7 @@ enum braid_qp_attr_mask {
   BRAID_QP_MAX_DEST_RD_ATOMIC = 1 << 17,
   BRAID_QP_CAP = 1 << 19,
   BRAID_QP_DEST_QPN = 1 << 20,
+  BRAID_QP_AUTH_NONCE = 1 << 30, /* Braid's: braid_qp_attr.auth_nonce, at RTR */
 };
 
 struct braid_qp_cap {
@@ -357,8 +358,8 @@ struct braid_qp_attr {
    * ends then need the same link MTU, as with RoCE. */
   enum braid_mtu path_mtu;
   uint32_t qkey;
-  uint32_t rq_psn;  // all 32 bits are used (InfiniBand's PSNs, through the
-  uint32_t sq_psn;  // libibverbs face, are 24): random ones are harder to guess
+  uint32_t rq_psn; /* all 32 bits are used (InfiniBand's PSNs, through the */
+  uint32_t sq_psn; /* libibverbs face, are 24): random ones are harder to guess */
   uint32_t dest_qp_num;
   unsigned int qp_access_flags;
   struct braid_qp_cap cap;
@@ -371,6 +372,12 @@ struct braid_qp_attr {
   uint8_t timeout;   /* 4.096 us * 2^timeout, as InfiniBand; 0: default */
   uint8_t retry_cnt; /* 0..7 */
   uint8_t rnr_retry; /* 0..7, 7 = infinite */
+  /* Authenticated mode: 16 bytes both ends agreed for this connection (e.g.
+   * each end's random bytes, exchanged out of band and XORed), mixed into
+   * the QP's keys so that they are new for every connection, even one on
+   * the same QP numbers and PSNs (old packets then never authenticate).
+   * Given at RTR with BRAID_QP_AUTH_NONCE; without it, zeros. */
+  uint8_t auth_nonce[16];
 };
 
 /* Device. */

@@ -87,9 +87,10 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   trailer_bytes_ = cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
   if (cfg_.auth) {
     cfg_.crc_trailer = false;  // the ICV covers more
-    rx_key_ = wire::TssKey::derive(
-        cfg_.auth_secret,
-        {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id, cfg_.local_id, cfg_.rx_psn}, cfg_.auth_sdi);
+    rx_key_ = wire::TssKey::derive(cfg_.auth_secret,
+                                   {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id, cfg_.local_id,
+                                    cfg_.rx_psn, cfg_.auth_nonce},
+                                   cfg_.auth_sdi);
     derive_keys(false);
   }
   sq_.resize(std::min(cfg_.sq_depth, entries));
@@ -186,15 +187,16 @@ void Connection::derive_keys(bool keep_tx) {
   // Ours, from the PSN we start at; and the one a peer that sent in RTR
   // seals with (it starts at our PSN too: responses and ACKs).
   if (!keep_tx) {
-    tx_key_ = wire::TssKey::derive(
-        cfg_.auth_secret,
-        {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id, cfg_.tx_psn}, cfg_.auth_sdi);
+    tx_key_ = wire::TssKey::derive(cfg_.auth_secret,
+                                   {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id,
+                                    cfg_.tx_psn, cfg_.auth_nonce},
+                                   cfg_.auth_sdi);
   }
   rx_key_rtr_ = cfg_.tx_psn == cfg_.rx_psn
                     ? nullptr
                     : wire::TssKey::derive(cfg_.auth_secret,
                                            {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id,
-                                            cfg_.local_id, cfg_.tx_psn},
+                                            cfg_.local_id, cfg_.tx_psn, cfg_.auth_nonce},
                                            cfg_.auth_sdi);
 }
 

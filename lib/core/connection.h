@@ -89,8 +89,9 @@ struct ConnectionConfig {
   // sealed packets that authenticate are taken. No CRC trailer then.
   bool auth = false;
   wire::TssSecret auth_secret{};
-  uint32_t auth_sdi = 0;     // the security header's SDI (24 bits)
-  uint8_t trim_dscp = 0xff;  // DSCP a trimming switch puts on cut packets
+  uint32_t auth_sdi = 0;                 // the security header's SDI (24 bits)
+  std::array<uint8_t, 16> auth_nonce{};  // agreed by both ends for this connection
+  uint8_t trim_dscp = 0xff;              // DSCP a trimming switch puts on cut packets
   // The peer's MAC is not known yet (ARP under way): nothing is sent until
   // set_remote_mac(). An RC QP reaches RTR with a GID, not a MAC.
   bool await_remote_mac = false;

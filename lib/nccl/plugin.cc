@@ -52,7 +52,7 @@ namespace {
 constexpr int kMaxRecvs = 8;                             // buffers of one grouped receive
 constexpr int kSlots = NCCL_NET_MAX_REQUESTS;            // requests in flight per comm
 constexpr uint64_t kHandleMagic = 0x4252414944'4e43ull;  // "BRAIDNC"
-constexpr uint32_t kInfoMagic = 0x42524e31;              // "BRN1"
+constexpr uint32_t kInfoMagic = 0x42524e32;              // "BRN2": with the nonce
 constexpr int kCqDepth = 1024;
 constexpr uint32_t kSendDepth = 2 * kSlots;
 constexpr uint32_t kRecvDepth = kSlots * kMaxRecvs + kSlots;
@@ -197,6 +197,7 @@ static_assert(sizeof(Handle) <= NCCL_NET_HANDLE_MAXSIZE);
 struct PeerInfo {  // network byte order
   uint32_t magic, qpn, psn;
   uint8_t gid[16];
+  uint8_t nonce[16];  // this end's half of the connection's auth_nonce
 };
 
 // ---- Comms and requests ----------------------------------------------
@@ -233,6 +234,7 @@ struct Comm {
   braid_cq* cq = nullptr;
   braid_qp* qp = nullptr;
   uint32_t psn = 0;
+  uint8_t nonce[16] = {};  // random: XORed with the peer's into the QP's auth_nonce
   Request reqs[kSlots];
   ncclResult_t failed = ncclSuccess;
   timespec last_check{};
@@ -324,6 +326,7 @@ Comm* create_comm(Kind kind) {
   if (c == nullptr) return nullptr;
   std::random_device rd;
   c->psn = rd();  // 32 random bits: Braid's API takes full PSNs
+  for (uint8_t& b : c->nonce) b = static_cast<uint8_t>(rd());
   c->cq = braid_create_cq(g_dev.ctx, kCqDepth, c, nullptr, 0);
   c->bufs = static_cast<Descriptor*>(std::calloc(kSlots, sizeof(Descriptor)));
   if (c->cq == nullptr || c->bufs == nullptr) {
@@ -375,6 +378,7 @@ PeerInfo info_of(const Comm* c) {
   p.qpn = htonl(braid_qp_num(c->qp));
   p.psn = htonl(c->psn);
   std::memcpy(p.gid, g_dev.gid.raw, sizeof p.gid);
+  std::memcpy(p.nonce, c->nonce, sizeof p.nonce);
   return p;
 }
 
@@ -393,10 +397,12 @@ ncclResult_t connect_qp(Comm* c, const PeerInfo& p) {
   attr.min_rnr_timer = 12;
   std::memcpy(attr.ah_attr.dgid.raw, p.gid, sizeof p.gid);
   attr.ah_attr.port_num = 1;
-  int err =
-      braid_modify_qp(c->qp, &attr,
-                      BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
-                          BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC | BRAID_QP_MIN_RNR_TIMER);
+  // Keys new for this connection in the authenticated mode (ignored off).
+  for (size_t i = 0; i < sizeof attr.auth_nonce; ++i) attr.auth_nonce[i] = c->nonce[i] ^ p.nonce[i];
+  int err = braid_modify_qp(c->qp, &attr,
+                            BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                                BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC |
+                                BRAID_QP_MIN_RNR_TIMER | BRAID_QP_AUTH_NONCE);
   if (err == 0) {
     attr = braid_qp_attr{};
     attr.qp_state = BRAID_QPS_RTS;

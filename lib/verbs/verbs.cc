@@ -992,6 +992,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
   cc.rnr_delay_ns = rnr_delay_ns(qp->attr.min_rnr_timer);
   cc.peer_ack_hold_ns = braid::kAckHoldNs;
+  if (mask & BRAID_QP_AUTH_NONCE) std::memcpy(cc.auth_nonce.data(), a->auth_nonce, 16);
   qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
                                             &qp->recv_cq->ring(qp->engine));
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");

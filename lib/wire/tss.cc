@@ -92,7 +92,7 @@ size_t pds_header_size(const uint8_t* p, size_t len) {
 
 std::unique_ptr<TssKey> TssKey::derive(const TssSecret& secret, const TssDirection& d,
                                        uint32_t sdi) {
-  uint8_t info[32];
+  uint8_t info[64];
   size_t n = 0;
   std::memcpy(info, "braid-tss1", 10);
   n = 10;
@@ -102,6 +102,8 @@ std::unique_ptr<TssKey> TssKey::derive(const TssSecret& secret, const TssDirecti
   store_be16(info + n + 10, d.dst_id);
   store_be32(info + n + 12, d.start_psn);
   n += 16;
+  std::memcpy(info + n, d.nonce.data(), d.nonce.size());
+  n += d.nonce.size();
   uint8_t key[32], salt[32];
   unsigned int len = 0;
   info[n] = 'k';

@@ -54,7 +54,8 @@ struct TssDirection {
   uint32_t dst_ip = 0;
   uint16_t src_id = 0;
   uint16_t dst_id = 0;
-  uint32_t start_psn = 0;  // the PSN the direction started at
+  uint32_t start_psn = 0;           // the PSN the direction started at
+  std::array<uint8_t, 16> nonce{};  // what both ends agreed for the connection
 };
 
 // One direction's AES-256-GCM state (OpenSSL's libcrypto). Allocation-free

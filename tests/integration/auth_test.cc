@@ -110,6 +110,29 @@ TEST(Auth, APeerThatSentInRtrKeepsItsKeyAtRts) {
   EXPECT_EQ(qa->stats().auth_failed, 0u);
 }
 
+// A QP made again on the same ids and PSNs: with the same nonce (none)
+// its keys are the old ones, and a frame recorded from the old QP
+// authenticates (what the nonce is for); with a new nonce it does not.
+TEST(Auth, ANonceMakesTheKeysOfEachConnectionNew) {
+  DirectPair p(ConnectionConfig{}, 1024, false, AuthMode::kOn);
+  std::vector<uint8_t> msg(64, 3), rbuf(64, 0);
+  ASSERT_EQ(p.qb->post_recv(1, sgl_of(rbuf.data(), 64)), PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 64)), PostError::kOk);
+  const std::vector<Frame> recorded = p.drain(p.a);
+  ASSERT_EQ(recorded.size(), 1u);
+  for (const uint8_t nonce : {0, 1}) {
+    p.a.destroy_connection(1);
+    p.b.destroy_connection(2);
+    ConnectionConfig c;
+    c.auth_nonce[0] = nonce;
+    auto [qa, qb] = p.add_pair(c, c, 1, 2);
+    ASSERT_EQ(qb->post_recv(1, sgl_of(rbuf.data(), 64)), PostError::kOk);
+    p.deliver(p.b, recorded);
+    EXPECT_EQ(qb->stats().data_received, nonce == 0 ? 1u : 0u) << int{nonce};
+    EXPECT_EQ(qb->stats().auth_failed, nonce == 0 ? 0u : 1u) << int{nonce};
+  }
+}
+
 // Closing under auth: b's last ACK is lost and b closes. Each copy of its
 // CLOSE is sealed anew (its own counter: a copy again is not a replay);
 // a's WRITE completes by it, a's sealed answer ends b's wait, and a clear
