@@ -101,7 +101,9 @@ braid_context* open_device(const braid_device_config* config,
   // round: a device opened after another (a program run again) does not
   // give its QPs the numbers the last one's peers may still send to (a
   // lingering CLOSE or ACK of an earlier connection on the same ids).
-  c->next_qpn = std::random_device{}() % 65535 + 1;
+  std::random_device rd;
+  c->next_qpn = rd() % 65535 + 1;
+  c->qpn_key = (uint64_t{rd()} << 32 | rd()) | 1;  // never 0
   auto own = [](const char* s) { return s == nullptr ? std::string() : std::string(s); };
   c->port_spec = own(config->port);
   c->ipv4 = own(config->ipv4);

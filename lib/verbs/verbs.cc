@@ -843,9 +843,10 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   // Numbers go round the 16-bit space rather than lowest-free first: a
   // number comes back only after 65534 others, so late packets of an old
   // QP find no connection (or a long-settled one) under it.
-  uint32_t qpn = 0;
+  uint32_t qpn = 0, counter = 0;
   for (uint32_t i = 0; i < 65535; ++i) {
-    const uint32_t n = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
+    counter = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
+    const uint32_t n = braid::qpn_of(counter, c->qpn_key);
     if (!c->qpn_used[n]) {
       qpn = n;
       break;
@@ -853,7 +854,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   }
   if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
   c->qpn_used[qpn] = true;
-  c->next_qpn = qpn % 65535 + 1;
+  c->next_qpn = counter % 65535 + 1;
   auto* qp = new braid_qp{};
   qp->context = c;
   qp->pd = pd;

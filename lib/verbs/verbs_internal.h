@@ -89,7 +89,13 @@ struct braid_context {
   std::condition_variable wake;
   uint32_t next_pd = 1;
   std::vector<bool> qpn_used = std::vector<bool>(65536, false);
-  uint32_t next_qpn = 1;  // where the search for a free QP number starts (random: open_device)
+  // QP numbers: a counter that goes round 1..65535 (random start:
+  // open_device) through a keyed permutation of 1..65535 (qpn_of), so that
+  // one QP's number does not tell the next one's, and a number still comes
+  // back only after 65534 others. qpn_key 0: the counter itself (tests that
+  // choose numbers).
+  uint32_t next_qpn = 1;  // where the search for a free QP number starts
+  uint64_t qpn_key = 0;
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
   int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
@@ -98,6 +104,26 @@ struct braid_context {
 };
 
 namespace braid {
+// A permutation of 1..65535 chosen by `key` (0: none): a 4-round Feistel
+// network on 16 bits, walked again past 0 until it lands in range.
+inline uint32_t qpn_of(uint32_t counter, uint64_t key) {
+  if (key == 0) return counter;
+  uint32_t v = counter;
+  do {
+    uint32_t l = v >> 8, r = v & 0xff;
+    for (int round = 0; round < 4; ++round) {
+      uint64_t x = (uint64_t{r} << 8 | static_cast<uint64_t>(round)) ^ key;
+      x *= 0x9e3779b97f4a7c15ull;
+      x ^= x >> 29;
+      const uint32_t f = static_cast<uint32_t>(x >> 56);
+      const uint32_t next_r = l ^ f;
+      l = r;
+      r = next_r;
+    }
+    v = l << 8 | r;
+  } while (v == 0);
+  return v;
+}
 // Live statistics show this many QPs of a device (the rest are counted).
 inline constexpr uint32_t kStatsMaxQps = 1024;
 // How long a progress thread holds an ACK asked for at once, so that it

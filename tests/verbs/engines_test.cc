@@ -98,8 +98,11 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
     }
     // QP numbers from 1 on both (a device starts at random): the tests
     // choose which engine each QP is on, and whether a pair crosses engines.
-    if (a.ctx != nullptr) a.ctx->next_qpn = 1;
-    if (b.ctx != nullptr) b.ctx->next_qpn = 1;
+    for (braid_context* ctx : {a.ctx, b.ctx}) {
+      if (ctx == nullptr) continue;
+      ctx->next_qpn = 1;
+      ctx->qpn_key = 0;  // numbers in order
+    }
     ASSERT_NE(a.ctx, nullptr) << braid_last_error();
     ASSERT_NE(b.ctx, nullptr) << braid_last_error();
   }
@@ -498,6 +501,7 @@ TEST(DeviceEnginesArp, AReplyOnAnotherEnginesQueueReachesTheEngineThatAsked) {
   braid_context* ctx = braid::open_device(&c, std::move(ios));
   ASSERT_NE(ctx, nullptr) << braid_last_error();
   ctx->next_qpn = 1;  // QP 1: engine 1
+  ctx->qpn_key = 0;
   braid_pd* pd = braid_alloc_pd(ctx);
   braid_cq* cq = braid_create_cq(ctx, 16, nullptr, nullptr, 0);
   std::vector<uint8_t> buf(4096, 0x5a);

@@ -516,6 +516,26 @@ TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
 
 // A device's first QP number is not the last device's: a program run again
 // does not give its QPs the ids the last run's peers may still send to.
+// A device's QP numbers go through a keyed permutation of 1..65535: every
+// number once per round, none 0, and one QP's number says nothing of the
+// next one's (issue 32: ids a stranger cannot guess from one it saw).
+TEST(VerbsConfig, QpNumbersArePermutedByAKeyOfTheDevice) {
+  for (const uint64_t key : {uint64_t{1}, uint64_t{0x9d2c5680a1b2c3d5}, ~uint64_t{0}}) {
+    std::vector<bool> seen(65536, false);
+    uint32_t next_is_previous_plus_one = 0;
+    for (uint32_t n = 1; n <= 65535; ++n) {
+      const uint32_t q = braid::qpn_of(n, key);
+      ASSERT_GE(q, 1u);
+      ASSERT_LE(q, 65535u);
+      ASSERT_FALSE(seen[q]) << n;
+      seen[q] = true;
+      if (n > 1 && q == braid::qpn_of(n - 1, key) + 1) ++next_is_previous_plus_one;
+    }
+    EXPECT_LT(next_is_previous_plus_one, 100u) << key;  // about 1 in 65535 by chance
+  }
+  EXPECT_EQ(braid::qpn_of(77, 0), 77u);
+}
+
 TEST(VerbsConfig, DevicesStartTheirQpNumbersAtRandom) {
   std::set<uint32_t> first;
   for (int i = 0; i < 8; ++i) {
@@ -885,6 +905,7 @@ TEST_P(VerbsPipe, DestroyedQpsPendingArpDoesNotFailANewQpWithItsNumber) {
   ASSERT_EQ(braid_destroy_qp(lost), 0);
   // The next QP would get another number: make it take the old one.
   a.ctx->next_qpn = qpn;
+  a.ctx->qpn_key = 0;
   replace_qps({128, 128, 1, 1, 64});
   ASSERT_EQ(braid_qp_num(a.qp), qpn);
   // Until the old resolution has given up (3 requests, 1 s apart).
