@@ -133,6 +133,18 @@ TEST(Auth, ANonceMakesTheKeysOfEachConnectionNew) {
   }
 }
 
+// A 64-byte WRITE by `q` (on `from`) into `target` at `to`, carried; the ACK
+// `to` sends for it is returned, not delivered.
+std::vector<Frame> write_and_keep_ack(DirectPair& p, Connection* q, Endpoint& from, Endpoint& to,
+                                      uint8_t* src, uint8_t* target) {
+  const uint32_t key = to.memory().register_region(target, 64, kAccessRemoteWrite, 0);
+  EXPECT_EQ(q->post_send(request(7, Opcode::kWrite, src, 64, target, key)), PostError::kOk);
+  p.deliver(to, p.drain(from));
+  p.now += 20'000;  // past the ACK delay
+  to.advance(p.now);
+  return p.drain(to);
+}
+
 // Closing under auth: b's last ACK is lost and b closes. Each copy of its
 // CLOSE is sealed anew (its own counter: a copy again is not a replay);
 // a's WRITE completes by it, a's sealed answer ends b's wait, and a clear
@@ -141,13 +153,7 @@ TEST(Auth, ACloseIsSealedAtEachSendAndOnlyTheSealedAnswerEndsTheWait) {
   DirectPair p(ConnectionConfig{}, 1024, false, AuthMode::kOn);
   DirectPair clear;  // the same ids and addresses, in clear
   std::vector<uint8_t> src(64, 5), dst(64, 0);
-  const uint32_t rkey = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(7, Opcode::kWrite, src.data(), 64, dst.data(), rkey)),
-            PostError::kOk);
-  p.deliver(p.b, p.drain(p.a));
-  p.now += 20'000;
-  p.b.advance(p.now);
-  ASSERT_EQ(p.drain(p.b).size(), 1u);  // b's ACK, lost
+  ASSERT_EQ(write_and_keep_ack(p, p.qa, p.a, p.b, src.data(), dst.data()).size(), 1u);  // lost
   ASSERT_EQ(dst, src);
   p.b.close_connection(2);
   ASSERT_EQ(p.b.closing(), 1u);
@@ -162,13 +168,8 @@ TEST(Auth, ACloseIsSealedAtEachSendAndOnlyTheSealedAnswerEndsTheWait) {
   // A forged clear answer (a's own kind of frame, from the clear pair): b
   // keeps waiting.
   std::vector<uint8_t> cdst(64, 0);
-  const uint32_t ckey = clear.a.memory().register_region(cdst.data(), 64, kAccessRemoteWrite, 0);
-  ASSERT_EQ(clear.qb->post_send(request(1, Opcode::kWrite, src.data(), 64, cdst.data(), ckey)),
-            PostError::kOk);
-  clear.deliver(clear.a, clear.drain(clear.b));
-  clear.now += 20'000;
-  clear.a.advance(clear.now);
-  std::vector<Frame> forged_answer = clear.drain(clear.a);  // a's ACK to b
+  std::vector<Frame> forged_answer =
+      write_and_keep_ack(clear, clear.qb, clear.b, clear.a, src.data(), cdst.data());  // a's
   ASSERT_EQ(forged_answer.size(), 1u);
   forged_answer[0][wire::kL2L4Size + 1] |= wire::kAckFlagProbe;  // as a CLOSE's answer
   ASSERT_TRUE(parse(forged_answer[0]).ack.pro.flags & wire::kAckFlagProbe);
