@@ -67,15 +67,18 @@ bool NsccCc::quick_adapt(bool loss, bool ecn, double delay, TimeNs now, uint32_t
 }
 
 void NsccCc::on_ack(const AckEvent& e) {
+  // The base RTT is the smallest base sample (AckEvent::base_sample_ns;
+  // the RTT itself where none is given).
+  const uint64_t base_sample = e.base_sample_ns > 0 ? e.base_sample_ns : e.rtt_ns;
   if (!configured()) {
     if (e.rtt_ns == 0) return;  // nothing to scale by yet: the initial window holds
-    configure(e.rtt_ns);
+    configure(base_sample);
   }
   const double newly = e.acked_bytes;
   double delay = avg_delay_;
   if (e.rtt_ns > 0) {
-    if (e.rtt_ns < base_rtt_) {
-      base_rtt_ = e.rtt_ns;
+    if (base_sample < base_rtt_) {
+      base_rtt_ = base_sample;
       // Measured, not configured: the first sample may have waited behind
       // the initial window (the scale would then be that queue's). One
       // under half of it re-derives every parameter; otherwise the largest
@@ -91,7 +94,7 @@ void NsccCc::on_ack(const AckEvent& e) {
         }
       }
     }
-    delay = static_cast<double>(e.rtt_ns - base_rtt_);
+    delay = e.rtt_ns > base_rtt_ ? static_cast<double>(e.rtt_ns - base_rtt_) : 0.0;
     // A long delay without a mark is not taken for a queue (a host that
     // was late, an ACK that waited): the average sees a quarter RTT.
     const double fed = !e.ecn && delay > target_ ? static_cast<double>(base_rtt_) / 4 : delay;

@@ -63,7 +63,12 @@ struct AckEvent {
   uint32_t acked_bytes =
       0;  // newly acknowledged, as the window counts them (payload + header charge)
   uint32_t acked_packets = 0;
-  uint64_t rtt_ns = 0;          // of the packet that triggered it, when sent once (0: no sample)
+  uint64_t rtt_ns = 0;  // of the packet that triggered it, when sent once (0: no sample)
+  // What this sample says of the base RTT: rtt_ns when the receiver held
+  // the ACK for a small part of the round trip, else the whole round trip
+  // (a hold that long measured on the receiver's clock is not what the
+  // wire took off: subtracted, it gave 0.6 us through two routers).
+  uint64_t base_sample_ns = 0;
   bool ecn = false;             // that packet arrived with ECN-CE
   uint32_t inflight_bytes = 0;  // after this ACK
   uint8_t entropy = 0;          // of that packet

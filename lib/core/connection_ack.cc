@@ -231,12 +231,17 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   // The receiver says how long the packet waited for its ACK there (a
   // coalesced ACK): that is not the network's delay. A service time as long
   // as the whole round trip cannot be right: no sample then.
-  uint64_t rtt = 0;
+  uint64_t rtt = 0, base_sample = 0;
   const uint64_t held = uint64_t{a.nscc.service_time} * wire::kServiceTimeUnitNs;
   if (sample != nullptr) {
     const uint64_t total = now - sample->sent_at;
     if (total > held) {
       rtt = total - held;
+      // Both ends stamp a packet at the start of the poll that handles it,
+      // not when it leaves: a hold that is most of the round trip may
+      // cover the wire's own time. Such a sample bounds the base RTT by
+      // the whole round trip only.
+      base_sample = held <= total / 4 ? rtt : total;
     } else {
       sample = nullptr;
     }
@@ -288,6 +293,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   ev.now = now;
   ev.acked_bytes = acked;
   ev.rtt_ns = rtt;
+  ev.base_sample_ns = base_sample;
   ev.ecn = ecn;
   ev.inflight_bytes = inflight_bytes_;
   ev.entropy = sample_entropy;

@@ -104,6 +104,31 @@ TEST(Nscc, LearnsTheBaseRttFromTheFirstSampleWhenNotGivenOne) {
   EXPECT_EQ(cc.base_rtt_ns(), 10'000);
 }
 
+// The receiver held the ACK for most of the round trip: the RTT less the
+// hold (0.6 us through two routers, measured) does not set the base RTT,
+// which would make the largest window a packet; the whole round trip
+// bounds it. A sample with a short hold sets it.
+TEST(Nscc, ARoundTripMostlyHeldAtTheReceiverDoesNotSetTheBaseRtt) {
+  NsccCc cc(nscc(0, 50'000), kPacket);
+  AckEvent e;
+  e.now = 60'000;
+  e.acked_bytes = kPacket;
+  e.rtt_ns = 600;             // 10.3 us less a hold of 9.7 us
+  e.base_sample_ns = 10'300;  // the whole round trip
+  cc.on_ack(e);
+  ASSERT_TRUE(cc.configured());
+  EXPECT_EQ(cc.base_rtt_ns(), 10'300);
+  EXPECT_DOUBLE_EQ(cc.max_window(), 1.5 * 10'300 * 100 / 8);
+  e.now += 1'000;
+  cc.on_ack(e);  // again: the base stays, and the delay is 0, not negative
+  EXPECT_EQ(cc.base_rtt_ns(), 10'300);
+  EXPECT_GE(cc.cwnd_bytes(), 50'000u);
+  e.now += 1'000;
+  e.rtt_ns = e.base_sample_ns = 8'000;  // held briefly: the wire's
+  cc.on_ack(e);
+  EXPECT_EQ(cc.base_rtt_ns(), 8'000);
+}
+
 TEST(Nscc, ASampleUnderHalfTheFirstRescalesEverything) {
   // The first sample waited behind the initial window (4x the network's
   // RTT): target and largest window are that queue's, until an RTT under
