@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -167,6 +168,10 @@ int main(int argc, char** argv) {
 
   braid::dpdk::EalConfig eal;
   eal.lcore = lcore;
+  // Each port's mbuf pool takes about 17 MB at MTU 1500 (more for jumbo
+  // frames): the EAL's default 512 MB ran out at 16 ports.
+  eal.memory_mb = std::max<uint32_t>(512, 128 + static_cast<uint32_t>(ports.size()) *
+                                                     (mtu > 1500 ? 120u : 40u));
   for (const std::string& p : ports) eal.vdevs.push_back(p);
   if (const braid::dpdk::Status s = braid::dpdk::Eal::init(eal); !s.ok()) {
     std::fprintf(stderr, "braid_switch: %s\n", s.error.c_str());
