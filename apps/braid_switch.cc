@@ -170,8 +170,8 @@ int main(int argc, char** argv) {
   eal.lcore = lcore;
   // Each port's mbuf pool takes about 17 MB at MTU 1500 (more for jumbo
   // frames): the EAL's default 512 MB ran out at 16 ports.
-  eal.memory_mb = std::max<uint32_t>(512, 128 + static_cast<uint32_t>(ports.size()) *
-                                                     (mtu > 1500 ? 120u : 40u));
+  eal.memory_mb = std::max<uint32_t>(
+      512, 128 + static_cast<uint32_t>(ports.size()) * (mtu > 1500 ? 120u : 40u));
   for (const std::string& p : ports) eal.vdevs.push_back(p);
   if (const braid::dpdk::Status s = braid::dpdk::Eal::init(eal); !s.ok()) {
     std::fprintf(stderr, "braid_switch: %s\n", s.error.c_str());
