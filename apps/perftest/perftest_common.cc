@@ -1232,6 +1232,7 @@ void Session::print_stats() const {
     sum.auth_failed += q.auth_failed;
     sum.auth_replayed += q.auth_replayed;
     sum.unsealed += q.unsealed;
+    sum.spurious_timeouts += q.spurious_timeouts;
   }
   // The sender's state and its paths, for the first QP.
   braid_qp_stats q0{};
@@ -1269,12 +1270,12 @@ void Session::print_stats() const {
               o_.num_qps, sum.data_packets_sent, sum.retransmits, sum.data_packets_received,
               sum.duplicates);
   std::printf(" Lost: inferred %" PRIu64 ", nacked %" PRIu64 ", timed out %" PRIu64
-              " (timer expirations %" PRIu64 "); ACKs sent %" PRIu64 " received %" PRIu64
-              "; NACKs sent %" PRIu64 " received %" PRIu64 "; RNR sent %" PRIu64
-              " received %" PRIu64 "; access errors %" PRIu64 "\n",
-              sum.lost_inferred, sum.lost_nacked, sum.lost_timeout, sum.timeouts, sum.acks_sent,
-              sum.acks_received, sum.nacks_sent, sum.nacks_received, sum.rnr_nacks_sent,
-              sum.rnr_nacks_received, sum.access_errors);
+              " (timer expirations %" PRIu64 ", %" PRIu64 " spurious); ACKs sent %" PRIu64
+              " received %" PRIu64 "; NACKs sent %" PRIu64 " received %" PRIu64
+              "; RNR sent %" PRIu64 " received %" PRIu64 "; access errors %" PRIu64 "\n",
+              sum.lost_inferred, sum.lost_nacked, sum.lost_timeout, sum.timeouts,
+              sum.spurious_timeouts, sum.acks_sent, sum.acks_received, sum.nacks_sent,
+              sum.nacks_received, sum.rnr_nacks_sent, sum.rnr_nacks_received, sum.access_errors);
   if (o_.auth != "off" || sum.wrong_job_id + sum.unsealed > 0) {
     std::printf(" Refused as foreign: wrong job id %" PRIu64 "; not authentic %" PRIu64
                 ", replayed %" PRIu64 ", %s %" PRIu64 "\n",

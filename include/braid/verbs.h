@@ -480,10 +480,11 @@ struct braid_qp_stats {
   uint64_t unscheduled_sent; /* data packets sent without credit (from idle) */
   uint64_t credit_stalls;    /* times it asked again after waiting for credit */
   /* Packets refused as foreign (docs/security.md), all dropped: */
-  uint64_t wrong_job_id;  /* data whose SES job id is not this QP direction's */
-  uint64_t auth_failed;   /* sealed, and did not authenticate (auth on) */
-  uint64_t auth_replayed; /* sealed, authentic, seen before (or too old) */
-  uint64_t unsealed;      /* in clear where auth is on, or sealed where it is off */
+  uint64_t wrong_job_id;      /* data whose SES job id is not this QP direction's */
+  uint64_t auth_failed;       /* sealed, and did not authenticate (auth on) */
+  uint64_t auth_replayed;     /* sealed, authentic, seen before (or too old) */
+  uint64_t unsealed;          /* in clear where auth is on, or sealed where it is off */
+  uint64_t spurious_timeouts; /* timeouts a later ACK of the first copy showed spurious */
 };
 int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* stats);
 

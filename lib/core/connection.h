@@ -123,6 +123,7 @@ struct ConnectionStats {
   uint64_t lost_nacked = 0;         // declared lost by a TRIMMED NACK
   uint64_t lost_timeout = 0;        // declared lost by the RTO
   uint64_t timeouts = 0;            // RTO expirations
+  uint64_t spurious_timeouts = 0;   // ... shown spurious: the first copy was ACKed later
   uint64_t rnr_nacks = 0;           // receiver-not-ready NACKs sent (we had no receive)
   uint64_t rnr_nacks_received = 0;  // ... received (the peer had none)
   uint64_t access_errors = 0;       // remote accesses refused (we were the target)
@@ -562,6 +563,7 @@ class Connection {
   uint32_t build_cnp(uint8_t* buf, uint32_t cap);
   void schedule_ack(bool immediate, TimeNs now);
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
+  void on_spurious_timeout();
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
@@ -669,7 +671,8 @@ class Connection {
   PathSet paths_;
   CongestionControl cc_;
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
-  TimeNs min_rtt_ = 0;  // smallest RTT sample on any entropy
+  TimeNs rto_floor_ = 0;  // the least RTO after a spurious timeout (fades)
+  TimeNs min_rtt_ = 0;    // smallest RTT sample on any entropy
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received, or the last read timeout

@@ -206,6 +206,22 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, Tim
                   since > held ? since - held : since);
 }
 
+void Connection::on_spurious_timeout() {
+  // The timer fired while the packet was on its way (a queue that grew
+  // faster than srtt + 4 rttvar followed): the RTO it backed off to stays
+  // the least for a while, and what that timeout queued for resending and
+  // has not resent yet goes back in flight instead.
+  ++stats_.spurious_timeouts;
+  rto_floor_ = std::max(rto_floor_, std::min(rto_, cfg_.rto_max_ns));
+  for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
+    TxRecord& r = rec(psn);
+    if (r.state == TxState::kLost && r.retries > 0 && r.tx_count == 1) {
+      r.state = TxState::kInFlight;  // its queue entry is skipped when popped
+      inflight_bytes_ += charge(r);
+    }
+  }
+}
+
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   const wire::AckHeader& a = pkt.ack;
   ++stats_.acks_received;
@@ -220,6 +236,10 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   TxRecord* sample = nullptr;
   if (psn_le(snd_una_, trigger) && psn_lt(trigger, snd_nxt_)) {
     TxRecord& t = rec(trigger);
+    if (t.psn == trigger && t.retries > 0 && t.state != TxState::kAcked &&
+        !(a.pro.flags & wire::kAckFlagRetx)) [[unlikely]] {
+      on_spurious_timeout();  // the ACK names the first copy of a packet we timed out
+    }
     if (t.psn == trigger) {
       if (t.state == TxState::kInFlight && t.tx_count == 1) sample = &t;
       if (ecn) paths_.on_ecn(t.entropy);
@@ -302,7 +322,9 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (progress) {
     rnr_retries_ = 0;
     if (srtt_ != 0) {
-      rto_ = std::clamp<TimeNs>(srtt_ + 4 * rttvar_, cfg_.rto_min_ns, cfg_.rto_max_ns);
+      rto_ = std::clamp<TimeNs>(srtt_ + 4 * rttvar_, std::max(cfg_.rto_min_ns, rto_floor_),
+                                cfg_.rto_max_ns);
+      rto_floor_ -= rto_floor_ / 64;  // a floor from a spurious timeout fades
     }
     arm_rto(now);
     release_read_responses();

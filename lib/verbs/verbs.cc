@@ -1166,6 +1166,7 @@ int braid_query_qp_stats(struct braid_qp* qp, struct braid_qp_stats* out) {
   out->auth_failed = s.auth_failed;
   out->auth_replayed = s.auth_replayed;
   out->unsealed = s.unsealed;
+  out->spurious_timeouts = s.spurious_timeouts;
   if (const braid::NsccCc* n = c.cc().nscc(); n != nullptr && n->configured()) {
     out->base_rtt_ns = static_cast<uint32_t>(n->base_rtt_ns());
     out->target_delay_ns = static_cast<uint32_t>(n->target_delay_ns());

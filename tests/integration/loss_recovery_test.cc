@@ -101,6 +101,45 @@ INSTANTIATE_TEST_SUITE_P(Lengths, BurstLoss, ::testing::Values(1u, 64u, 200u, 70
 // The last packets of a message lost: nothing sent after them can show it.
 // A probe two RTTs after the last new packet resends them, long before the
 // RTO, and without spending the retry budget.
+// The RTO fires while the packets are only late (a queue grew faster than
+// srtt + 4 rttvar followed). The ACK of a first copy shows it: what the
+// timeout queued and has not resent goes back in flight (only the packets
+// really lost are resent), and the RTO stays where it backed off to.
+TEST(SpuriousTimeout, TheFirstCopysAckStopsTheResendsAndKeepsTheRto) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  std::vector<uint8_t> src(4000, 3), dst(4000, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 4000, dst.data(), key)),
+            PostError::kOk);
+  const std::vector<Frame> data = p.drain(p.a);
+  ASSERT_EQ(data.size(), 4u);
+  p.deliver(p.b, {data[0]});
+  p.now += 20'000;
+  p.b.advance(p.now);
+  const std::vector<Frame> ack0 = p.drain(p.b);  // late: still on its way
+  ASSERT_EQ(ack0.size(), 1u);
+  const TimeNs rto = p.qa->rto_ns();
+  p.now += rto + 1'000;
+  p.a.advance(p.now);
+  ASSERT_EQ(p.qa->stats().timeouts, 1u);
+  const TimeNs backed_off = p.qa->rto_ns();
+  EXPECT_GT(backed_off, rto);
+  p.deliver(p.a, ack0);  // the first copy's ACK, after the timer
+  EXPECT_EQ(p.qa->stats().spurious_timeouts, 1u);
+  EXPECT_TRUE(p.drain(p.a).empty());  // nothing resent
+  EXPECT_EQ(p.qa->stats().retransmits, 0u);
+  p.deliver(p.b, {data[1], data[2], data[3]});  // the rest was only late too
+  p.settle();
+  const auto wa = poll_all(p.a_scq);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(p.qa->stats().retransmits, 0u);
+  EXPECT_GE(p.qa->rto_ns(), backed_off - backed_off / 16);  // the floor fades slowly
+}
+
 TEST(TailLoss, IsRepairedByAProbeBeforeTheRto) {
   DirectPair p;
   std::vector<uint8_t> src(64 * 1024, 3), dst(64 * 1024);
