@@ -80,17 +80,12 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   retx_mask_ = 2 * records - 1;
   snd_una_ = snd_nxt_ = cfg.tx_psn;
   highest_sacked_ = cfg.tx_psn - 1;
-  tx_job_id_ =
-      direction_job_id(cfg.tx_psn, cfg.local_id, cfg.remote_id, cfg.local_ip, cfg.remote_ip);
-  rx_job_id_ =
-      direction_job_id(cfg.rx_psn, cfg.remote_id, cfg.local_id, cfg.remote_ip, cfg.local_ip);
+  tx_job_id_ = job_id_for(true, cfg_.tx_psn);
+  rx_job_id_ = job_id_for(false, cfg_.rx_psn);
   trailer_bytes_ = cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
   if (cfg_.auth) {
     cfg_.crc_trailer = false;  // the ICV covers more
-    rx_key_ = wire::TssKey::derive(cfg_.auth_secret,
-                                   {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id, cfg_.local_id,
-                                    cfg_.rx_psn, cfg_.auth_nonce},
-                                   cfg_.auth_sdi);
+    rx_key_ = key_for(false, cfg_.rx_psn);
     derive_keys(false);
   }
   sq_.resize(std::min(cfg_.sq_depth, entries));
@@ -172,7 +167,7 @@ bool Connection::set_send_psn(uint32_t psn) {
   cfg_.tx_psn = psn;
   snd_una_ = snd_nxt_ = psn;
   highest_sacked_ = psn - 1;
-  tx_job_id_ = direction_job_id(psn, cfg_.local_id, cfg_.remote_id, cfg_.local_ip, cfg_.remote_ip);
+  tx_job_id_ = job_id_for(true, psn);
   if (cfg_.auth) {
     // Keys for the new PSN, unless something (an ACK in RTR) went sealed
     // with the old one: the peer may have taken that key for good
@@ -186,18 +181,24 @@ bool Connection::set_send_psn(uint32_t psn) {
 void Connection::derive_keys(bool keep_tx) {
   // Ours, from the PSN we start at; and the one a peer that sent in RTR
   // seals with (it starts at our PSN too: responses and ACKs).
-  if (!keep_tx) {
-    tx_key_ = wire::TssKey::derive(cfg_.auth_secret,
-                                   {cfg_.local_ip, cfg_.remote_ip, cfg_.local_id, cfg_.remote_id,
-                                    cfg_.tx_psn, cfg_.auth_nonce},
-                                   cfg_.auth_sdi);
-  }
-  rx_key_rtr_ = cfg_.tx_psn == cfg_.rx_psn
-                    ? nullptr
-                    : wire::TssKey::derive(cfg_.auth_secret,
-                                           {cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id,
-                                            cfg_.local_id, cfg_.tx_psn, cfg_.auth_nonce},
-                                           cfg_.auth_sdi);
+  if (!keep_tx) tx_key_ = key_for(true, cfg_.tx_psn);
+  rx_key_rtr_ = cfg_.tx_psn == cfg_.rx_psn ? nullptr : key_for(false, cfg_.tx_psn);
+}
+
+uint32_t Connection::job_id_for(bool ours, uint32_t start_psn) const {
+  return ours ? direction_job_id(start_psn, cfg_.local_id, cfg_.remote_id, cfg_.local_ip,
+                                 cfg_.remote_ip)
+              : direction_job_id(start_psn, cfg_.remote_id, cfg_.local_id, cfg_.remote_ip,
+                                 cfg_.local_ip);
+}
+
+std::unique_ptr<wire::TssKey> Connection::key_for(bool ours, uint32_t start_psn) const {
+  const wire::TssDirection d =
+      ours ? wire::TssDirection{cfg_.local_ip,  cfg_.remote_ip, cfg_.local_id,
+                                cfg_.remote_id, start_psn,      cfg_.auth_nonce}
+           : wire::TssDirection{cfg_.remote_ip, cfg_.local_ip, cfg_.remote_id,
+                                cfg_.local_id,  start_psn,     cfg_.auth_nonce};
+  return wire::TssKey::derive(cfg_.auth_secret, d, cfg_.auth_sdi);
 }
 
 void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,

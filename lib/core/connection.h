@@ -602,6 +602,10 @@ class Connection {
 
  private:
   void derive_keys(bool keep_tx);
+  // The SES job id and the TSS key of a direction, ours (local to remote)
+  // or the peer's, from the PSN it started at.
+  uint32_t job_id_for(bool ours, uint32_t start_psn) const;
+  std::unique_ptr<wire::TssKey> key_for(bool ours, uint32_t start_psn) const;
 
   // `marked`: the ACK says it arrived with ECN-CE (it named it).
   // `held`: how long the receiver says it held the ACK (its service time):

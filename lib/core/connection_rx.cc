@@ -468,8 +468,7 @@ void Connection::learn_responder_psn(const wire::ParsedPacket& pkt) {
   // its responses at ours (our initial PSN, its rq_psn), which a stranger
   // must guess as exactly as RoCEv2's (any PSN used to restart the window:
   // one forged frame completed a READ with its bytes).
-  const uint32_t job_id =
-      direction_job_id(cfg_.tx_psn, cfg_.remote_id, cfg_.local_id, cfg_.remote_ip, cfg_.local_ip);
+  const uint32_t job_id = job_id_for(false, cfg_.tx_psn);  // the peer's, started at our PSN
   if (pkt.resp.message_offset != 0 || pkt.req.psn != cfg_.tx_psn || pkt.resp.job_id != job_id ||
       rx_.check(pkt.req.psn) == ReceiveWindow::Verdict::kNew) {
     return;

@@ -19,10 +19,7 @@ TEST(AckTiming, APacketThatClosesAGapIsAcknowledgedAtOnce) {
   c.mtu = 1024;
   DirectPair p(c);
   std::vector<uint8_t> src(1025, 3), dst(1025, 0);
-  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 1025, dst.data(), key)),
-            PostError::kOk);
-  const std::vector<Frame> sent = p.drain(p.a);
+  const std::vector<Frame> sent = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 1025);
   ASSERT_EQ(sent.size(), 2u);
   p.deliver(p.b, {sent[1]});
   p.deliver(p.a, p.drain(p.b));  // out of order: its SACK goes at once

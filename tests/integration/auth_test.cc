@@ -137,9 +137,7 @@ TEST(Auth, ANonceMakesTheKeysOfEachConnectionNew) {
 // `to` sends for it is returned, not delivered.
 std::vector<Frame> write_and_keep_ack(DirectPair& p, Connection* q, Endpoint& from, Endpoint& to,
                                       uint8_t* src, uint8_t* target) {
-  const uint32_t key = to.memory().register_region(target, 64, kAccessRemoteWrite, 0);
-  EXPECT_EQ(q->post_send(request(7, Opcode::kWrite, src, 64, target, key)), PostError::kOk);
-  p.deliver(to, p.drain(from));
+  p.deliver(to, p.post_write(q, from, to, src, target, 64));
   p.now += 20'000;  // past the ACK delay
   to.advance(p.now);
   return p.drain(to);

@@ -85,6 +85,15 @@ class DirectPair {
     return add_pair(ca, cb, 3, 4);
   }
 
+  // A WRITE of `len` bytes by `q` (on `from`) from `src` into `dst`,
+  // registered for it at `to`: the frames `from` sends for it, not delivered.
+  std::vector<Frame> post_write(Connection* q, Endpoint& from, Endpoint& to, uint8_t* src,
+                                uint8_t* dst, uint32_t len) {
+    const uint32_t key = to.memory().register_region(dst, len, kAccessRemoteWrite, 0);
+    EXPECT_EQ(q->post_send(request(1, Opcode::kWrite, src, len, dst, key)), PostError::kOk);
+    return drain(from);
+  }
+
   // Every frame `from` wants to send now.
   std::vector<Frame> drain(Endpoint& from) {
     std::vector<Frame> out;

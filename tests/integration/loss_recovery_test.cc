@@ -110,10 +110,7 @@ TEST(SpuriousTimeout, TheFirstCopysAckStopsTheResendsAndKeepsTheRto) {
   c.mtu = 1024;
   DirectPair p(c);
   std::vector<uint8_t> src(4000, 3), dst(4000, 0);
-  const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(), 4000, dst.data(), key)),
-            PostError::kOk);
-  const std::vector<Frame> data = p.drain(p.a);
+  const std::vector<Frame> data = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 4000);
   ASSERT_EQ(data.size(), 4u);
   p.deliver(p.b, {data[0]});
   p.now += 20'000;
