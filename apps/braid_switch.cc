@@ -1,17 +1,21 @@
 // braid_switch: a software switch on the DPDK datapath, for testing Braid
 // (or any UDP traffic) over a multipath fabric on one host. Each --port is a
 // DPDK port (a memif server or vhost-user socket a host attaches to); between
-// every two ports run --links parallel core links chosen by an ECMP hash of
-// the 5-tuple, so each UDP source port (entropy) keeps to one of them. Core
-// links and ports have a rate, a buffer, WRED ECN marking, trimming and loss
-// (drivers/switch/soft_switch.h); core links can be taken down or made to
-// drop everything silently, mid-run, by commands on a control FIFO:
+// every two ports run --links parallel full-duplex core links chosen by an
+// ECMP hash of the 5-tuple, so each UDP source port (entropy) keeps to one of
+// them. Core links (each direction) and ports have a rate, a buffer, WRED
+// ECN marking, trimming and loss (drivers/switch/soft_switch.h); core links
+// can be taken down or made to drop everything silently, mid-run, by
+// commands on a control FIFO:
 //   link K up|down|blackhole      link K rate MBPS     link K loss P
 //   link K ecn KMIN KMAX PMAX     port P rate MBPS     port P ecn KMIN KMAX PMAX
 //   stats     stats clear (counters start again)     quit
 // (--set runs them at start, or as '@N command' once N frames have come in.)
 // It prints every queue's counters when it stops (SIGINT, SIGTERM, quit,
-// --duration).
+// --duration). --series FILE writes a CSV row every --series-us: each core
+// link direction's queued bytes and bytes sent so far, and per host port the
+// data bytes that came in there and have been delivered (scripts/
+// plot-switch-series.py draws them).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
@@ -88,8 +92,16 @@ bool run_command(const std::string& line, braid::sw::SoftSwitch& sw) {
     std::fflush(stdout);
     return true;
   }
-  braid::sw::QueueConfig& q = link ? sw.core_config(static_cast<uint16_t>(index))
-                                   : sw.egress_config(static_cast<uint16_t>(index));
+  // A link's command applies to both its directions.
+  std::vector<braid::sw::QueueConfig*> qs;
+  if (link) {
+    for (braid::sw::Dir d : {braid::sw::Dir::kToHigher, braid::sw::Dir::kToLower}) {
+      qs.push_back(&sw.core_config(static_cast<uint16_t>(index), d));
+    }
+  } else {
+    qs.push_back(&sw.egress_config(static_cast<uint16_t>(index)));
+  }
+  braid::sw::QueueConfig q = *qs[0];
   bool ok = true;
   if (link && (verb == "up" || verb == "down" || verb == "blackhole")) {
     sw.set_link_state(static_cast<uint16_t>(index), verb == "up" ? braid::sw::LinkState::kUp
@@ -108,6 +120,9 @@ bool run_command(const std::string& line, braid::sw::SoftSwitch& sw) {
   } else {
     ok = false;
   }
+  if (ok) {
+    for (braid::sw::QueueConfig* c : qs) *c = q;
+  }
   std::printf("braid_switch: %s '%s'\n", ok ? "done" : "bad command", line.c_str());
   std::fflush(stdout);
   return true;
@@ -125,6 +140,8 @@ int main(int argc, char** argv) {
   uint32_t mtu = 1500;
   uint32_t idle_yield = 0;
   double duration = 0;
+  std::string series;
+  uint32_t series_us = 1000;
   app.add_option("--port", ports,
                  "a DPDK port a host attaches to, e.g. "
                  "net_memif0,role=server,id=0,socket=/tmp/p0.sock,socket-abstract=no (repeat)")
@@ -150,6 +167,10 @@ int main(int argc, char** argv) {
                  "yield the core after this many passes in a row that moved no frame, for more "
                  "busy processes than cores (0: never)");
   app.add_option("--duration", duration, "stop after this many seconds (0: on a signal)");
+  app.add_option("--series", series,
+                 "a CSV file to write queue depths and delivered bytes to, every --series-us");
+  app.add_option("--series-us", series_us, "microseconds between --series rows")
+      ->check(CLI::Range(10, 10'000'000));
   CLI11_PARSE(app, argc, argv);
   if (ports.size() > 64) {
     std::fprintf(stderr, "braid_switch: at most 64 ports\n");
@@ -217,6 +238,22 @@ int main(int argc, char** argv) {
       run_command(c, sw);
     }
   }
+  FILE* series_file = nullptr;
+  if (!series.empty()) {
+    series_file = std::fopen(series.c_str(), "w");
+    if (series_file == nullptr) {
+      std::fprintf(stderr, "braid_switch: cannot write %s\n", series.c_str());
+      return 1;
+    }
+    std::fputs("t_s", series_file);
+    for (uint16_t k = 0; k < sw.core_links(); ++k) {
+      for (const char* d : {"to_higher", "to_lower"}) {
+        std::fprintf(series_file, ",link%u_%s_queued,link%u_%s_sent", k, d, k, d);
+      }
+    }
+    for (uint16_t p = 0; p < sw.ports(); ++p) std::fprintf(series_file, ",port%u_delivered", p);
+    std::fputc('\n', series_file);
+  }
   std::printf("braid_switch: %zu ports, %u core links, ready\n", ports.size(), cfg.core_links);
   std::fflush(stdout);
   constexpr uint16_t kBurst = 32;
@@ -230,6 +267,7 @@ int main(int argc, char** argv) {
       duration > 0 ? start + static_cast<braid::TimeNs>(duration * 1e9) : braid::kNever;
   bool running = true;
   braid::IdleYield idle(idle_yield);  // passes that moved no frame
+  braid::TimeNs next_row = start;
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
     if (now >= end) break;
@@ -276,6 +314,21 @@ int main(int argc, char** argv) {
       }
     }
     idle.pass(frames_moved > 0);
+    if (series_file != nullptr && now >= next_row) {
+      std::fprintf(series_file, "%.6f", static_cast<double>(now - start) / 1e9);
+      for (uint16_t k = 0; k < sw.core_links(); ++k) {
+        for (braid::sw::Dir d : {braid::sw::Dir::kToHigher, braid::sw::Dir::kToLower}) {
+          const braid::sw::QueueStats& q = sw.core_stats(k, d);
+          std::fprintf(series_file, ",%lu,%lu", static_cast<unsigned long>(q.queued_bytes),
+                       static_cast<unsigned long>(q.bytes));
+        }
+      }
+      for (uint16_t p = 0; p < sw.ports(); ++p) {
+        std::fprintf(series_file, ",%lu", static_cast<unsigned long>(sw.delivered_from(p)));
+      }
+      std::fputc('\n', series_file);
+      next_row = std::max(next_row + static_cast<braid::TimeNs>(series_us) * 1000, now);
+    }
     for (size_t i = 0; i < later.size();) {
       if (sw.stats().received >= later[i].first) {
         running = run_command(later[i].second, sw) && running;
@@ -304,6 +357,7 @@ int main(int argc, char** argv) {
     if (!held[p].empty()) io[p]->tx_free(held[p].data(), static_cast<uint16_t>(held[p].size()));
   }
   io.clear();
+  if (series_file != nullptr) std::fclose(series_file);
   if (control_fd >= 0) close(control_fd);
   braid::dpdk::Eal::shutdown();
   return 0;

@@ -54,8 +54,9 @@ run() { # run <scenario> <cc>: prints the table row
   local goodputs jain p50
   goodputs=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*goodputs \(.*\) MiB.*/\1/')
   jain=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*Jain \([0-9.]*\).*/\1/')
-  # The bottleneck's queue: the busiest core link's median.
-  p50=$(grep "^link " <<<"$out" | sed -n 's/.*sent \([0-9]*\) packets.*queue found by data p50 \([0-9]*\) .*/\1 \2/p' |
+  # The bottleneck's queue: the median of the core link direction that
+  # carried the most data.
+  p50=$(grep "^link " <<<"$out" | sed -n 's/.* bytes, \([0-9]*\) data).*queue found by data p50 \([0-9]*\) .*/\1 \2/p' |
     sort -n | tail -1 | cut -d' ' -f2)
   awk -v sc="$sc" -v cc="$cc" -v g="$goodputs" -v b="$bottleneck" -v j="$jain" -v q="$p50" 'BEGIN {
     n = split(g, x, " "); s = 0; for (i = 1; i <= n; ++i) s += x[i]

@@ -29,7 +29,8 @@
 #   --expect-no-drop L  core link L dropped no frame (since the switch's
 #                       last 'stats clear', e.g. --set '@N stats clear');
 #   --expect-median-queue L:BYTES  half the data frames arriving at core
-#                       link L found at most BYTES queued there.
+#                       link L (its busier direction) found at most BYTES
+#                       queued there.
 # Tools come from $BRAID_BUILD_DIR (default build/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -129,14 +130,27 @@ echo "---- switch ----"
 cat "$run_dir/switch.log"
 [[ $rc -eq 0 ]] || { echo "switch-fabric: a tool or the switch failed" >&2; exit 1; }
 
+# "link K to higher ports: sent N packets (B bytes, D data), dropped X, ...,
+# F data flows", and the same "to lower ports": a core link's two directions.
+# busier_direction K: the line of link K's direction that carried more data.
+busier_direction() {
+  grep "^link $1 to " "$run_dir/switch.log" |
+    awk '{ match($0, /[0-9]+ data\)/); d = substr($0, RSTART, RLENGTH - 6) + 0
+           if (NR == 1 || d > best) { best = d; line = $0 } }
+         END { print line }'
+}
+# link_dropped K: frames link K dropped, both directions.
+link_dropped() {
+  grep "^link $1 to " "$run_dir/switch.log" | sed -n 's/.*dropped \([0-9]*\),.*/\1/p' |
+    awk '{ s += $1 } END { print s + 0 }'
+}
 if [[ -n "$expect_less_on" ]]; then
-  # "link K: sent N packets (B bytes, D data), ..., F data flows"
   awk -v l="$expect_less_on" '
     $1 == "link" {
-      k = $2; sub(":", "", k)
+      k = $2
       match($0, /[0-9]+ data\)/); d = substr($0, RSTART, RLENGTH - 6)
       match($0, /[0-9]+ data flows/); f = substr($0, RSTART, RLENGTH - 11)
-      dp[k] = d; fl[k] = f; tp += d; tf += f
+      dp[k] += d; fl[k] += f; tp += d; tf += f
     }
     END {
       if (tp == 0 || tf == 0) { print "switch-fabric: no data on the core links"; exit 1 }
@@ -146,22 +160,22 @@ if [[ -n "$expect_less_on" ]]; then
     }' "$run_dir/switch.log" || exit 1
 fi
 if [[ -n "$expect_no_drop" ]]; then
-  line=$(grep -m1 "^link $expect_no_drop:" "$run_dir/switch.log" || true)
-  dropped=$(sed -n 's/.*dropped \([0-9]*\),.*/\1/p' <<<"$line")
+  line=$(busier_direction "$expect_no_drop")
+  dropped=$(link_dropped "$expect_no_drop")
   echo "switch-fabric: link $expect_no_drop dropped ${dropped:-?} frames; $(grep -o 'queue found by data.*bytes' <<<"$line")"
   [[ "${dropped:-1}" -eq 0 ]] || { echo "switch-fabric: the queue overflowed" >&2; exit 1; }
 fi
 if [[ -n "$expect_median" ]]; then
   l=${expect_median%%:*}
   want=${expect_median#*:}
-  line=$(grep -m1 "^link $l:" "$run_dir/switch.log" || true)
+  line=$(busier_direction "$l")
   p50=$(sed -n 's/.*queue found by data p50 \([0-9]*\) .*/\1/p' <<<"$line")
   echo "switch-fabric: half the data frames found at most ${p50:-?} bytes queued on link $l"
   [[ -n "$p50" && "$p50" -le "$want" ]] || { echo "switch-fabric: the queue stood above $want bytes" >&2; exit 1; }
 fi
 if [[ -n "$expect_impaired" ]]; then
-  line=$(grep -m1 "^link $expect_impaired:" "$run_dir/switch.log" || true)
-  dropped=$(sed -n 's/.*dropped \([0-9]*\),.*/\1/p' <<<"$line")
+  line=$(busier_direction "$expect_impaired")
+  dropped=$(link_dropped "$expect_impaired")
   echo "switch-fabric: link $expect_impaired dropped ${dropped:-0} frames"
   case "$line" in
     *"(down)") ;;

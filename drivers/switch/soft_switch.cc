@@ -25,12 +25,18 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   len_.resize(cfg_.slots);
   at_.resize(cfg_.slots);
   out_.resize(cfg_.slots);
+  in_.resize(cfg_.slots);
+  delivered_.resize(cfg_.ports);
   for (uint32_t s = cfg_.slots; s-- > 0;) free_slot(s);
-  core_.resize(cfg_.core_links);
-  flows_.resize(cfg_.core_links);
+  core_.resize(2 * size_t{cfg_.core_links});
+  flows_.resize(core_.size());
   for (Queue& q : core_) q.cfg = cfg_.core;
   egress_.resize(cfg_.ports);
   for (Queue& q : egress_) q.cfg = cfg_.egress;
+}
+
+const char* dir_name(Dir d) {
+  return d == Dir::kToHigher ? "to higher ports" : "to lower ports";
 }
 
 uint32_t SoftSwitch::alloc_slot() {
@@ -39,7 +45,7 @@ uint32_t SoftSwitch::alloc_slot() {
   return s;
 }
 
-uint32_t SoftSwitch::copy_in(const uint8_t* f, uint32_t len, uint16_t out) {
+uint32_t SoftSwitch::copy_in(const uint8_t* f, uint32_t len, uint16_t in, uint16_t out) {
   const uint32_t s = alloc_slot();
   if (s == kNil) {
     ++stats_.no_buffer;
@@ -48,6 +54,7 @@ uint32_t SoftSwitch::copy_in(const uint8_t* f, uint32_t len, uint16_t out) {
   std::memcpy(data(s), f, len);
   len_[s] = len;
   out_[s] = out;
+  in_[s] = in;
   return s;
 }
 
@@ -64,16 +71,16 @@ int SoftSwitch::port_of(const uint8_t* mac) const {
 
 uint16_t SoftSwitch::core_link_of(const uint8_t* f) const {
   const uint64_t key = fabric::ecmp_key(f, cfg_.seed);
-  const auto n = static_cast<uint16_t>(core_.size());
+  const uint16_t n = cfg_.core_links;
   const auto chosen = static_cast<uint16_t>(key % n);
-  if (core_[chosen].state != LinkState::kDown) return chosen;
+  if (link_state(chosen) != LinkState::kDown) return chosen;
   // Its link is down: hash over the links still up (as the simulator does).
   uint64_t up = 0;
-  for (const Queue& q : core_) up += q.state != LinkState::kDown ? 1 : 0;
+  for (uint16_t k = 0; k < n; ++k) up += link_state(k) != LinkState::kDown ? 1 : 0;
   if (up == 0) return chosen;
   uint64_t pick = fabric::mix(key) % up;
   for (uint16_t k = 0; k < n; ++k) {
-    if (core_[k].state != LinkState::kDown && pick-- == 0) return k;
+    if (link_state(k) != LinkState::kDown && pick-- == 0) return k;
   }
   return chosen;
 }
@@ -105,7 +112,7 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     ++stats_.flooded;
     for (uint16_t p = 0; p < cfg_.ports; ++p) {
       if (p == port) continue;
-      const uint32_t s = copy_in(f, len, p);
+      const uint32_t s = copy_in(f, len, port, p);
       if (s == kNil) return;
       enqueue(egress_[p], s, now);
     }
@@ -115,16 +122,16 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     ++stats_.refused;
     return;
   }
-  const uint32_t s = copy_in(f, len, static_cast<uint16_t>(dst));
+  const uint32_t s = copy_in(f, len, port, static_cast<uint16_t>(dst));
   if (s == kNil) return;
   const bool ipv4 = wire::load_be16(f + 12) == 0x0800 && len >= kUdpOff + 8;
   if (!ipv4) {
     enqueue(egress_[dst], s, now);
     return;
   }
-  const uint16_t link = core_link_of(f);
-  if (!fabric::is_priority(f, cfg_.trim_dscp)) flows_[link].insert(fabric::ecmp_key(f, 0));
-  enqueue(core_[link], s, now);
+  const size_t q = index(core_link_of(f), dst > port ? Dir::kToHigher : Dir::kToLower);
+  if (!fabric::is_priority(f, cfg_.trim_dscp)) flows_[q].insert(fabric::ecmp_key(f, 0));
+  enqueue(core_[q], s, now);
 }
 
 void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
@@ -219,7 +226,12 @@ uint32_t SoftSwitch::transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs 
     if (s == kNil) return 0;
     const uint32_t len = len_[s];
     if (len <= cap) {
-      std::memcpy(buf, data(s), len);
+      const uint8_t* f = data(s);
+      std::memcpy(buf, f, len);
+      if (len >= kUdpOff && wire::load_be16(f + 12) == 0x0800 &&
+          !fabric::is_priority(f, cfg_.trim_dscp)) {
+        delivered_[in_[s]] += len;
+      }
       free_slot(s);
       return len;
     }
@@ -256,9 +268,12 @@ void SoftSwitch::drop_all(Queue& q) {
 }
 
 void SoftSwitch::set_link_state(uint16_t link, LinkState state) {
-  if (link >= core_.size()) return;
-  core_[link].state = state;
-  if (state != LinkState::kUp) drop_all(core_[link]);
+  if (link >= cfg_.core_links) return;
+  for (Dir d : {Dir::kToHigher, Dir::kToLower}) {
+    Queue& q = core_[index(link, d)];
+    q.state = state;
+    if (state != LinkState::kUp) drop_all(q);
+  }
 }
 
 void SoftSwitch::clear_queue_stats() {
@@ -286,23 +301,28 @@ uint64_t QueueStats::depth_percentile(double q) const {
 
 std::string SoftSwitch::describe() const {
   std::string out;
-  auto line = [&](const char* what, unsigned i, const Queue& q, const char* state) {
+  auto line = [&](const char* what, const Queue& q, const char* state) {
     out += fmt::format(
-        "{} {}: sent {} packets ({} bytes, {} data), dropped {}, trimmed {}, ECN-marked {}, peak "
+        "{}: sent {} packets ({} bytes, {} data), dropped {}, trimmed {}, ECN-marked {}, peak "
         "queue {} bytes, queue found by data p50 {} p99 {} bytes{}\n",
-        what, i, q.stats.packets, q.stats.bytes, q.stats.data_packets, q.stats.dropped,
+        what, q.stats.packets, q.stats.bytes, q.stats.data_packets, q.stats.dropped,
         q.stats.trimmed, q.stats.ecn_marked, q.stats.peak_bytes, q.stats.depth_percentile(0.5),
         q.stats.depth_percentile(0.99), state);
   };
-  for (unsigned k = 0; k < core_.size(); ++k) {
-    const LinkState st = core_[k].state;
-    const std::string extra = fmt::format(", {} data flows{}", flows_[k].size(),
-                                          st == LinkState::kDown        ? " (down)"
-                                          : st == LinkState::kBlackhole ? " (blackhole)"
-                                                                        : "");
-    line("link", k, core_[k], extra.c_str());
+  for (uint16_t k = 0; k < cfg_.core_links; ++k) {
+    const LinkState st = link_state(k);
+    for (Dir d : {Dir::kToHigher, Dir::kToLower}) {
+      const std::string what = fmt::format("link {} {}", k, dir_name(d));
+      const std::string extra = fmt::format(", {} data flows{}", flows_[index(k, d)].size(),
+                                            st == LinkState::kDown        ? " (down)"
+                                            : st == LinkState::kBlackhole ? " (blackhole)"
+                                                                          : "");
+      line(what.c_str(), core_[index(k, d)], extra.c_str());
+    }
   }
-  for (unsigned p = 0; p < egress_.size(); ++p) line("port", p, egress_[p], "");
+  for (unsigned p = 0; p < egress_.size(); ++p) {
+    line(fmt::format("port {}", p).c_str(), egress_[p], "");
+  }
   out += fmt::format("frames received {}, flooded {}, refused {}, no buffer {}\n", stats_.received,
                      stats_.flooded, stats_.refused, stats_.no_buffer);
   return out;

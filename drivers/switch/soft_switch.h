@@ -1,8 +1,14 @@
 // A software switch for real datapaths, sans-IO: host ports on one side,
 // and between every two of them a set of parallel core links (a leaf-spine
 // fabric folded into one box), chosen per packet by an ECMP hash of the
-// 5-tuple, so a packet's UDP source port (its entropy) picks its path. Each
-// core link and each host port's egress has a queue with a rate, a buffer,
+// 5-tuple, so a packet's UDP source port (its entropy) picks its path. A
+// core link is full duplex, as a fabric's links are: one queue carries the
+// frames bound for a higher-numbered port than the one they came in on, the
+// other the rest, so ACKs coming back do not share the data's queue (with
+// servers on even ports and their clients on the next odd one, every
+// client's data to its server crosses the same direction of a link). Each
+// direction of a core link and each host port's egress has a queue with a
+// rate, a buffer,
 // WRED ECN marking, drop-tail or trimming, random loss, and a state (up;
 // down: routing stops using it; blackhole: routing keeps using it and it
 // drops everything). What is done to a frame (hash, marking, trimming) is
@@ -40,6 +46,13 @@ struct QueueConfig {
   bool trim = false;  // a full data queue trims a frame to its headers instead of dropping it
   double loss = 0;    // each data frame dropped with this probability
 };
+
+// A core link's two directions.
+enum class Dir : uint8_t {
+  kToHigher = 0,  // bound for a higher-numbered port than the frame came in on
+  kToLower = 1,
+};
+const char* dir_name(Dir d);
 
 enum class LinkState : uint8_t {
   kUp,
@@ -103,14 +116,21 @@ class SoftSwitch {
   TimeNs next_due() const;
 
   void set_link_state(uint16_t link, LinkState state);
-  LinkState link_state(uint16_t link) const { return core_[link].state; }
-  QueueConfig& core_config(uint16_t link) { return core_[link].cfg; }
+  LinkState link_state(uint16_t link) const { return core_[2 * link].state; }
+  // One direction's queue of a core link (a command that changes a link
+  // changes both).
+  QueueConfig& core_config(uint16_t link, Dir d) { return core_[index(link, d)].cfg; }
   QueueConfig& egress_config(uint16_t port) { return egress_[port].cfg; }
-  const QueueStats& core_stats(uint16_t link) const { return core_[link].stats; }
+  const QueueStats& core_stats(uint16_t link, Dir d) const { return core_[index(link, d)].stats; }
   // How many data flows (addresses, protocol, ports; not ACKs or other
-  // control frames) the hash has sent over a core link so far.
-  size_t core_flows(uint16_t link) const { return flows_[link].size(); }
+  // control frames) the hash has sent over one direction of a core link
+  // so far.
+  size_t core_flows(uint16_t link, Dir d) const { return flows_[index(link, d)].size(); }
   const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
+  // Bytes of data frames (IPv4, not control nor trimmed) that came in on
+  // host port `port` and have left the switch: what that host's flows got
+  // through.
+  uint64_t delivered_from(uint16_t port) const { return delivered_[port]; }
   const SwitchStats& stats() const { return stats_; }
   // The core link the ECMP hash gives an IPv4 frame now (tests, tools).
   uint16_t core_link_of(const uint8_t* frame) const;
@@ -123,6 +143,7 @@ class SoftSwitch {
 
  private:
   static constexpr uint32_t kNil = 0xffffffffu;
+  static size_t index(uint16_t link, Dir d) { return 2 * size_t{link} + static_cast<size_t>(d); }
   struct Queue {
     QueueConfig cfg;
     LinkState state = LinkState::kUp;
@@ -134,9 +155,9 @@ class SoftSwitch {
   };
   uint8_t* data(uint32_t s) { return pool_.data() + size_t{s} * slot_bytes_; }
   uint32_t alloc_slot();
-  // A slot holding a copy of the frame, bound for host port `out`; kNil
-  // (counted) when the pool is empty.
-  uint32_t copy_in(const uint8_t* frame, uint32_t len, uint16_t out);
+  // A slot holding a copy of the frame from host port `in`, bound for host
+  // port `out`; kNil (counted) when the pool is empty.
+  uint32_t copy_in(const uint8_t* frame, uint32_t len, uint16_t in, uint16_t out);
   void free_slot(uint32_t s) {
     next_[s] = free_;
     free_ = s;
@@ -157,12 +178,14 @@ class SoftSwitch {
   std::vector<uint8_t> pool_;
   std::vector<uint32_t> next_;  // queue link or free list
   std::vector<uint32_t> len_;
-  std::vector<TimeNs> at_;     // when it joined its queue
-  std::vector<uint16_t> out_;  // the host port it is bound for
+  std::vector<TimeNs> at_;           // when it joined its queue
+  std::vector<uint16_t> out_;        // the host port it is bound for
+  std::vector<uint16_t> in_;         // the host port it came in on
+  std::vector<uint64_t> delivered_;  // per host port, delivered_from()
   uint32_t free_ = kNil;
-  std::vector<Queue> core_;
+  std::vector<Queue> core_;  // per link, its two directions (index())
   std::vector<Queue> egress_;
-  std::vector<std::unordered_set<uint64_t>> flows_;  // per core link: 5-tuple keys
+  std::vector<std::unordered_set<uint64_t>> flows_;  // per core queue: 5-tuple keys
   struct MacEntry {
     std::array<uint8_t, 6> mac;
     uint16_t port;

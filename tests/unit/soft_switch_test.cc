@@ -117,9 +117,34 @@ TEST(SoftSwitch, EachEntropyKeepsToOneCoreLinkAndEntropiesSpreadOverAll) {
   EXPECT_EQ(drain(s, 1, 0).size(), 3u * 256);
   for (uint16_t k = 0; k < 4; ++k) {
     EXPECT_GT(per_link[k], 256u / 4 / 2) << k;  // no link starved
-    EXPECT_EQ(s.core_stats(k).packets, per_link[k] * 3) << k;
-    EXPECT_EQ(s.core_flows(k), per_link[k]) << k;
+    EXPECT_EQ(s.core_stats(k, Dir::kToHigher).packets, per_link[k] * 3) << k;
+    EXPECT_EQ(s.core_stats(k, Dir::kToLower).packets, 0u) << k;
+    EXPECT_EQ(s.core_flows(k, Dir::kToHigher), per_link[k]) << k;
   }
+}
+
+TEST(SoftSwitch, ACoreLinkIsFullDuplex) {
+  SoftSwitchConfig c;
+  c.core_links = 1;
+  c.core.rate_mbps = 1000;  // 1250 B in 10 us
+  SoftSwitch s(c);
+  learn(s, 2);
+  const TimeNs t = kStart;
+  const Frame data = udp_frame(2, 1, 50000, 1250);
+  const Frame ack = udp_frame(1, 2, 50000, 125, static_cast<uint8_t>(wire::kDscpAck << 2));
+  // Ten data frames one way and ten ACKs the other, at once: the data
+  // leaves at the link's rate, the ACKs are not queued behind it (nor it
+  // behind them, although they are in the priority class).
+  for (int i = 0; i < 10; ++i) {
+    s.receive(1, data.data(), 1250, t);
+    s.receive(0, ack.data(), 125, t);
+  }
+  EXPECT_EQ(drain(s, 1, t + 10 * 1'000).size(), 10u);  // ACKs: 1 us each
+  EXPECT_EQ(drain(s, 0, t + 99'999).size(), 9u);
+  EXPECT_EQ(drain(s, 0, t + 100'000).size(), 1u);
+  EXPECT_EQ(s.core_stats(0, Dir::kToLower).data_packets, 10u);
+  EXPECT_EQ(s.core_stats(0, Dir::kToHigher).packets, 10u);
+  EXPECT_EQ(s.core_stats(0, Dir::kToHigher).data_packets, 0u);
 }
 
 TEST(SoftSwitch, ARateLimitSerialisesFramesAtThatRate) {
@@ -227,7 +252,7 @@ TEST(SoftSwitch, ADownLinkIsRoutedAroundAndABlackholedOneSwallowsItsShare) {
   s.set_link_state(1, LinkState::kBlackhole);
   for (const Frame& f : on1) s.receive(0, f.data(), 128, 0);
   EXPECT_EQ(drain(s, 1, 0).size(), 0u);
-  EXPECT_EQ(s.core_stats(1).dropped, 8u);
+  EXPECT_EQ(s.core_stats(1, Dir::kToHigher).dropped, 8u);
   s.set_link_state(1, LinkState::kDown);
   for (const Frame& f : on1) {
     EXPECT_EQ(s.core_link_of(f.data()), 0);
@@ -254,7 +279,8 @@ TEST(SoftSwitch, LossDropsAboutItsShareOfDataAndNoControl) {
   uint64_t acks = 0;
   for (const Frame& f : out) acks += f.size() == 100;
   EXPECT_EQ(acks, 4000u);
-  const uint64_t dropped = s.core_stats(0).dropped + s.core_stats(1).dropped;
+  const uint64_t dropped =
+      s.core_stats(0, Dir::kToHigher).dropped + s.core_stats(1, Dir::kToHigher).dropped;
   EXPECT_GT(dropped, 800u);
   EXPECT_LT(dropped, 1200u);
   EXPECT_EQ(out.size(), 8000u - dropped);
