@@ -6,6 +6,8 @@
 # core link is the bottleneck, with WRED ECN from KMIN to KMAX bytes
 # (default 15000 to 60000, at most 20% marked).
 #   bench/wire_cc.sh [scenario ...]     (default: all)
+# CCS="fixed nscc dcqcn" picks the algorithms; TOOL_ARGS="..." adds options
+# to every braid_write_bw (e.g. "--base-rtt-us 50").
 # Scenarios:
 #   ratio1 ratio4 ratio40   1 flow, core link 1x, 4x, 40x slower than the host port
 #   share2 share4 share8    2, 4, 8 flows (pairs of hosts) through one core link 4x slower
@@ -47,8 +49,11 @@ run() { # run <scenario> <cc>: prints the table row
   local sw="--rate-mbps $host --core-rate-mbps $core --core-ecn $kmin,$kmax,0.2 ${set_args[*]}"
   local out
   out=$(scripts/switch-fabric.sh --pairs "$pairs" --links "$links" --switch "$sw" --expect-fair 0 \
-    braid_write_bw -s 65536 -D "$seconds" --cc "$cc" 2>&1) || {
-    echo "| $sc | $cc | failed |"
+    braid_write_bw -s 65536 -D "$seconds" --cc "$cc" ${TOOL_ARGS:-} 2>&1) || {
+    local log
+    log=$(mktemp /tmp/wire_cc.XXXXXX.log)
+    printf '%s\n' "$out" >"$log"
+    echo "| $sc | $cc | failed (output in $log) |"
     return
   }
   local goodputs jain p50
