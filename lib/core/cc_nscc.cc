@@ -131,7 +131,15 @@ void NsccCc::on_ack(const AckEvent& e) {
   } else if (delay >= target_) {
     fast_ = false;
     fast_count_ = 0;
-    if (avg_delay_ > target_ && (!decreased_ || e.now - last_decrease_ > base_rtt_)) {
+    // At most once per base RTT, and only for a packet sent after the last
+    // decrease: a window's marks are one signal. (Where the RTT is far above
+    // the base RTT, a host's turnaround on a software datapath, marks of
+    // the window already cut otherwise cut it again every base RTT, and a
+    // small window, whose every ACK comes more than a base RTT apart, is
+    // cut on each one.)
+    const TimeNs sent_at = e.rtt_ns > 0 && e.rtt_ns < e.now ? e.now - e.rtt_ns : 0;
+    if (avg_delay_ > target_ &&
+        (!decreased_ || (e.now - last_decrease_ > base_rtt_ && sent_at > last_decrease_))) {
       cwnd_ *= std::max(1 - kMdGamma * (avg_delay_ - target_) / avg_delay_, kMdFloor);
       last_decrease_ = e.now;
       decreased_ = true;

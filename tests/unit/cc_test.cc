@@ -228,6 +228,31 @@ TEST(Nscc, MarksWithDelayAboveTargetCutOncePerRtt) {
   EXPECT_LT(cc.cwnd_bytes(), 2 * kPacket);
 }
 
+// Where the RTT is well above the base RTT (a software datapath's host
+// turnaround), ACKs can come more than a base RTT apart: the marks of a
+// window cut it once, not once per ACK.
+TEST(Nscc, MarksOfAWindowAlreadyCutDoNotCutItAgain) {
+  NsccCc cc(nscc(), kPacket);
+  constexpr TimeNs kSlowRtt = kRtt + 30'000;  // below QuickAdapt's 4 x target
+  constexpr TimeNs kGap = 14'000;             // more than the base RTT
+  constexpr int kAcks = 200;
+  TimeNs now = kSlowRtt;
+  for (int i = 0; i < kAcks; ++i) {
+    now += kGap;
+    AckEvent e;
+    e.now = now;
+    e.acked_bytes = kPacket;
+    e.rtt_ns = kSlowRtt;
+    e.ecn = true;
+    e.inflight_bytes = cc.cwnd_bytes();
+    cc.on_ack(e);
+  }
+  // A cut, then the next only for a packet sent after it: at most one
+  // per RTT (once per ACK, there were about 170).
+  EXPECT_GT(cc.decreases(), 10u);
+  EXPECT_LE(cc.decreases(), kAcks * kGap / kSlowRtt + 1);
+}
+
 TEST(Nscc, MarksWithDelayBelowTargetLeaveTheWindow) {
   NsccCc cc(nscc(), kPacket);
   feed(cc, 0, 1, 0, false);
