@@ -550,7 +550,8 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "or loss) or round-robin (default reps)")
       ->check(CLI::IsMember({"reps", "bitmap", "round-robin"}));
   app.add_option("--cc", o.cc,
-                 "Braid: congestion control: fixed (a 1 MiB window, the default), nscc or dcqcn")
+                 "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window) or "
+                 "dcqcn")
       ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
   app.add_flag("--credit", o.credit,
                "Braid: receiver-driven credit on top of --cc: a BDP from idle, then only what "
@@ -559,7 +560,8 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: link rate congestion control scales by (default: the port's)")
       ->check(CLI::Range(1, 1'000'000));
   app.add_option("--base-rtt-us", o.base_rtt_us,
-                 "Braid: the RTT NSCC sizes its window by (default: the smallest measured)")
+                 "Braid: the network's base RTT NSCC takes its parameters from (default " +
+                     std::to_string(BRAID_DEFAULT_BASE_RTT_US) + ")")
       ->check(CLI::Range(0, 1'000'000));
   app.add_option("--idle-yield", o.idle_yield,
                  "Braid: yield the core after this many polls in a row that found no work, for "

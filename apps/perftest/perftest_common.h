@@ -65,7 +65,7 @@ struct Options {
   bool tx_copy = false;
   int engines = 1;
   std::string paths = "reps";
-  std::string cc = "fixed";
+  std::string cc = "nscc";
   uint32_t link_mbps = 0;
   uint32_t base_rtt_us = 0;
   uint32_t idle_yield = 0;

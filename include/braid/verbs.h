@@ -68,15 +68,19 @@ struct braid_device_config {
   /* How each QP chooses the entropy (path) of a packet: enum
    * braid_path_policy, default BRAID_PATHS_REPS. */
   int paths;
-  /* Congestion control of each QP: enum braid_cc, default
-   * BRAID_CC_FIXED_WINDOW (NSCC on a software datapath: docs/congestion.md). */
+  /* Congestion control of each QP: enum braid_cc, default BRAID_CC_NSCC
+   * (docs/congestion.md). */
   int cc;
   /* The link rate congestion control scales itself by, in Mb/s: default the
    * port's reported speed (100000 when it reports none). */
   uint32_t link_mbps;
-  /* The round trip NSCC scales its window by (1.5 x link rate x base RTT),
-   * in us: default 0, the smallest RTT measured. A software datapath's
-   * batching is not in that measure; set it to cover it. */
+  /* The network's base RTT, in us, as UET configures it: the unloaded round
+   * trip between the farthest hosts, hosts' turnaround included. Every QP
+   * of every host takes its NSCC parameters from it (delay target, window
+   * steps, largest window 1.5 x link rate x base RTT), so QPs sharing a link
+   * share it fairly; each QP still measures its own smallest RTT for its
+   * queueing delay. 0: BRAID_DEFAULT_BASE_RTT_US, which covers a software
+   * datapath on one host (memif, virtio: 25-60 us measured here). */
   uint32_t base_rtt_us;
   /* For more busy-polling processes than cores (a switch, peers and tools
    * on one host): after this many calls in a row that found no work
@@ -141,8 +145,12 @@ enum braid_path_policy {
   BRAID_PATHS_BITMAP = 3,      /* in turn, passing over ones penalised by ECN, NACK, loss */
 };
 
+/* The network base RTT NSCC takes when braid_device_config.base_rtt_us is 0
+ * (docs/congestion.md). */
+#define BRAID_DEFAULT_BASE_RTT_US 25
+
 enum braid_cc {
-  BRAID_CC_DEFAULT = 0,
+  BRAID_CC_DEFAULT = 0, /* BRAID_CC_NSCC */
   BRAID_CC_FIXED_WINDOW = 1, /* 1 MiB in flight per QP, never changed */
   BRAID_CC_NSCC = 2,         /* UET's NSCC: ECN and delay */
   BRAID_CC_DCQCN = 3,        /* RoCEv2's: a paced rate cut by CNPs for ECN-CE */

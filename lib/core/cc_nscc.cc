@@ -52,8 +52,12 @@ bool NsccCc::quick_adapt(bool loss, bool ecn, double delay, TimeNs now, uint32_t
   // say nothing new.
   if (ignored_ < to_ignore_ && (ecn || loss)) return true;
   if (now <= qa_end_) return false;
-  const bool fire =
-      qa_end_ != 0 && (qa_trigger_ || loss || delay > 4 * target_) && achieved_ < maxwnd_ / 8;
+  // A long delay says "queue" only with a mark (as for the average delay):
+  // unmarked, it is a slow path or a late host, and a software datapath's
+  // hosts (whose reported link rate makes maxwnd / 8 more than they move in
+  // a period) had their window cut to a few KB for it, over and over.
+  const bool fire = qa_end_ != 0 && (qa_trigger_ || loss || (ecn && delay > 4 * target_)) &&
+                    achieved_ < maxwnd_ / 8;
   const double achieved = achieved_;
   achieved_ = 0;
   qa_end_ = now + base_rtt_ + static_cast<TimeNs>(target_);

@@ -124,7 +124,8 @@ braid_context* open_device(const braid_device_config* config,
       c->config.paths != BRAID_PATHS_BITMAP) {
     return fail(EINVAL, "open_device: paths must be a braid_path_policy");
   }
-  if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_FIXED_WINDOW;
+  if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_NSCC;
+  if (c->config.base_rtt_us == 0) c->config.base_rtt_us = BRAID_DEFAULT_BASE_RTT_US;
   if (c->config.cc != BRAID_CC_FIXED_WINDOW && c->config.cc != BRAID_CC_NSCC &&
       c->config.cc != BRAID_CC_DCQCN) {
     return fail(EINVAL, "open_device: cc must be a braid_cc");

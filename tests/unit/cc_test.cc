@@ -299,6 +299,33 @@ TEST(Nscc, QuickAdaptDropsToWhatGotThroughAfterATrim) {
   EXPECT_EQ(cc.cwnd_bytes(), after);
 }
 
+// QuickAdapt on delay: a delay over 4 x target after a window in which
+// little got through cuts the window to what did, when the ACK is marked
+// (a queue at a switch). Unmarked, the same delay is a slow path or a late
+// host: the window stays.
+TEST(Nscc, QuickAdaptOnDelayWantsAMark) {
+  for (bool ecn : {false, true}) {
+    NsccCc cc(nscc(), kPacket);
+    TimeNs now = 1'000;
+    for (int i = 0; i < 4; ++i, now += kRtt + 9'000) {  // one ACK per QuickAdapt period
+      AckEvent e;
+      e.now = now;
+      e.acked_bytes = kPacket;
+      e.rtt_ns = kRtt + 50'000;  // delay 50 us > 4 x 9 us
+      e.ecn = ecn;
+      e.inflight_bytes = 200'000;
+      cc.on_ack(e);
+    }
+    if (ecn) {
+      EXPECT_GE(cc.quick_adapts(), 1u);
+      EXPECT_LE(cc.cwnd_bytes(), 2 * kPacket);
+    } else {
+      EXPECT_EQ(cc.quick_adapts(), 0u);
+      EXPECT_GE(cc.cwnd_bytes(), 200'000u);
+    }
+  }
+}
+
 TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
   NsccCc cc(nscc(), kPacket);
   feed(cc, 0, 2, 5'000, false);  // plenty got through: no QuickAdapt

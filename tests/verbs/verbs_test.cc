@@ -456,7 +456,11 @@ TEST_P(VerbsPipe, QpAndPathStatsAccountForEveryPacketSent) {
   EXPECT_GT(q.srtt_ns, 0u);
   EXPECT_GT(q.min_rtt_ns, 0u);
   EXPECT_LE(q.min_rtt_ns, q.srtt_ns * 8);
-  EXPECT_EQ(q.cwnd_bytes, 1u << 20);  // the fixed window, the default
+  // NSCC, the default, scaled by the default network base RTT (no
+  // trimming on the verbs path: the delay target is one base RTT).
+  EXPECT_EQ(q.target_delay_ns, BRAID_DEFAULT_BASE_RTT_US * 1000u);
+  EXPECT_GT(q.cwnd_bytes, 0u);
+  EXPECT_LE(q.cwnd_bytes, q.max_cwnd_bytes);
   EXPECT_EQ(q.inflight_bytes, 0u);
   uint64_t sent = 0, acked = 0;
   std::set<uint16_t> ports;
