@@ -141,6 +141,7 @@ int main(int argc, char** argv) {
   uint32_t idle_yield = 0;
   double duration = 0;
   std::string series;
+  std::vector<std::string> host_links;
   uint32_t series_us = 1000;
   app.add_option("--port", ports,
                  "a DPDK port a host attaches to, e.g. "
@@ -167,6 +168,9 @@ int main(int argc, char** argv) {
                  "yield the core after this many passes in a row that moved no frame, for more "
                  "busy processes than cores (0: never)");
   app.add_option("--duration", duration, "stop after this many seconds (0: on a signal)");
+  app.add_option("--host-link", host_links,
+                 "host ports behind one link of --rate-mbps, --buffer and --ecn, e.g. 0,2,4,6 "
+                 "(a host with a port per process; an incast's receiver) (repeat)");
   app.add_option("--series", series,
                  "a CSV file to write queue depths and delivered bytes to, every --series-us");
   app.add_option("--series-us", series_us, "microseconds between --series rows")
@@ -177,6 +181,22 @@ int main(int argc, char** argv) {
     return 2;
   }
   cfg.ports = static_cast<uint16_t>(ports.size());
+  for (const std::string& h : host_links) {
+    std::vector<uint16_t> members;
+    std::istringstream in(h);
+    std::string item;
+    while (std::getline(in, item, ',')) {
+      char* end = nullptr;
+      const unsigned long p = std::strtoul(item.c_str(), &end, 10);
+      if (item.empty() || *end != '\0' || p >= ports.size()) {
+        std::fprintf(stderr, "braid_switch: --host-link %s: ports are 0..%zu, comma-separated\n",
+                     h.c_str(), ports.size() - 1);
+        return 2;
+      }
+      members.push_back(static_cast<uint16_t>(p));
+    }
+    cfg.host_links.push_back(members);
+  }
   cfg.core.buffer_bytes = cfg.egress.buffer_bytes;
   cfg.core.trim = cfg.egress.trim;
   cfg.max_frame = mtu + 18;
@@ -250,6 +270,9 @@ int main(int argc, char** argv) {
       for (const char* d : {"to_higher", "to_lower"}) {
         std::fprintf(series_file, ",link%u_%s_queued,link%u_%s_sent", k, d, k, d);
       }
+    }
+    for (size_t h = 0; h < sw.host_links(); ++h) {
+      std::fprintf(series_file, ",hostlink%zu_queued,hostlink%zu_sent", h, h);
     }
     for (uint16_t p = 0; p < sw.ports(); ++p) std::fprintf(series_file, ",port%u_delivered", p);
     std::fputc('\n', series_file);
@@ -357,6 +380,11 @@ int main(int argc, char** argv) {
           std::fprintf(series_file, ",%lu,%lu", static_cast<unsigned long>(q.queued_bytes),
                        static_cast<unsigned long>(q.bytes));
         }
+      }
+      for (size_t h = 0; h < sw.host_links(); ++h) {
+        const braid::sw::QueueStats& q = sw.host_link_stats(h);
+        std::fprintf(series_file, ",%lu,%lu", static_cast<unsigned long>(q.queued_bytes),
+                     static_cast<unsigned long>(q.bytes));
       }
       for (uint16_t p = 0; p < sw.ports(); ++p) {
         std::fprintf(series_file, ",%lu", static_cast<unsigned long>(sw.delivered_from(p)));

@@ -13,7 +13,7 @@
 #   share2 share4 share8    2, 4, 8 flows (pairs of hosts) through one core link 4x slower
 #   degraded                2 core links at half the host rate, one cut to a quarter of that
 #   blackhole               the same, one link blackholed after 20,000 frames
-# Prints one row per scenario and algorithm: goodput of each flow (MiB/s),
+# Prints one row per scenario and algorithm (incasts in a table of their own): goodput of each flow (MiB/s),
 # their sum as a share of the bottleneck, Jain's index over the flows, and
 # the median queue data frames found at the bottleneck (bytes).
 # Two cores: the hosts' core can be the bottleneck above ~2 Gb/s; the
@@ -24,8 +24,10 @@ host=${HOST_MBPS:-2000}
 kmin=${KMIN:-15000}
 kmax=${KMAX:-60000}
 seconds=${SECONDS_PER_RUN:-4}
+flow_mib=${FLOW_MIB:-32}
 scenarios=("$@")
-[[ ${#scenarios[@]} -eq 0 ]] && scenarios=(ratio1 ratio4 ratio40 share2 share4 share8 degraded blackhole)
+[[ ${#scenarios[@]} -eq 0 ]] && scenarios=(ratio1 ratio4 ratio40 share2 share4 share8 degraded blackhole
+  incast4 incast8 incast4c incast8c)
 ccs=(${CCS:-fixed nscc dcqcn})
 
 run() { # run <scenario> <cc>: prints the table row
@@ -69,9 +71,52 @@ run() { # run <scenario> <cc>: prints the table row
   }'
 }
 
+incast() { # incast <scenario> <cc>: prints the table row
+  local sc="$1" cc="$2" n servers="" credit=() out
+  n=${sc#incast}
+  [[ "$n" == *c ]] && { credit=(--credit); n=${n%c}; }
+  for ((i = 0; i < n; ++i)); do servers+="${servers:+,}$((2 * i))"; done
+  out=$(scripts/switch-fabric.sh --pairs "$n" --links 1 --expect-fair 0 \
+    --switch "--rate-mbps $host --ecn $kmin,$kmax,0.2 --host-link $servers" \
+    braid_write_bw -s 65536 -n $((flow_mib * 16)) --stats --cc "$cc" "${credit[@]}" ${TOOL_ARGS:-} 2>&1) || {
+    local log
+    log=$(mktemp /tmp/wire_cc.XXXXXX.log)
+    printf '%s\n' "$out" >"$log"
+    echo "| $sc | $cc | failed (output in $log) |"
+    return
+  }
+  local goodputs jain line timeouts
+  goodputs=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*goodputs \(.*\) MiB.*/\1/')
+  jain=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*Jain \([0-9.]*\).*/\1/')
+  line=$(grep -m1 "^host link 0" <<<"$out")
+  # Timeouts at the senders (the servers' lines count none).
+  timeouts=$(grep -o "timed out [0-9]* (timer expirations [0-9]*" <<<"$out" |
+    awk '{ p += $3; e += $6 } END { printf "%d (%d expirations)", p, e }')
+  awk -v sc="$sc" -v cc="$cc" -v g="$goodputs" -v j="$jain" -v rate="$host" -v t="$timeouts" \
+    -v line="$line" 'BEGIN {
+    match(line, /data [0-9]+ bytes over [0-9]+ us/); split(substr(line, RSTART, RLENGTH), f, " ")
+    match(line, /p50 [0-9]+/); p50 = substr(line, RSTART + 4, RLENGTH - 4)
+    match(line, /dropped [0-9]+/); drops = substr(line, RSTART + 8, RLENGTH - 8)
+    ideal = f[2] * 8 / (rate * 1e6) * 1e6
+    printf "| %s | %s | %s | %s | %.3f | %s | %s | %s |\n", sc, cc, g, j, f[5] / ideal, t, p50, drops
+  }'
+}
+
 echo "host ports $host Mb/s, WRED $kmin-$kmax B on the core links, ${seconds} s per run"
 echo "| scenario | cc | goodputs (MiB/s) | of bottleneck | Jain | queue p50 (B) |"
 echo "|---|---|---|---|---|---|"
+incasts=()
 for sc in "${scenarios[@]}"; do
+  [[ "$sc" == incast* ]] && { incasts+=("$sc"); continue; }
   for cc in "${ccs[@]}"; do run "$sc" "$cc"; done
 done
+if [[ ${#incasts[@]} -gt 0 ]]; then
+  echo
+  echo "incasts: $flow_mib MiB per client; the receiver's link at $host Mb/s with WRED $kmin-$kmax B;"
+  echo "busy/ideal: from its first data frame to its last, over its data bytes at its rate"
+  echo "| scenario | cc | goodputs (MiB/s) | Jain | busy / ideal | sender timeouts | queue p50 (B) | drops |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for sc in "${incasts[@]}"; do
+    for cc in "${ccs[@]}"; do incast "$sc" "$cc"; done
+  done
+fi

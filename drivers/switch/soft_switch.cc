@@ -33,6 +33,21 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   for (Queue& q : core_) q.cfg = cfg_.core;
   egress_.resize(cfg_.ports);
   for (Queue& q : egress_) q.cfg = cfg_.egress;
+  host_link_of_.assign(cfg_.ports, -1);
+  for (const std::vector<uint16_t>& ports : cfg_.host_links) {
+    const int h = static_cast<int>(host_links_.size());
+    bool any = false;
+    for (uint16_t p : ports) {
+      if (p >= cfg_.ports || host_link_of_[p] >= 0) continue;  // unknown, or taken
+      host_link_of_[p] = h;
+      egress_[p].cfg.rate_mbps = 0;  // the link paces; the port passes on
+      any = true;
+    }
+    if (any) {
+      host_links_.emplace_back();
+      host_links_.back().cfg = cfg_.egress;
+    }
+  }
 }
 
 const char* dir_name(Dir d) {
@@ -205,7 +220,12 @@ uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
   q.stats.queued_bytes -= len_[s];
   if (high) q.hi_bytes -= len_[s];
   ++q.stats.packets;
-  if (!high) ++q.stats.data_packets;
+  if (!high) {
+    ++q.stats.data_packets;
+    q.stats.data_bytes += len_[s];
+    if (q.stats.first_data_at == 0) q.stats.first_data_at = dep;
+    q.stats.last_data_at = dep;
+  }
   q.stats.bytes += len_[s];
   at_[s] = dep;  // when it reaches the next queue
   return s;
@@ -214,7 +234,14 @@ uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
 void SoftSwitch::advance(TimeNs now) {
   for (Queue& c : core_) {
     uint32_t s;
-    while ((s = dequeue(c, now)) != kNil) enqueue(egress_[out_[s]], s, at_[s]);
+    while ((s = dequeue(c, now)) != kNil) {
+      const int h = host_link_of_[out_[s]];
+      enqueue(h >= 0 ? host_links_[h] : egress_[out_[s]], s, at_[s]);
+    }
+  }
+  for (Queue& l : host_links_) {
+    uint32_t s;
+    while ((s = dequeue(l, now)) != kNil) enqueue(egress_[out_[s]], s, at_[s]);
   }
 }
 
@@ -249,6 +276,7 @@ TimeNs SoftSwitch::next_due() const {
     if (s != kNil) t = std::min(t, departure(q, s));
   };
   for (const Queue& q : core_) head_due(q);
+  for (const Queue& q : host_links_) head_due(q);
   for (const Queue& q : egress_) head_due(q);
   return t;
 }
@@ -277,7 +305,7 @@ void SoftSwitch::set_link_state(uint16_t link, LinkState state) {
 }
 
 void SoftSwitch::clear_queue_stats() {
-  for (std::vector<Queue>* v : {&core_, &egress_}) {
+  for (std::vector<Queue>* v : {&core_, &host_links_, &egress_}) {
     for (Queue& q : *v) {
       const uint64_t queued = q.stats.queued_bytes;
       q.stats = QueueStats{};
@@ -304,10 +332,11 @@ std::string SoftSwitch::describe() const {
   auto line = [&](const char* what, const Queue& q, const char* state) {
     out += fmt::format(
         "{}: sent {} packets ({} bytes, {} data), dropped {}, trimmed {}, ECN-marked {}, peak "
-        "queue {} bytes, queue found by data p50 {} p99 {} bytes{}\n",
+        "queue {} bytes, queue found by data p50 {} p99 {} bytes, data {} bytes over {} us{}\n",
         what, q.stats.packets, q.stats.bytes, q.stats.data_packets, q.stats.dropped,
         q.stats.trimmed, q.stats.ecn_marked, q.stats.peak_bytes, q.stats.depth_percentile(0.5),
-        q.stats.depth_percentile(0.99), state);
+        q.stats.depth_percentile(0.99), q.stats.data_bytes,
+        (q.stats.last_data_at - q.stats.first_data_at) / 1000, state);
   };
   for (uint16_t k = 0; k < cfg_.core_links; ++k) {
     const LinkState st = link_state(k);
@@ -319,6 +348,14 @@ std::string SoftSwitch::describe() const {
                                                                           : "");
       line(what.c_str(), core_[index(k, d)], extra.c_str());
     }
+  }
+  for (size_t h = 0; h < host_links_.size(); ++h) {
+    std::string ports;
+    for (uint16_t p = 0; p < cfg_.ports; ++p) {
+      if (host_link_of_[p] == static_cast<int>(h))
+        ports += (ports.empty() ? "" : ",") + std::to_string(p);
+    }
+    line(fmt::format("host link {} (ports {})", h, ports).c_str(), host_links_[h], "");
   }
   for (unsigned p = 0; p < egress_.size(); ++p) {
     line(fmt::format("port {}", p).c_str(), egress_[p], "");

@@ -61,13 +61,19 @@ enum class LinkState : uint8_t {
 };
 
 struct SoftSwitchConfig {
-  uint16_t ports = 2;            // host ports, 1..64
-  uint16_t core_links = 2;       // parallel paths between every two ports, 1..64
-  uint64_t seed = 1;             // of the ECMP hash and of WRED's and loss's draws
-  uint32_t max_frame = 1518;     // bytes of the largest frame (jumbo: 9018)
-  uint32_t slots = 16384;        // frames held at once, all queues together
-  QueueConfig core;              // every core link's, at first
-  QueueConfig egress;            // every host port's, at first
+  uint16_t ports = 2;         // host ports, 1..64
+  uint16_t core_links = 2;    // parallel paths between every two ports, 1..64
+  uint64_t seed = 1;          // of the ECMP hash and of WRED's and loss's draws
+  uint32_t max_frame = 1518;  // bytes of the largest frame (jumbo: 9018)
+  uint32_t slots = 16384;     // frames held at once, all queues together
+  QueueConfig core;           // every core link's, at first
+  QueueConfig egress;         // every host port's, at first
+  // Host links: each a set of host ports behind one link of the egress
+  // config's rate, buffer and marking (a host running one process per
+  // port, or a receiver of an incast). A frame bound for one of them
+  // crosses the core, then that link's queue, then its port (whose own
+  // egress then has no rate limit). A port in none: its egress is its link.
+  std::vector<std::vector<uint16_t>> host_links;
   uint32_t trimmed_bytes = 106;  // Ethernet, IP, UDP and 64 bytes of UET headers
   uint8_t trim_dscp = 0x0b;
 };
@@ -79,6 +85,9 @@ struct QueueStats {
   uint64_t dropped = 0;  // full queue, loss, or its link down or blackholed
   uint64_t trimmed = 0;
   uint64_t ecn_marked = 0;
+  uint64_t data_bytes = 0;  // of the data frames sent on
+  // When the first and the last data frame left (0: none yet).
+  TimeNs first_data_at = 0, last_data_at = 0;
   uint64_t queued_bytes = 0;  // now
   uint64_t peak_bytes = 0;
   // The data queue's depth that each data frame found as it arrived (in
@@ -127,6 +136,9 @@ class SoftSwitch {
   // so far.
   size_t core_flows(uint16_t link, Dir d) const { return flows_[index(link, d)].size(); }
   const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
+  size_t host_links() const { return host_links_.size(); }
+  QueueConfig& host_link_config(size_t h) { return host_links_[h].cfg; }
+  const QueueStats& host_link_stats(size_t h) const { return host_links_[h].stats; }
   // Bytes of data frames (IPv4, not control nor trimmed) that came in on
   // host port `port` and have left the switch: what that host's flows got
   // through.
@@ -185,6 +197,8 @@ class SoftSwitch {
   uint32_t free_ = kNil;
   std::vector<Queue> core_;  // per link, its two directions (index())
   std::vector<Queue> egress_;
+  std::vector<Queue> host_links_;
+  std::vector<int> host_link_of_;                    // per host port: its host link, or -1
   std::vector<std::unordered_set<uint64_t>> flows_;  // per core queue: 5-tuple keys
   struct MacEntry {
     std::array<uint8_t, 6> mac;

@@ -147,6 +147,35 @@ TEST(SoftSwitch, ACoreLinkIsFullDuplex) {
   EXPECT_EQ(s.core_stats(0, Dir::kToHigher).data_packets, 0u);
 }
 
+TEST(SoftSwitch, PortsBehindOneHostLinkShareItsRate) {
+  SoftSwitchConfig c;
+  c.ports = 3;
+  c.egress.rate_mbps = 1000;  // 1250 B in 10 us
+  c.host_links = {{1, 2}};    // hosts 2 and 3 are one host's two ports
+  SoftSwitch s(c);
+  learn(s, 3);
+  const TimeNs t = kStart;
+  const Frame to2 = udp_frame(1, 2, 50000, 1250);
+  const Frame to3 = udp_frame(1, 3, 50000, 1250);
+  for (int i = 0; i < 5; ++i) {
+    s.receive(0, to2.data(), 1250, t);
+    s.receive(0, to3.data(), 1250, t);
+  }
+  // Ten frames through one 1 Gb/s link: 100 us, whichever port they go to.
+  EXPECT_EQ(drain(s, 1, t + 49'999).size() + drain(s, 2, t + 49'999).size(), 4u);
+  EXPECT_EQ(drain(s, 1, t + 100'000).size() + drain(s, 2, t + 100'000).size(), 6u);
+  ASSERT_EQ(s.host_links(), 1u);
+  EXPECT_EQ(s.host_link_stats(0).data_packets, 10u);
+  EXPECT_EQ(s.host_link_stats(0).data_bytes, 12'500u);
+  EXPECT_EQ(s.host_link_stats(0).last_data_at - s.host_link_stats(0).first_data_at, 90'000);
+  EXPECT_EQ(s.delivered_from(0), 12'500u);
+  // Port 0 is behind a link of its own.
+  const Frame back = udp_frame(2, 1, 50000, 1250);
+  s.receive(1, back.data(), 1250, t + 200'000);
+  EXPECT_EQ(drain(s, 0, t + 209'999).size(), 0u);
+  EXPECT_EQ(drain(s, 0, t + 210'000).size(), 1u);
+}
+
 TEST(SoftSwitch, ARateLimitSerialisesFramesAtThatRate) {
   SoftSwitchConfig c;
   c.egress.rate_mbps = 1000;  // 1250 B in 10 us
