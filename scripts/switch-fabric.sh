@@ -162,7 +162,7 @@ fi
 if [[ -n "$expect_no_drop" ]]; then
   line=$(busier_direction "$expect_no_drop")
   dropped=$(link_dropped "$expect_no_drop")
-  echo "switch-fabric: link $expect_no_drop dropped ${dropped:-?} frames; $(grep -o 'queue found by data.*bytes' <<<"$line")"
+  echo "switch-fabric: link $expect_no_drop dropped ${dropped:-?} frames; $(grep -o 'queue found by data p50 [0-9]* p99 [0-9]* bytes' <<<"$line")"
   [[ "${dropped:-1}" -eq 0 ]] || { echo "switch-fabric: the queue overflowed" >&2; exit 1; }
 fi
 if [[ -n "$expect_median" ]]; then
