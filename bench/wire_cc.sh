@@ -76,8 +76,10 @@ incast() { # incast <scenario> <cc>: prints the table row
   n=${sc#incast}
   [[ "$n" == *c ]] && { credit=(--credit); n=${n%c}; }
   for ((i = 0; i < n; ++i)); do servers+="${servers:+,}$((2 * i))"; done
+  local series
+  series=$(mktemp /tmp/wire_cc_series.XXXXXX.csv)
   out=$(scripts/switch-fabric.sh --pairs "$n" --links 1 --expect-fair 0 \
-    --switch "--rate-mbps $host --ecn $kmin,$kmax,0.2 --host-link $servers" \
+    --switch "--rate-mbps $host --ecn $kmin,$kmax,0.2 --host-link $servers --series $series --series-us 200" \
     braid_write_bw -s 65536 -n $((flow_mib * 16)) --stats --cc "$cc" "${credit[@]}" ${TOOL_ARGS:-} 2>&1) || {
     local log
     log=$(mktemp /tmp/wire_cc.XXXXXX.log)
@@ -92,13 +94,35 @@ incast() { # incast <scenario> <cc>: prints the table row
   # Timeouts at the senders (the servers' lines count none).
   timeouts=$(grep -o "timed out [0-9]* (timer expirations [0-9]*" <<<"$out" |
     awk '{ p += $3; e += $6 } END { printf "%d (%d expirations)", p, e }')
+  # While every sender was delivering (from the last one's first byte to
+  # the first one's last), the receiver link's rate over its line rate.
+  local overlap
+  overlap=$(python3 - "$series" "$host" <<'PY'
+import csv, sys
+rows = list(csv.DictReader(open(sys.argv[1])))
+t = [float(r["t_s"]) for r in rows]
+link = [int(r["hostlink0_sent"]) for r in rows]
+starts, ends = [], []
+for col in rows[0]:
+    if not col.endswith("_delivered"):
+        continue
+    d = [int(r[col]) for r in rows]
+    if d[-1] == 0:
+        continue
+    starts.append(next(i for i, v in enumerate(d) if v > 0))
+    ends.append(next(i for i, v in enumerate(d) if v == d[-1]))
+a, b = max(starts), min(ends)
+print("%.3f" % ((link[b] - link[a]) * 8 / (t[b] - t[a]) / (float(sys.argv[2]) * 1e6)) if b > a else "-")
+PY
+  )
+  rm -f "$series"
   awk -v sc="$sc" -v cc="$cc" -v g="$goodputs" -v j="$jain" -v rate="$host" -v t="$timeouts" \
-    -v line="$line" 'BEGIN {
+    -v line="$line" -v overlap="$overlap" 'BEGIN {
     match(line, /data [0-9]+ bytes over [0-9]+ us/); split(substr(line, RSTART, RLENGTH), f, " ")
     match(line, /p50 [0-9]+/); p50 = substr(line, RSTART + 4, RLENGTH - 4)
     match(line, /dropped [0-9]+/); drops = substr(line, RSTART + 8, RLENGTH - 8)
     ideal = f[2] * 8 / (rate * 1e6) * 1e6
-    printf "| %s | %s | %s | %s | %.3f | %s | %s | %s |\n", sc, cc, g, j, f[5] / ideal, t, p50, drops
+    printf "| %s | %s | %s | %s | %.3f | %s | %s | %s | %s |\n", sc, cc, g, j, f[5] / ideal, overlap, t, p50, drops
   }'
 }
 
@@ -113,9 +137,10 @@ done
 if [[ ${#incasts[@]} -gt 0 ]]; then
   echo
   echo "incasts: $flow_mib MiB per client; the receiver's link at $host Mb/s with WRED $kmin-$kmax B;"
-  echo "busy/ideal: from its first data frame to its last, over its data bytes at its rate"
-  echo "| scenario | cc | goodputs (MiB/s) | Jain | busy / ideal | sender timeouts | queue p50 (B) | drops |"
-  echo "|---|---|---|---|---|---|---|---|"
+  echo "busy/ideal: from its first data frame to its last, over its data bytes at its rate;"
+  echo "all sending: its rate over its line rate while every sender was delivering"
+  echo "| scenario | cc | goodputs (MiB/s) | Jain | busy / ideal | all sending | sender timeouts | queue p50 (B) | drops |"
+  echo "|---|---|---|---|---|---|---|---|---|"
   for sc in "${incasts[@]}"; do
     for cc in "${ccs[@]}"; do incast "$sc" "$cc"; done
   done

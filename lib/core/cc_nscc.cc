@@ -104,6 +104,12 @@ void NsccCc::on_ack(const AckEvent& e) {
     const double fed = !e.ecn && delay > target_ ? static_cast<double>(base_rtt_) / 4 : delay;
     avg_delay_ = kDelayGain * fed + (1 - kDelayGain) * avg_delay_;
   }
+  // A packet sent after the last timeout came back first: that timeout
+  // is over, and not to be undone any more.
+  if (cwnd_before_timeout_ > 0 && e.rtt_ns > 0 && e.rtt_ns < e.now &&
+      e.now - e.rtt_ns > timeout_at_) {
+    cwnd_before_timeout_ = 0;
+  }
   achieved_ += newly;
   received_ += newly;
   ignored_ += newly;
@@ -165,6 +171,14 @@ void NsccCc::on_ack(const AckEvent& e) {
   clamp();
 }
 
+void NsccCc::on_spurious_timeout() {
+  if (cwnd_before_timeout_ <= 0) return;
+  cwnd_ = std::max(cwnd_, cwnd_before_timeout_);
+  cwnd_before_timeout_ = 0;
+  ++timeouts_undone_;
+  clamp();
+}
+
 void NsccCc::on_loss(const LossEvent& e) {
   if (!configured()) return;
   const double size = e.lost_bytes;
@@ -179,6 +193,13 @@ void NsccCc::on_loss(const LossEvent& e) {
       if (!quick_adapt(true, true, 0, e.now, e.inflight_bytes)) cwnd_ -= size;
       break;
     case LossKind::kTimeout:
+      // One expiry declares its packets lost at one time: the window
+      // before the first of them is what an undo goes back to.
+      // (Expiries in a row, backing off, keep the first one's.)
+      if (e.now != timeout_at_) {
+        if (cwnd_before_timeout_ == 0) cwnd_before_timeout_ = cwnd_;
+        timeout_at_ = e.now;
+      }
       cwnd_ -= size;
       break;
     case LossKind::kInferred:

@@ -30,6 +30,10 @@ class NsccCc {
 
   void on_ack(const AckEvent& e);
   void on_loss(const LossEvent& e);
+  // A timeout shown spurious (the first copy of a packet it declared lost
+  // was acknowledged): the window goes back to what it was before that
+  // timeout took its packets out of it.
+  void on_spurious_timeout();
   uint32_t cwnd_bytes() const { return static_cast<uint32_t>(cwnd_); }  // <= kMaxWindowBytes
   uint64_t rate_bps() const { return 0; }                               // window-based, not paced
 
@@ -42,6 +46,7 @@ class NsccCc {
   uint64_t decreases() const { return decreases_; }
   uint64_t quick_adapts() const { return quick_adapts_; }
   uint64_t fast_increases() const { return fast_increases_; }
+  uint64_t timeouts_undone() const { return timeouts_undone_; }
 
   // The largest window NSCC keeps: above any connection's reach (16384
   // packets of at most 16 KiB), far below 2^32. A link rate and base RTT
@@ -83,8 +88,11 @@ class NsccCc {
   TimeNs qa_end_ = 0;    // when the current window ends (0: none yet)
   double to_ignore_ = 0, ignored_ = 0;
   bool qa_trigger_ = false;  // a trim since the last window check
+  // The last timeout: the window before it (0: none to undo) and when.
+  double cwnd_before_timeout_ = 0;
+  TimeNs timeout_at_ = 0;
   // Counters.
-  uint64_t decreases_ = 0, quick_adapts_ = 0, fast_increases_ = 0;
+  uint64_t decreases_ = 0, quick_adapts_ = 0, fast_increases_ = 0, timeouts_undone_ = 0;
 };
 
 }  // namespace braid

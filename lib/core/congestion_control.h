@@ -55,6 +55,16 @@ class CongestionControl {
         algo_);
     sync();
   }
+  // A timeout shown spurious: what it took from the window goes back
+  // (NSCC; the others' windows do not shrink on timeouts).
+  void on_spurious_timeout() {
+    std::visit(
+        [&](auto& a) {
+          if constexpr (requires { a.on_spurious_timeout(); }) a.on_spurious_timeout();
+        },
+        algo_);
+    sync();
+  }
   // A CNP from the receiver (DCQCN's; the others do not ask for them).
   void on_cnp(TimeNs now) {
     std::visit(

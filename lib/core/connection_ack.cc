@@ -213,6 +213,7 @@ void Connection::on_spurious_timeout() {
   // has not resent yet goes back in flight instead.
   ++stats_.spurious_timeouts;
   rto_floor_ = std::max(rto_floor_, std::min(rto_, cfg_.rto_max_ns));
+  cc_.on_spurious_timeout();
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kLost && r.retries > 0 && r.tx_count == 1) {

@@ -137,6 +137,38 @@ TEST(SpuriousTimeout, TheFirstCopysAckStopsTheResendsAndKeepsTheRto) {
   EXPECT_GE(p.qa->rto_ns(), backed_off - backed_off / 16);  // the floor fades slowly
 }
 
+// With NSCC, the window the timeout took comes back with the first copy's
+// ACK (it had fallen by the packets the timer declared lost).
+TEST(SpuriousTimeout, NsccGetsItsWindowBack) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  c.cc.algorithm = CcAlgorithm::kNscc;
+  c.cc.base_rtt_ns = 10'000;
+  c.cc.trimming = false;
+  DirectPair p(c);
+  const uint32_t before = p.qa->cc().cwnd_bytes();
+  std::vector<uint8_t> src(4000, 3), dst(4000, 0);
+  const std::vector<Frame> data = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 4000);
+  ASSERT_EQ(data.size(), 4u);
+  p.deliver(p.b, {data[0]});
+  p.now += 20'000;
+  p.b.advance(p.now);
+  const std::vector<Frame> ack0 = p.drain(p.b);
+  ASSERT_EQ(ack0.size(), 1u);
+  p.now += p.qa->rto_ns() + 1'000;
+  p.a.advance(p.now);
+  ASSERT_EQ(p.qa->stats().timeouts, 1u);
+  EXPECT_LT(p.qa->cc().cwnd_bytes(), before);
+  p.deliver(p.a, ack0);
+  EXPECT_EQ(p.qa->stats().spurious_timeouts, 1u);
+  EXPECT_GE(p.qa->cc().cwnd_bytes(), before);
+  p.deliver(p.b, {data[1], data[2], data[3]});
+  p.settle();
+  ASSERT_EQ(poll_all(p.a_scq).size(), 1u);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(p.qa->stats().retransmits, 0u);
+}
+
 TEST(TailLoss, IsRepairedByAProbeBeforeTheRto) {
   DirectPair p;
   std::vector<uint8_t> src(64 * 1024, 3), dst(64 * 1024);

@@ -326,6 +326,43 @@ TEST(Nscc, QuickAdaptOnDelayWantsAMark) {
   }
 }
 
+// A timeout takes its packets out of the window; shown spurious, the
+// window comes back. Once a packet sent after the timeout is acknowledged
+// first, the timeout stands.
+TEST(Nscc, ASpuriousTimeoutGivesTheWindowBack) {
+  NsccCc cc(nscc(), kPacket);
+  const uint32_t before = cc.cwnd_bytes();
+  auto expire = [&](TimeNs now, int packets) {
+    for (int i = 0; i < packets; ++i) {
+      LossEvent l;
+      l.now = now;
+      l.lost_bytes = kPacket;
+      l.kind = LossKind::kTimeout;
+      cc.on_loss(l);
+    }
+  };
+  expire(100'000, 20);
+  expire(300'000, 10);  // backed off: expired again
+  EXPECT_LE(cc.cwnd_bytes(), before - 30 * kPacket);
+  cc.on_spurious_timeout();
+  EXPECT_EQ(cc.cwnd_bytes(), before);
+  EXPECT_EQ(cc.timeouts_undone(), 1u);
+  cc.on_spurious_timeout();  // once
+  EXPECT_EQ(cc.timeouts_undone(), 1u);
+  // A real timeout: a packet sent after it is acknowledged, then an old
+  // copy's ACK comes: nothing to undo.
+  expire(400'000, 20);
+  const uint32_t cut = cc.cwnd_bytes();
+  AckEvent e;
+  e.now = 420'000;
+  e.acked_bytes = kPacket;
+  e.rtt_ns = 15'000;  // sent at 405 us
+  cc.on_ack(e);
+  cc.on_spurious_timeout();
+  EXPECT_EQ(cc.timeouts_undone(), 1u);
+  EXPECT_LT(cc.cwnd_bytes(), cut + 2 * kPacket);
+}
+
 TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
   NsccCc cc(nscc(), kPacket);
   feed(cc, 0, 2, 5'000, false);  // plenty got through: no QuickAdapt
