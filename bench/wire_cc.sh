@@ -92,8 +92,8 @@ incast() { # incast <scenario> <cc>: prints the table row
   jain=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*Jain \([0-9.]*\).*/\1/')
   line=$(grep -m1 "^host link 0" <<<"$out")
   # Timeouts at the senders (the servers' lines count none).
-  timeouts=$(grep -o "timed out [0-9]* (timer expirations [0-9]*" <<<"$out" |
-    awk '{ p += $3; e += $6 } END { printf "%d (%d expirations)", p, e }')
+  timeouts=$(grep -o "timed out [0-9]* (timer expirations [0-9]*, [0-9]* spurious" <<<"$out" |
+    awk '{ p += $3; e += $6; s += $7 } END { printf "%d (%d expirations, %d spurious)", p, e, s }')
   # While every sender was delivering (from the last one's first byte to
   # the first one's last), the receiver link's rate over its line rate.
   local overlap
