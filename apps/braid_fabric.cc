@@ -31,6 +31,11 @@ struct Options {
   double oversubscription = 1.0;
   int planes = 1;
   double gbps = 100.0;
+  double fabric_gbps = 0;                                            // 0: --gbps
+  uint32_t mtu = 0;                                                  // 0: the profile's
+  uint32_t queue_bytes = 0, ecn_kmin_bytes = 0, ecn_kmax_bytes = 0;  // 0: from the BDP
+  double ecn_pmax = 1.0;
+  int watch_core = 0;  // the top-tier link --timeseries watches
   double link_delay_us = 1.0;
   double switch_latency_us = 0.0;
   std::string size = "2M";
@@ -106,6 +111,7 @@ TopologyConfig topology_of(const Options& o) {
   t.planes = o.planes;
   t.host_link = LinkSpec{o.gbps, static_cast<TimeNs>(o.link_delay_us * 1000)};
   t.fabric_link = t.host_link;
+  if (o.fabric_gbps > 0) t.fabric_link.gbps = o.fabric_gbps;
   t.sw.latency_ns = static_cast<TimeNs>(o.switch_latency_us * 1000);
   return t;
 }
@@ -113,7 +119,7 @@ TopologyConfig topology_of(const Options& o) {
 void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p) {
   const double bdp = static_cast<double>(base_rtt_ns(t, p)) * o.gbps / 8.0;
   const double queue = o.queue_bdp > 0 ? o.queue_bdp : (o.trim ? 1.0 : 5.0);
-  t.sw.buffer_bytes = static_cast<uint32_t>(queue * bdp);
+  t.sw.buffer_bytes = o.queue_bytes > 0 ? o.queue_bytes : static_cast<uint32_t>(queue * bdp);
   t.sw.trim = o.trim;
   if (p.name == "pfc" || p.name == "rocev2-like") {
     // Lossless: a quarter BDP per ingress link before pausing it (the
@@ -128,8 +134,11 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
   t.sw.ecn_at_dequeue = o.ecn_dequeue;
   t.sw.adaptive_routing = o.adaptive_routing;
   if (o.ecn) {
-    t.sw.ecn_kmin_bytes = static_cast<uint32_t>(o.ecn_kmin * bdp);
-    t.sw.ecn_kmax_bytes = static_cast<uint32_t>(o.ecn_kmax * bdp);
+    t.sw.ecn_kmin_bytes =
+        o.ecn_kmin_bytes > 0 ? o.ecn_kmin_bytes : static_cast<uint32_t>(o.ecn_kmin * bdp);
+    t.sw.ecn_kmax_bytes =
+        o.ecn_kmax_bytes > 0 ? o.ecn_kmax_bytes : static_cast<uint32_t>(o.ecn_kmax * bdp);
+    t.sw.ecn_pmax = o.ecn_pmax;
   }
 }
 
@@ -496,6 +505,22 @@ int main(int argc, char** argv) {
                  "(0: one BDP)")
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
+  app.add_option("--fabric-gbps", o.fabric_gbps,
+                 "switch-to-switch link rate, Gb/s (default --gbps)");
+  app.add_option("--mtu", o.mtu, "payload bytes per packet (default the profile's, 4096)")
+      ->check(CLI::Range(256, 9000));
+  app.add_option("--queue-bytes", o.queue_bytes, "egress queue in bytes (instead of --queue-bdp)");
+  app.add_option("--ecn-kmin-bytes", o.ecn_kmin_bytes,
+                 "WRED Kmin in bytes (instead of --ecn-kmin)");
+  app.add_option("--ecn-kmax-bytes", o.ecn_kmax_bytes,
+                 "WRED Kmax in bytes (instead of --ecn-kmax)");
+  app.add_option("--ecn-pmax", o.ecn_pmax, "WRED's marking probability at Kmax")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  app.add_option("--watch-core", o.watch_core,
+                 "the top-tier link whose queues --timeseries writes (its index; leaf-spine: "
+                 "leaf-major, a link per spine)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--queue-bdp", o.queue_bdp,
                  "egress queue in BDPs (default 1 with trim, 5 without)");
   app.add_flag("!--no-ecn", o.ecn, "no ECN marking");
@@ -611,6 +636,7 @@ int main(int argc, char** argv) {
     try {
       ec.profile = profile_named(name);
       ec.profile.credit_speculative_bytes = o.credit_speculative;
+      if (o.mtu != 0) ec.profile.mtu = o.mtu;
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());
       return 2;
@@ -630,13 +656,15 @@ int main(int argc, char** argv) {
     }
     if (entropy_series) x.watch_entropies(o.entropy_flows);
     if (!o.timeseries.empty() || entropy_series) {
-      // Watched: the port into host 0 (the incast's receiver) and the first
-      // top-tier link, both ways.
+      // Watched: the port into host 0 (the incast's receiver) and a
+      // top-tier link (--watch-core, the first by default), both ways.
       const Fabric& f = x.fabric();
       std::vector<int> ports{f.port_between(x.topology().host_edge[0], f.node_of_host(0))};
-      if (!x.topology().core_links.empty()) {
-        ports.push_back(x.topology().core_links[0]);
-        ports.push_back(x.topology().core_links[0] + 1);
+      const auto& core = x.topology().core_links;
+      if (!core.empty()) {
+        const size_t w = static_cast<size_t>(o.watch_core) < core.size() ? o.watch_core : 0;
+        ports.push_back(core[w]);
+        ports.push_back(core[w] + 1);
       }
       x.sample_every(static_cast<TimeNs>(o.sample_us * 1000), ports);
     }

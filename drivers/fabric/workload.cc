@@ -61,11 +61,20 @@ Profile profile_named(const std::string& name) {
   } else if (name == "rocev2-like") {
     p.entropies = 1;  // and PFC, as pfc
     p.cc = CcAlgorithm::kDcqcn;
+  } else if (name == "verbs") {
+    // lib/verbs's defaults (device.cc, verbs.cc), for runs beside the wire.
+    p.entropies = 16;
+    p.paths = PathPolicy::kReps;
+    p.cc = CcAlgorithm::kNscc;
+    p.cc_base_rtt_ns = 25'000;  // BRAID_DEFAULT_BASE_RTT_US
+    p.cc_link_bps = 100'000'000'000;
+    p.rto_min_ns = ConnectionConfig{}.rto_min_ns;
+    p.ack_every = ConnectionConfig{}.ack_every;
   } else {
     throw std::invalid_argument(
         "unknown profile '" + name +
         "' (braid, nscc, nscc-reps, nscc-bitmap, credit, nscc-credit, single-path, pfc, "
-        "rocev2-like)");
+        "rocev2-like, verbs)");
   }
   return p;
 }
@@ -127,8 +136,9 @@ void Experiment::add_flow(const FlowSpec& f) {
     c.entropy.policy = p.paths;
     if (p.window_bytes != 0) c.cc.window_bytes = p.window_bytes;
     c.cc.algorithm = p.cc;
-    c.cc.base_rtt_ns = base_rtt_ns();
-    c.cc.link_bps = static_cast<uint64_t>(cfg_.topo.host_link.gbps * 1e9);
+    c.cc.base_rtt_ns = p.cc_base_rtt_ns != 0 ? p.cc_base_rtt_ns : base_rtt_ns();
+    c.cc.link_bps =
+        p.cc_link_bps != 0 ? p.cc_link_bps : static_cast<uint64_t>(cfg_.topo.host_link.gbps * 1e9);
     c.cc.trimming = cfg_.topo.sw.trim;
     c.cc.credit = p.credit;
     c.cc.credit_speculative_bytes = p.credit_speculative_bytes;

@@ -42,6 +42,10 @@ struct Profile {
   uint32_t credit_speculative_bytes = 0;  // 0: one BDP
   TimeNs rto_min_ns = 0;                  // 0: scaled from the base RTT
   uint32_t ack_every = 8;
+  // What NSCC scales itself by, where it is not the fabric's own (0: the
+  // fabric's base RTT; the host link's rate).
+  TimeNs cc_base_rtt_ns = 0;
+  uint64_t cc_link_bps = 0;
 };
 
 // The transport profiles: braid (64 entropies round robin, fixed window),
@@ -50,7 +54,9 @@ struct Profile {
 // entropies by bitmap penalty, NSCC), credit (64 entropies by REPS,
 // receiver-driven credit, fixed window), nscc-credit (64 entropies by REPS,
 // NSCC and receiver-driven credit), rocev2-like (1 entropy, DCQCN, over
-// PFC).
+// PFC), verbs (the verbs layer's defaults on a memif port: 16 entropies by
+// REPS, NSCC scaled by a 25 us network base RTT and the 100 Gb/s memif
+// reports, a 2 ms least RTO, an ACK per the receiver's default).
 Profile profile_named(const std::string& name);
 
 // Round-trip time between hosts furthest apart (other pods or leaves): a
