@@ -40,6 +40,7 @@ struct Options {
   double switch_latency_us = 0.0;
   std::string size = "2M";
   int incast_senders = 8;
+  int incast_from = -1;  // -1: spread over the other hosts; else hosts from this one on
   std::vector<std::string> profiles{"braid", "single-path", "pfc"};
   bool trim = true;
   double queue_bdp = 0;  // 0: 1 BDP with trimming, 5 without
@@ -293,7 +294,18 @@ std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes, int&
   if (o.scenario == "permutation") {
     f = permutation(hosts, bytes, o.seed);
   } else if (o.scenario == "incast") {
-    f = incast(hosts, o.incast_senders, 0, bytes);
+    if (o.incast_from >= 0) {
+      // htsim's placement: consecutive hosts from one on (64 at k=8: the
+      // other pods).
+      if (o.incast_from < 1 || o.incast_from + o.incast_senders > hosts) {
+        throw std::invalid_argument("--incast-from: senders must be hosts 1.." +
+                                    std::to_string(hosts - 1));
+      }
+      for (int i = 0; i < o.incast_senders; ++i)
+        f.push_back(FlowSpec{o.incast_from + i, 0, bytes, 0});
+    } else {
+      f = incast(hosts, o.incast_senders, 0, bytes);
+    }
   } else if (o.scenario == "single") {
     f = {FlowSpec{0, hosts - 1, bytes, 0}};
   } else if (o.scenario == "all-to-all") {
@@ -492,6 +504,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("-s,--size", o.size, "bytes per flow (K, M, G suffixes)")->capture_default_str();
   app.add_option("--incast", o.incast_senders, "incast: senders to host 0")->capture_default_str();
+  app.add_option("--incast-from", o.incast_from,
+                 "incast: the senders are the hosts from this one on (htsim's placement: 64 at "
+                 "k=8); default: spread evenly over the other hosts");
   app.add_option("--profile", o.profiles,
                  "transport profiles run side by side: braid (64 entropies round robin, fixed "
                  "window), nscc (with NSCC), nscc-reps (NSCC and REPS path selection), nscc-bitmap "

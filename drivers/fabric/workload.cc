@@ -70,6 +70,7 @@ Profile profile_named(const std::string& name) {
     p.cc_link_bps = 100'000'000'000;
     p.rto_min_ns = ConnectionConfig{}.rto_min_ns;
     p.ack_every = ConnectionConfig{}.ack_every;
+    p.max_window_from_measured_rtt = false;
   } else {
     throw std::invalid_argument(
         "unknown profile '" + name +
@@ -140,6 +141,7 @@ void Experiment::add_flow(const FlowSpec& f) {
     c.cc.link_bps =
         p.cc_link_bps != 0 ? p.cc_link_bps : static_cast<uint64_t>(cfg_.topo.host_link.gbps * 1e9);
     c.cc.trimming = cfg_.topo.sw.trim;
+    c.cc.max_window_from_measured_rtt = p.max_window_from_measured_rtt;
     c.cc.credit = p.credit;
     c.cc.credit_speculative_bytes = p.credit_speculative_bytes;
     c.ack_every = p.ack_every;

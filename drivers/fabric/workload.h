@@ -46,6 +46,10 @@ struct Profile {
   // fabric's base RTT; the host link's rate).
   TimeNs cc_base_rtt_ns = 0;
   uint64_t cc_link_bps = 0;
+  // NSCC's largest window from the flow's own smallest RTT, as htsim has it
+  // (CcConfig::max_window_from_measured_rtt); the verbs profile keeps the
+  // network's.
+  bool max_window_from_measured_rtt = true;
 };
 
 // The transport profiles: braid (64 entropies round robin, fixed window),

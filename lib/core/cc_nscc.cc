@@ -96,6 +96,8 @@ void NsccCc::on_ack(const AckEvent& e) {
         } else {
           maxwnd_ = max_window_for(base_rtt_);
         }
+      } else if (cfg_.max_window_from_measured_rtt) {
+        maxwnd_ = max_window_for(base_rtt_);
       }
     }
     delay = e.rtt_ns > base_rtt_ ? static_cast<double>(e.rtt_ns - base_rtt_) : 0.0;

@@ -37,6 +37,13 @@ struct CcConfig {
   uint64_t link_bps = 100'000'000'000;
   // The network trims instead of dropping: a lower delay target.
   bool trimming = true;
+  // NSCC's largest window follows the smallest RTT the flow measures (1.5 x
+  // link rate x that RTT), as UEC's simulator has it: a flow nearer than the
+  // network's base RTT gets its own BDP, not the network's. Off, a configured
+  // base RTT fixes it: on a software datapath the RTT under load is many
+  // times the smallest (the hosts' turnaround), and the smallest's window
+  // starves it.
+  bool max_window_from_measured_rtt = false;
   DcqcnConfig dcqcn;
   // Receiver-driven credit (credit.h), on top of the algorithm above: data
   // goes only with credit the receiver granted, or from a speculative

@@ -363,6 +363,26 @@ TEST(Nscc, ASpuriousTimeoutGivesTheWindowBack) {
   EXPECT_LT(cc.cwnd_bytes(), cut + 2 * kPacket);
 }
 
+// A configured base RTT fixes the largest window, unless it is to follow
+// the flow's own smallest RTT (a flow nearer than the network's base RTT,
+// as htsim has it).
+TEST(Nscc, TheLargestWindowFollowsTheMeasuredRttOnlyWhenAsked) {
+  for (bool follow : {false, true}) {
+    CcConfig c = nscc();
+    c.max_window_from_measured_rtt = follow;
+    NsccCc cc(c, kPacket);
+    AckEvent e;
+    e.now = 10'000;
+    e.acked_bytes = kPacket;
+    e.rtt_ns = kRtt / 3;  // a near peer: 4 us
+    cc.on_ack(e);
+    EXPECT_EQ(cc.base_rtt_ns(), kRtt / 3);
+    EXPECT_DOUBLE_EQ(cc.target_delay_ns(), 9'000);  // the scale stays the network's
+    EXPECT_DOUBLE_EQ(cc.max_window(), follow ? 225'000.0 / 3 : 225'000.0) << follow;
+    EXPECT_LE(cc.cwnd_bytes(), cc.max_window());
+  }
+}
+
 TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
   NsccCc cc(nscc(), kPacket);
   feed(cc, 0, 2, 5'000, false);  // plenty got through: no QuickAdapt
