@@ -152,6 +152,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", cfg.seed, "the ECMP hash's seed");
   app.add_option("--rate-mbps", cfg.egress.rate_mbps, "each port's egress rate (0: no limit)");
   app.add_option("--core-rate-mbps", cfg.core.rate_mbps, "each core link's rate (0: no limit)");
+  app.add_option("--uplink-rate-mbps", cfg.uplink_rate_mbps,
+                 "pace what each host sends at this rate, as its NIC would (memif and vhost "
+                 "peers send at memory speed; 0: not paced)");
   app.add_option("--buffer", cfg.egress.buffer_bytes, "bytes per queue and class");
   app.add_option("--ecn", ecn, "WRED on the ports' egress: KMIN,KMAX,PMAX (bytes, bytes, 0..1]");
   app.add_option("--core-ecn", core_ecn, "WRED on the core links");
@@ -290,22 +293,6 @@ int main(int argc, char** argv) {
       duration > 0 ? start + static_cast<braid::TimeNs>(duration * 1e9) : braid::kNever;
   bool running = true;
   braid::IdleYield idle(idle_yield);  // passes that moved no frame
-  // DPDK's interrupt thread handles a memif peer's connect and disconnect,
-  // and on a disconnect unmaps the rings a burst may be reading (SIGSEGV:
-  // 1 run in about 20 with 16 hosts exiting one by one). It stays parked
-  // while frames move, and runs between passes only when no frame has moved
-  // for kQuietNs, or every kConnectEveryNs while a port is down (waiting
-  // for its host's handshake). A host that exits meanwhile leaves its rings
-  // mapped and still: what is sent to it waits in a full ring, until the
-  // ports go quiet and its disconnect is handled. (Let run every few ms
-  // instead, the thread, on the hosts' busy core, took 15% of the switch's
-  // time: up to 32 ms to get a turn.)
-  constexpr braid::TimeNs kQuietNs = 1'000'000;
-  constexpr braid::TimeNs kConnectEveryNs = 5'000'000;
-  bool parked = braid::dpdk::Eal::pause_interrupts();
-  braid::TimeNs events_at = start, moved_at = start;
-  uint64_t event_runs = 0;
-  braid::TimeNs event_ns = 0, event_longest = 0;
   braid::TimeNs next_row = start;
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
@@ -353,25 +340,6 @@ int main(int argc, char** argv) {
       }
     }
     idle.pass(frames_moved > 0);
-    if (frames_moved > 0) moved_at = now;
-    bool any_down = false;
-    if (now - events_at >= kConnectEveryNs) {
-      for (const auto& port : io) any_down |= !port->link_up();
-    }
-    if (!parked || any_down || (now - moved_at >= kQuietNs && now - events_at >= kQuietNs)) {
-      // No burst runs now: the thread handles what came meanwhile, and is
-      // parked again (or, if it would not park before, now).
-      if (parked) {
-        braid::dpdk::Eal::drain_interrupts();
-      } else {
-        parked = braid::dpdk::Eal::pause_interrupts(std::chrono::milliseconds(1));
-      }
-      const braid::TimeNs t = now_ns();
-      ++event_runs;
-      event_ns += t - now;
-      event_longest = std::max(event_longest, t - now);
-      events_at = t;
-    }
     if (series_file != nullptr && now >= next_row) {
       std::fprintf(series_file, "%.6f", static_cast<double>(now - start) / 1e9);
       for (uint16_t k = 0; k < sw.core_links(); ++k) {
@@ -413,13 +381,7 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf(
-      "braid_switch: stopped after %.1f s; the ports' events were handled %lu times between "
-      "passes (%.1f ms in all, the longest %.2f ms)%s\n",
-      static_cast<double>(now_ns() - start) / 1e9, static_cast<unsigned long>(event_runs),
-      static_cast<double>(event_ns) / 1e6, static_cast<double>(event_longest) / 1e6,
-      parked ? "" : "; the interrupt thread could not be parked");
-  if (parked) braid::dpdk::Eal::resume_interrupts();
+  std::printf("braid_switch: stopped after %.1f s\n", static_cast<double>(now_ns() - start) / 1e9);
   std::fputs(sw.describe().c_str(), stdout);
   std::fflush(stdout);
   for (uint16_t p = 0; p < io.size(); ++p) {

@@ -7,7 +7,8 @@
 # (default 15000 to 60000, at most 20% marked).
 #   bench/wire_cc.sh [scenario ...]     (default: all)
 # CCS="fixed nscc dcqcn" picks the algorithms; TOOL_ARGS="..." adds options
-# to every braid_write_bw (e.g. "--base-rtt-us 50").
+# to every braid_write_bw (e.g. "--base-rtt-us 50"); UPLINKS=1 paces what each
+# host sends at the host rate (braid_switch --uplink-rate-mbps), as a NIC would.
 # Scenarios:
 #   ratio1 ratio4 ratio40   1 flow, core link 1x, 4x, 40x slower than the host port
 #   share2 share4 share8    2, 4, 8 flows (pairs of hosts) through one core link 4x slower
@@ -48,7 +49,7 @@ run() { # run <scenario> <cc>: prints the table row
     blackhole) bottleneck=$core ;;
     *) bottleneck=$((core * links)) ;;
   esac
-  local sw="--rate-mbps $host --core-rate-mbps $core --core-ecn $kmin,$kmax,0.2 ${set_args[*]}"
+  local sw="--rate-mbps $host --core-rate-mbps $core --core-ecn $kmin,$kmax,0.2 ${UPLINKS:+--uplink-rate-mbps $host} ${set_args[*]}"
   local out
   out=$(scripts/switch-fabric.sh --pairs "$pairs" --links "$links" --switch "$sw" --expect-fair 0 \
     braid_write_bw -s 65536 -D "$seconds" --cc "$cc" ${TOOL_ARGS:-} 2>&1) || {

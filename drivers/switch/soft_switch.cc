@@ -26,6 +26,7 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   at_.resize(cfg_.slots);
   out_.resize(cfg_.slots);
   in_.resize(cfg_.slots);
+  core_q_.resize(cfg_.slots);
   delivered_.resize(cfg_.ports);
   for (uint32_t s = cfg_.slots; s-- > 0;) free_slot(s);
   core_.resize(2 * size_t{cfg_.core_links});
@@ -33,6 +34,13 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   for (Queue& q : core_) q.cfg = cfg_.core;
   egress_.resize(cfg_.ports);
   for (Queue& q : egress_) q.cfg = cfg_.egress;
+  if (cfg_.uplink_rate_mbps > 0) {
+    uplinks_.resize(cfg_.ports);
+    for (Queue& q : uplinks_) {
+      q.cfg.rate_mbps = cfg_.uplink_rate_mbps;
+      q.cfg.buffer_bytes = cfg_.uplink_buffer_bytes;
+    }
+  }
   host_link_of_.assign(cfg_.ports, -1);
   for (const std::vector<uint16_t>& ports : cfg_.host_links) {
     const int h = static_cast<int>(host_links_.size());
@@ -146,6 +154,11 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
   }
   const size_t q = index(core_link_of(f), dst > port ? Dir::kToHigher : Dir::kToLower);
   if (!fabric::is_priority(f, cfg_.trim_dscp)) flows_[q].insert(fabric::ecmp_key(f, 0));
+  if (!uplinks_.empty()) {
+    core_q_[s] = static_cast<uint32_t>(q);
+    enqueue(uplinks_[port], s, now);  // the host's link first
+    return;
+  }
   enqueue(core_[q], s, now);
 }
 
@@ -232,6 +245,10 @@ uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
 }
 
 void SoftSwitch::advance(TimeNs now) {
+  for (Queue& u : uplinks_) {
+    uint32_t s;
+    while ((s = dequeue(u, now)) != kNil) enqueue(core_[core_q_[s]], s, at_[s]);
+  }
   for (Queue& c : core_) {
     uint32_t s;
     while ((s = dequeue(c, now)) != kNil) {
@@ -275,6 +292,7 @@ TimeNs SoftSwitch::next_due() const {
     const uint32_t s = q.hi_head != kNil ? q.hi_head : q.lo_head;
     if (s != kNil) t = std::min(t, departure(q, s));
   };
+  for (const Queue& q : uplinks_) head_due(q);
   for (const Queue& q : core_) head_due(q);
   for (const Queue& q : host_links_) head_due(q);
   for (const Queue& q : egress_) head_due(q);
@@ -305,7 +323,7 @@ void SoftSwitch::set_link_state(uint16_t link, LinkState state) {
 }
 
 void SoftSwitch::clear_queue_stats() {
-  for (std::vector<Queue>* v : {&core_, &host_links_, &egress_}) {
+  for (std::vector<Queue>* v : {&uplinks_, &core_, &host_links_, &egress_}) {
     for (Queue& q : *v) {
       const uint64_t queued = q.stats.queued_bytes;
       q.stats = QueueStats{};
@@ -356,6 +374,9 @@ std::string SoftSwitch::describe() const {
         ports += (ports.empty() ? "" : ",") + std::to_string(p);
     }
     line(fmt::format("host link {} (ports {})", h, ports).c_str(), host_links_[h], "");
+  }
+  for (unsigned p = 0; p < uplinks_.size(); ++p) {
+    line(fmt::format("uplink {}", p).c_str(), uplinks_[p], "");
   }
   for (unsigned p = 0; p < egress_.size(); ++p) {
     line(fmt::format("port {}", p).c_str(), egress_[p], "");

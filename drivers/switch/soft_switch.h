@@ -68,6 +68,12 @@ struct SoftSwitchConfig {
   uint32_t slots = 16384;     // frames held at once, all queues together
   QueueConfig core;           // every core link's, at first
   QueueConfig egress;         // every host port's, at first
+  // What a host sends towards the core first waits for the host's own link
+  // (a real NIC serialises at its rate; a memif or vhost peer hands over
+  // frames at memory speed): a queue per host port at this rate (0: none),
+  // as large as a NIC's transmit side is deep, neither marking nor trimming.
+  uint64_t uplink_rate_mbps = 0;
+  uint32_t uplink_buffer_bytes = 4u << 20;
   // Host links: each a set of host ports behind one link of the egress
   // config's rate, buffer and marking (a host running one process per
   // port, or a receiver of an incast). A frame bound for one of them
@@ -136,6 +142,7 @@ class SoftSwitch {
   // so far.
   size_t core_flows(uint16_t link, Dir d) const { return flows_[index(link, d)].size(); }
   const QueueStats& egress_stats(uint16_t port) const { return egress_[port].stats; }
+  const QueueStats& uplink_stats(uint16_t port) const { return uplinks_[port].stats; }
   size_t host_links() const { return host_links_.size(); }
   QueueConfig& host_link_config(size_t h) { return host_links_[h].cfg; }
   const QueueStats& host_link_stats(size_t h) const { return host_links_[h].stats; }
@@ -198,6 +205,8 @@ class SoftSwitch {
   std::vector<Queue> core_;  // per link, its two directions (index())
   std::vector<Queue> egress_;
   std::vector<Queue> host_links_;
+  std::vector<Queue> uplinks_;                       // per host port, when uplink_rate_mbps is set
+  std::vector<uint32_t> core_q_;                     // per slot: the core queue it is bound for
   std::vector<int> host_link_of_;                    // per host port: its host link, or -1
   std::vector<std::unordered_set<uint64_t>> flows_;  // per core queue: 5-tuple keys
   struct MacEntry {

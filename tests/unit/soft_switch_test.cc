@@ -176,6 +176,23 @@ TEST(SoftSwitch, PortsBehindOneHostLinkShareItsRate) {
   EXPECT_EQ(drain(s, 0, t + 210'000).size(), 1u);
 }
 
+TEST(SoftSwitch, AnUplinkPacesWhatAHostSends) {
+  SoftSwitchConfig c;
+  c.uplink_rate_mbps = 1000;  // 1250 B in 10 us
+  SoftSwitch s(c);
+  learn(s, 2);
+  const TimeNs t = kStart;
+  const Frame f = udp_frame(1, 2, 50000, 1250);
+  for (int i = 0; i < 10; ++i) s.receive(0, f.data(), 1250, t);  // a burst at memory speed
+  EXPECT_EQ(drain(s, 1, t + 9'999).size(), 0u);
+  EXPECT_EQ(drain(s, 1, t + 50'000).size(), 5u);
+  EXPECT_EQ(drain(s, 1, t + 100'000).size(), 5u);
+  EXPECT_EQ(s.uplink_stats(0).data_packets, 10u);
+  EXPECT_EQ(
+      s.core_stats(0, Dir::kToHigher).data_packets + s.core_stats(1, Dir::kToHigher).data_packets,
+      10u);
+}
+
 TEST(SoftSwitch, ARateLimitSerialisesFramesAtThatRate) {
   SoftSwitchConfig c;
   c.egress.rate_mbps = 1000;  // 1250 B in 10 us
