@@ -150,7 +150,7 @@ enum braid_path_policy {
 #define BRAID_DEFAULT_BASE_RTT_US 25
 
 enum braid_cc {
-  BRAID_CC_DEFAULT = 0, /* BRAID_CC_NSCC */
+  BRAID_CC_DEFAULT = 0,      /* BRAID_CC_NSCC */
   BRAID_CC_FIXED_WINDOW = 1, /* 1 MiB in flight per QP, never changed */
   BRAID_CC_NSCC = 2,         /* UET's NSCC: ECN and delay */
   BRAID_CC_DCQCN = 3,        /* RoCEv2's: a paced rate cut by CNPs for ECN-CE */

@@ -105,17 +105,26 @@ INSTANTIATE_TEST_SUITE_P(Lengths, BurstLoss, ::testing::Values(1u, 64u, 200u, 70
 // srtt + 4 rttvar followed). The ACK of a first copy shows it: what the
 // timeout queued and has not resent goes back in flight (only the packets
 // really lost are resent), and the RTO stays where it backed off to.
+// A WRITE of 4 packets of which the first has arrived and been ACKed; that
+// ACK (returned) is still on its way back. The rest is in flight.
+std::vector<Frame> first_of_four_acked_late(DirectPair& p, std::vector<Frame>* data,
+                                            std::vector<uint8_t>& src, std::vector<uint8_t>& dst) {
+  *data = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 4000);
+  if (data->size() != 4u) return {};
+  p.deliver(p.b, {(*data)[0]});
+  p.now += 20'000;
+  p.b.advance(p.now);
+  return p.drain(p.b);
+}
+
 TEST(SpuriousTimeout, TheFirstCopysAckStopsTheResendsAndKeepsTheRto) {
   ConnectionConfig c;
   c.mtu = 1024;
   DirectPair p(c);
   std::vector<uint8_t> src(4000, 3), dst(4000, 0);
-  const std::vector<Frame> data = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 4000);
+  std::vector<Frame> data;
+  const std::vector<Frame> ack0 = first_of_four_acked_late(p, &data, src, dst);
   ASSERT_EQ(data.size(), 4u);
-  p.deliver(p.b, {data[0]});
-  p.now += 20'000;
-  p.b.advance(p.now);
-  const std::vector<Frame> ack0 = p.drain(p.b);  // late: still on its way
   ASSERT_EQ(ack0.size(), 1u);
   const TimeNs rto = p.qa->rto_ns();
   p.now += rto + 1'000;
@@ -148,12 +157,9 @@ TEST(SpuriousTimeout, NsccGetsItsWindowBack) {
   DirectPair p(c);
   const uint32_t before = p.qa->cc().cwnd_bytes();
   std::vector<uint8_t> src(4000, 3), dst(4000, 0);
-  const std::vector<Frame> data = p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 4000);
+  std::vector<Frame> data;
+  const std::vector<Frame> ack0 = first_of_four_acked_late(p, &data, src, dst);
   ASSERT_EQ(data.size(), 4u);
-  p.deliver(p.b, {data[0]});
-  p.now += 20'000;
-  p.b.advance(p.now);
-  const std::vector<Frame> ack0 = p.drain(p.b);
   ASSERT_EQ(ack0.size(), 1u);
   p.now += p.qa->rto_ns() + 1'000;
   p.a.advance(p.now);
