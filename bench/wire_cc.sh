@@ -31,6 +31,20 @@ scenarios=("$@")
   incast4 incast8 incast4c incast8c)
 ccs=(${CCS:-fixed nscc dcqcn})
 
+failed() { # failed <scenario> <cc> <output>: keeps the output, prints the row
+  local log
+  log=$(mktemp /tmp/wire_cc.XXXXXX.log)
+  printf '%s\n' "$3" >"$log"
+  echo "| $1 | $2 | failed (output in $log) |"
+}
+
+goodputs_and_jain() { # <switch-fabric output>: the goodputs, a tab, Jain's index
+  local line
+  line=$(grep -m1 "switch-fabric: goodputs" <<<"$1")
+  printf '%s\t%s\n' "$(sed 's/.*goodputs \(.*\) MiB.*/\1/' <<<"$line")" \
+    "$(sed 's/.*Jain \([0-9.]*\).*/\1/' <<<"$line")"
+}
+
 run() { # run <scenario> <cc>: prints the table row
   local sc="$1" cc="$2" pairs=1 links=1 core=$host set_args=() bottleneck
   case "$sc" in
@@ -53,15 +67,11 @@ run() { # run <scenario> <cc>: prints the table row
   local out
   out=$(scripts/switch-fabric.sh --pairs "$pairs" --links "$links" --switch "$sw" --expect-fair 0 \
     braid_write_bw -s 65536 -D "$seconds" --cc "$cc" ${TOOL_ARGS:-} 2>&1) || {
-    local log
-    log=$(mktemp /tmp/wire_cc.XXXXXX.log)
-    printf '%s\n' "$out" >"$log"
-    echo "| $sc | $cc | failed (output in $log) |"
+    failed "$sc" "$cc" "$out"
     return
   }
   local goodputs jain p50
-  goodputs=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*goodputs \(.*\) MiB.*/\1/')
-  jain=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*Jain \([0-9.]*\).*/\1/')
+  IFS=$'\t' read -r goodputs jain < <(goodputs_and_jain "$out")
   # The bottleneck's queue: the median of the core link direction that
   # carried the most data.
   p50=$(grep "^link " <<<"$out" | sed -n 's/.* bytes, \([0-9]*\) data).*queue found by data p50 \([0-9]*\) .*/\1 \2/p' |
@@ -82,15 +92,11 @@ incast() { # incast <scenario> <cc>: prints the table row
   out=$(scripts/switch-fabric.sh --pairs "$n" --links 1 --expect-fair 0 \
     --switch "--rate-mbps $host --ecn $kmin,$kmax,0.2 --host-link $servers --series $series --series-us 200" \
     braid_write_bw -s 65536 -n $((flow_mib * 16)) --stats --cc "$cc" "${credit[@]}" ${TOOL_ARGS:-} 2>&1) || {
-    local log
-    log=$(mktemp /tmp/wire_cc.XXXXXX.log)
-    printf '%s\n' "$out" >"$log"
-    echo "| $sc | $cc | failed (output in $log) |"
+    failed "$sc" "$cc" "$out"
     return
   }
   local goodputs jain line timeouts
-  goodputs=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*goodputs \(.*\) MiB.*/\1/')
-  jain=$(grep -m1 "switch-fabric: goodputs" <<<"$out" | sed 's/.*Jain \([0-9.]*\).*/\1/')
+  IFS=$'\t' read -r goodputs jain < <(goodputs_and_jain "$out")
   line=$(grep -m1 "^host link 0" <<<"$out")
   # Timeouts at the senders (the servers' lines count none).
   timeouts=$(grep -o "timed out [0-9]* (timer expirations [0-9]*, [0-9]* spurious" <<<"$out" |

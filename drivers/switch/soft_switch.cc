@@ -58,6 +58,13 @@ SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
   }
 }
 
+namespace {
+// An IPv4 frame: the class (data or priority) and marking apply to it.
+bool is_ipv4(const uint8_t* f, uint32_t len) {
+  return len >= kUdpOff && wire::load_be16(f + 12) == 0x0800;
+}
+}  // namespace
+
 const char* dir_name(Dir d) {
   return d == Dir::kToHigher ? "to higher ports" : "to lower ports";
 }
@@ -170,7 +177,7 @@ void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
     free_slot(s);
     return;
   }
-  const bool ipv4 = len >= kUdpOff && wire::load_be16(f + 12) == 0x0800;
+  const bool ipv4 = is_ipv4(f, len);
   bool high = ipv4 && fabric::is_priority(f, cfg_.trim_dscp);
   if (!high && q.cfg.loss > 0 && draw(q.cfg.loss)) {
     ++q.stats.dropped;
@@ -272,8 +279,7 @@ uint32_t SoftSwitch::transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs 
     if (len <= cap) {
       const uint8_t* f = data(s);
       std::memcpy(buf, f, len);
-      if (len >= kUdpOff && wire::load_be16(f + 12) == 0x0800 &&
-          !fabric::is_priority(f, cfg_.trim_dscp)) {
+      if (is_ipv4(f, len) && !fabric::is_priority(f, cfg_.trim_dscp)) {
         delivered_[in_[s]] += len;
       }
       free_slot(s);
