@@ -392,12 +392,20 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::NackCode::kTrimmed:
     case wire::NackCode::kTrimmedLastHop:
     case wire::NackCode::kTrimmedAck:
-      // The NACK echoes whether the trimmed copy was a retransmission. One
-      // about the first copy of a packet resent since is already repaired;
-      // between several retransmissions, one arriving sooner than half a
-      // round trip after the latest is about an earlier one.
+      // The NACK echoes whether the trimmed copy was a retransmission, and
+      // its entropy. One about the first copy of a packet resent since is
+      // already repaired, and so is one about a retransmission on another
+      // entropy than the latest copy's. (Guessing by the time since the
+      // latest copy went out, as before, took genuine NACKs for old ones
+      // whenever the data queue was fuller than the trimmed header's: an
+      // incast's packets then waited for the backed-off RTO, and 127:1 took
+      // 1.5x its ideal time.) Between copies on one entropy, or from a peer
+      // that does not echo, a NACK is taken as about the latest: at worst
+      // one spurious retransmission.
       if (!(n.pro.flags & wire::kAckFlagRetx) && r.tx_count > 1) break;
-      if (r.tx_count > 2 && now - r.sent_at < min_rtt_ / 2) break;
+      if (r.tx_count > 2 && (n.payload & wire::kNackEchoesEntropy) &&
+          static_cast<uint16_t>(n.payload) != paths_.entropy(r.entropy))
+        break;
       mark_lost(r, LossKind::kTrimmed, now);
       break;
     case wire::NackCode::kNoPktBuf:

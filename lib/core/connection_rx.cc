@@ -190,10 +190,11 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (pkt.trimmed) {
     ++stats_.trimmed_received;
     if (v == ReceiveWindow::Verdict::kNew) {
-      // Echo RETX: the sender can tell a NACK of its first copy from one of
-      // a retransmission.
+      // Echo RETX and the copy's entropy: the sender can tell which copy of
+      // the packet was trimmed.
       queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kTrimmed), 0,
-                 (pkt.req.pro.flags & wire::kReqFlagRetx) ? wire::kAckFlagRetx : 0);
+                 (pkt.req.pro.flags & wire::kReqFlagRetx) ? wire::kAckFlagRetx : 0,
+                 wire::kNackEchoesEntropy | pkt.entropy);
       return;
     }
     // A trimmed copy of a packet we have: the sender needs our ACK, as for

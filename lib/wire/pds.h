@@ -58,6 +58,10 @@ inline constexpr uint8_t kAckFlagRetx = 0x10;
 inline constexpr uint8_t kAckFlagProbe = 0x08;
 inline constexpr uint8_t kAckReqShift = 1;  // 2-bit REQ field (CLS/CLR requests)
 inline constexpr uint8_t kNackFlagType = 0x08;
+// Braid's use of a TRIMMED NACK's payload (UET gives it no meaning there):
+// this bit, and the UDP source port of the trimmed copy in the low 16 bits,
+// so that the sender can tell which of several retransmissions was trimmed.
+inline constexpr uint32_t kNackEchoesEntropy = 1u << 16;
 
 enum class CcType : uint8_t { kNscc = 0, kCredit = 1 };
 

@@ -37,10 +37,11 @@ class DirectPair {
  public:
   // crc: both endpoints put CRC-32C trailers on what they send. auth: both
   // run the authenticated mode with kAuthSecret.
+  // trim_dscp: the DSCP that marks a trimmed frame (trimmed() makes them).
   explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false,
-                      AuthMode auth = AuthMode::kOff)
-      : a(endpoint_config(mac_of(1), kIpA, crc, auth)),
-        b(endpoint_config(mac_of(2), kIpB, crc, auth)),
+                      AuthMode auth = AuthMode::kOff, uint8_t trim_dscp = 0xff)
+      : a(endpoint_config(mac_of(1), kIpA, crc, auth, trim_dscp)),
+        b(endpoint_config(mac_of(2), kIpB, crc, auth, trim_dscp)),
         a_scq(cq_depth),
         a_rcq(cq_depth),
         b_scq(cq_depth),
@@ -52,8 +53,8 @@ class DirectPair {
                                                   12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                                                   23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
   static EndpointConfig endpoint_config(const wire::MacAddr& mac, uint32_t ip, bool crc,
-                                        AuthMode auth) {
-    EndpointConfig ec{mac, ip, wire::kUetUdpPort, crc, 0xff, 1000, {}};
+                                        AuthMode auth, uint8_t trim_dscp = 0xff) {
+    EndpointConfig ec{mac, ip, wire::kUetUdpPort, crc, trim_dscp, 1000, {}};
     ec.auth = auth;
     ec.auth_secret = kAuthSecret;
     return ec;
@@ -175,6 +176,20 @@ inline void set_ecn(Frame& f, uint8_t ecn) {
   ip[1] = static_cast<uint8_t>((ip[1] & 0xfc) | ecn);
   wire::store_be16(ip + 10, 0);
   wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
+}
+
+// A data frame as a trimming switch leaves it: its headers up to the PDS
+// request header, the IP and UDP lengths to match, DSCP `trim_dscp`.
+inline Frame trimmed(Frame f, uint8_t trim_dscp) {
+  f.resize(wire::kL2L4Size + wire::kRequestSize);
+  uint8_t* ip = f.data() + wire::kEthernetSize;
+  const uint16_t ip_len = static_cast<uint16_t>(f.size() - wire::kEthernetSize);
+  wire::store_be16(ip + 2, ip_len);
+  wire::store_be16(ip + wire::kIpv4Size + 4, static_cast<uint16_t>(ip_len - wire::kIpv4Size));
+  ip[1] = static_cast<uint8_t>((trim_dscp << 2) | (ip[1] & 3));
+  wire::store_be16(ip + 10, 0);
+  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
+  return f;
 }
 
 inline uint16_t entropy_of(const Frame& f) {

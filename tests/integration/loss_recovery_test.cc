@@ -586,5 +586,61 @@ TEST(AckServiceTime, ThatCannotBeRightGivesNoRttSample) {
   }
 }
 
+// A TRIMMED NACK names the copy it is about by echoing its entropy. With
+// three copies of a packet out, a NACK of the second says nothing about the
+// third; the third's own NACK repairs it at once, however soon it comes back
+// (its trimmed header skipped the queues the data waited in). Taking the
+// time since the latest copy as the guide, as before, left an incast's
+// packets to the backed-off RTO.
+TEST(TrimNack, NamesTheCopyItIsAbout) {
+  constexpr uint8_t kTrimDscp = 11;
+  DirectPair p(ConnectionConfig{}, 1024, false, AuthMode::kOff, kTrimDscp);
+  const auto data_of = [](std::vector<Frame> fs) {
+    std::erase_if(fs, [](const Frame& f) {
+      return parse(f).pro.type != static_cast<uint8_t>(wire::PdsType::kRudReq);
+    });
+    return fs;
+  };
+  std::vector<uint8_t> src(1000, 7), dst(1000, 0);
+  p.deliver(p.b, p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 1000));
+  p.settle();  // an RTT sample
+  ASSERT_GT(p.qa->min_rtt(), 0);
+  // A second packet: its first copy and a retransmission are lost, a third
+  // copy goes out.
+  ASSERT_EQ(data_of(p.post_write(p.qa, p.a, p.b, src.data(), dst.data(), 1000)).size(), 1u);
+  std::vector<Frame> copies;
+  for (int i = 0; i < 2; ++i) {
+    p.now += p.qa->rto_ns();
+    p.a.advance(p.now);
+    auto sent = data_of(p.drain(p.a));
+    ASSERT_EQ(sent.size(), 1u);
+    copies.push_back(sent[0]);
+  }
+  ASSERT_NE(entropy_of(copies[0]), entropy_of(copies[1]));
+  const auto nack_of = [&](const Frame& copy) {
+    p.deliver(p.b, {trimmed(copy, kTrimDscp)});
+    auto answer = p.drain(p.b);
+    EXPECT_EQ(answer.size(), 1u);
+    const wire::ParsedPacket n = parse(answer.at(0));
+    EXPECT_EQ(n.pro.type, static_cast<uint8_t>(wire::PdsType::kNack));
+    EXPECT_EQ(n.nack.nack_code, static_cast<uint8_t>(wire::NackCode::kTrimmed));
+    EXPECT_EQ(n.nack.payload, wire::kNackEchoesEntropy | entropy_of(copy));
+    return answer;
+  };
+  p.deliver(p.a, nack_of(copies[0]));
+  EXPECT_TRUE(data_of(p.drain(p.a)).empty()) << "a NACK of the second copy resent the third";
+  p.deliver(p.a, nack_of(copies[1]));
+  const auto again = data_of(p.drain(p.a));
+  ASSERT_EQ(again.size(), 1u) << "the third copy's NACK was not acted on";
+  EXPECT_EQ(parse(again[0]).req.psn, parse(copies[1]).req.psn);
+  EXPECT_EQ(p.qa->stats().lost_nacked, 1u);
+  p.deliver(p.b, again);
+  p.settle();
+  WorkCompletion wc[2];
+  ASSERT_EQ(p.a_scq.poll(wc, 2), 2u);
+  EXPECT_EQ(wc[1].status, WcStatus::kSuccess);
+  EXPECT_TRUE(src == dst);
+}
+
 }  // namespace
 }  // namespace braid::test
