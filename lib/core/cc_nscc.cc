@@ -10,6 +10,7 @@ constexpr double kMdGamma = 0.8;        // multiplicative decrease
 constexpr double kMdFloor = 0.5;        // ... by at most half
 constexpr double kFastDelayNs = 1'000;  // "no queue": fast increase below this
 constexpr double kHeaderBytes = 64;
+constexpr double kMinWindowPackets = 8;  // the window goes down to 1/8 packet
 }  // namespace
 
 NsccCc::NsccCc(const CcConfig& cfg, uint32_t packet_bytes)
@@ -33,18 +34,26 @@ void NsccCc::configure(TimeNs net_rtt) {
   fi_ = 5 * mss * a;
   eta_ = 0.15 * mss * a;
   fast_scale_ = 0.25 * a;
-  min_cwnd_ = pkt_;
+  min_cwnd_ = pkt_ / kMinWindowPackets;
   maxwnd_ = max_window_for(net_rtt_);
   clamp();
 }
 
 double NsccCc::max_window_for(TimeNs rtt) const {
   const double w = 1.5 * (static_cast<double>(rtt) * static_cast<double>(cfg_.link_bps) / 8e9);
-  return std::clamp(w, min_cwnd_, std::max(kMaxWindowBytes, min_cwnd_));
+  return std::clamp(w, pkt_, std::max(kMaxWindowBytes, pkt_));
 }
 
 void NsccCc::clamp() {
   cwnd_ = std::clamp(cwnd_, min_cwnd_, maxwnd_);
+  // Below a packet: one packet every RTT x packet / window, the RTT being
+  // the base RTT plus the average queueing delay.
+  if (cwnd_ >= pkt_ || !configured()) {
+    rate_ = 0;
+  } else {
+    const double rtt = static_cast<double>(base_rtt_) + avg_delay_;
+    rate_ = static_cast<uint64_t>(cwnd_ * 8e9 / std::max(rtt, 1.0));
+  }
 }
 
 bool NsccCc::quick_adapt(bool loss, bool ecn, double delay, TimeNs now, uint32_t inflight) {

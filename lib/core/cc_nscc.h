@@ -35,7 +35,9 @@ class NsccCc {
   // timeout took its packets out of it.
   void on_spurious_timeout();
   uint32_t cwnd_bytes() const { return static_cast<uint32_t>(cwnd_); }  // <= kMaxWindowBytes
-  uint64_t rate_bps() const { return 0; }                               // window-based, not paced
+  // Window-based, not paced, down to one packet; below that (a share of
+  // a large incast) one packet per window's share of the RTT.
+  uint64_t rate_bps() const { return rate_; }
 
   // State, for tests and statistics.
   bool configured() const { return net_rtt_ > 0; }
@@ -73,6 +75,7 @@ class NsccCc {
   TimeNs net_rtt_ = 0;  // 0: not configured yet
   double target_ = 0, alpha_ = 0, fi_ = 0, eta_ = 0, fast_scale_ = 0;
   double maxwnd_ = 0, min_cwnd_ = 0;
+  uint64_t rate_ = 0;  // pacing below one packet (0: none)
   TimeNs base_rtt_ = 0;
   // State.
   double avg_delay_ = 0;

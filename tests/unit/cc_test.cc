@@ -401,6 +401,39 @@ TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
   EXPECT_EQ(cc.cwnd_bytes(), before - kPacket);
 }
 
+// A 127:1 incast's fair share is under a packet per RTT: a window of at
+// least a packet gave senders near the receiver (shorter RTTs) several
+// times the share of far ones (Jain .91). Below a packet the window is a
+// rate: one packet every RTT x packet / window.
+TEST(Nscc, BelowAPacketTheWindowIsPaced) {
+  CongestionControl cc(nscc(), kPacket);
+  EXPECT_EQ(cc.pacing_rate_bps(), 0u);  // a window, not a rate
+  LossEvent trim;
+  trim.lost_bytes = kPacket;
+  trim.kind = LossKind::kTrimmed;
+  for (int i = 0; i < 200; ++i) {
+    trim.now += 1'000;
+    cc.on_loss(trim);
+  }
+  ASSERT_NE(cc.nscc(), nullptr);
+  const NsccCc& n = *cc.nscc();
+  EXPECT_EQ(cc.cwnd_bytes(), kPacket / 8);  // the floor: an eighth of a packet
+  const double rtt = static_cast<double>(n.base_rtt_ns()) + n.avg_delay_ns();
+  EXPECT_NEAR(static_cast<double>(cc.pacing_rate_bps()), (kPacket / 8) * 8e9 / rtt, 1e6);
+  // An unmarked RTT with no queue gives the window back: unpaced again.
+  AckEvent e;
+  e.now = trim.now;
+  for (int i = 0; i < 400 && cc.pacing_rate_bps() != 0; ++i) {
+    e.now += kRtt;
+    e.acked_bytes = kPacket;
+    e.acked_packets = 1;
+    e.rtt_ns = kRtt;
+    cc.on_ack(e);
+  }
+  EXPECT_GE(cc.cwnd_bytes(), kPacket);
+  EXPECT_EQ(cc.pacing_rate_bps(), 0u);
+}
+
 TEST(Nscc, FastIncreaseAfterAWindowWithNoQueue) {
   NsccCc cc(nscc(0, 40'000), kPacket);
   feed(cc, 0, 1, 0, false);
