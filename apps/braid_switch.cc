@@ -18,7 +18,9 @@
 // plot-switch-series.py draws them).
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -31,12 +33,51 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
 #include "idle_yield.h"
 #include "switch/soft_switch.h"
+
+namespace {
+
+// A memif host's exit against the switch's bursts. DPDK 22.11's memif PMD
+// handles a peer's disconnect on the EAL's interrupt thread: it clears the
+// port's connected flag, then unmaps the shared regions (rings and
+// buffers) and frees their records, with nothing to wait for a burst that
+// checked the flag just before (it checks once, on entry) and is reading
+// them: SIGSEGV, about 1 run in 20 with 16 hosts exiting. Parking the
+// interrupt thread while bursts run and giving it turns between passes
+// works, but each turn waits for that thread to be scheduled (13-50% of
+// the switch's time, or ranks reconnecting mid-run kept waiting).
+// Instead, the switch's munmap (this executable's definition takes
+// precedence over libc's for DPDK's libraries) waits, when another thread
+// calls it while the main loop is inside a pass of bursts, for that pass
+// to end. A pass that starts after the flag was cleared sees it cleared
+// (the fence below, and the locked add that starts a pass, order the two
+// threads' accesses), returns at once from that port, and touches no
+// region. The region records are freed only after the first region is
+// unmapped, so after this wait too.
+std::atomic<uint64_t> g_pass{0};           // odd while the main loop bursts
+std::atomic<pid_t> g_bursting_tid{0};      // that loop's thread (0: none)
+std::atomic<uint64_t> g_unmaps_waited{0};  // munmaps that waited for a pass
+
+}  // namespace
+
+extern "C" int munmap(void* addr, size_t len) noexcept {
+  const pid_t bursting = g_bursting_tid.load(std::memory_order_relaxed);
+  if (bursting != 0 && static_cast<pid_t>(syscall(SYS_gettid)) != bursting) {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    const uint64_t pass = g_pass.load();
+    if (pass & 1) {
+      while (g_pass.load() == pass) std::this_thread::yield();
+      g_unmaps_waited.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+  return static_cast<int>(syscall(SYS_munmap, addr, len));
+}
 
 namespace {
 
@@ -294,15 +335,13 @@ int main(int argc, char** argv) {
   bool running = true;
   braid::IdleYield idle(idle_yield);  // passes that moved no frame
   braid::TimeNs next_row = start;
+  g_bursting_tid = static_cast<pid_t>(syscall(SYS_gettid));
   for (uint64_t iter = 0; running && !g_stop; ++iter) {
     const braid::TimeNs now = now_ns();
     if (now >= end) break;
     uint32_t frames_moved = 0;
-    // A port whose peer went away is not polled: DPDK's memif PMD unmaps
-    // the shared regions from its control thread, with nothing to wait for
-    // a burst under way (docs/benchmarks.md). Its link reads down before
-    // that: read just before each burst, it leaves a window of a burst's
-    // length, not of the whole run.
+    g_pass.fetch_add(1);  // a pass of bursts begins (see munmap above)
+    // A port whose peer went away is not polled.
     for (uint16_t p = 0; p < io.size(); ++p) {
       if (!io[p]->link_up()) continue;
       const uint16_t n = io[p]->rx_burst(rx, kBurst);
@@ -339,6 +378,7 @@ int main(int argc, char** argv) {
         if (filled < got) break;
       }
     }
+    g_pass.fetch_add(1);  // ... and ends
     idle.pass(frames_moved > 0);
     if (series_file != nullptr && now >= next_row) {
       std::fprintf(series_file, "%.6f", static_cast<double>(now - start) / 1e9);
@@ -381,7 +421,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  std::printf("braid_switch: stopped after %.1f s\n", static_cast<double>(now_ns() - start) / 1e9);
+  g_bursting_tid = 0;
+  std::printf(
+      "braid_switch: stopped after %.1f s; %lu unmaps of a port's memory waited for a "
+      "pass of bursts\n",
+      static_cast<double>(now_ns() - start) / 1e9,
+      static_cast<unsigned long>(g_unmaps_waited.load()));
   std::fputs(sw.describe().c_str(), stdout);
   std::fflush(stdout);
   for (uint16_t p = 0; p < io.size(); ++p) {
