@@ -211,7 +211,10 @@ void NsccCc::on_loss(const LossEvent& e) {
         if (cwnd_before_timeout_ == 0) cwnd_before_timeout_ = cwnd_;
         timeout_at_ = e.now;
       }
-      cwnd_ -= size;
+      // Not below a packet: a timeout says nothing of the share of a
+      // queue (a window under a packet is for what marks and trims say;
+      // a blackholed path's timeouts otherwise paced the survivor down).
+      cwnd_ = std::max(cwnd_ - size, std::min(cwnd_, pkt_));
       break;
     case LossKind::kInferred:
       // A packet lost on its path (other packets overtook it there) is not

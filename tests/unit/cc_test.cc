@@ -434,6 +434,22 @@ TEST(Nscc, BelowAPacketTheWindowIsPaced) {
   EXPECT_EQ(cc.pacing_rate_bps(), 0u);
 }
 
+// Timeouts say nothing of a queue's share: they take the window down to a
+// packet, not below (a blackholed path's timeouts paced the flow that
+// survived it down to an eighth of a packet per RTT: 2.06 -> 2.21 s).
+TEST(Nscc, TimeoutsLeaveAtLeastAPacket) {
+  NsccCc cc(nscc(), kPacket);
+  LossEvent timeout;
+  timeout.lost_bytes = kPacket;
+  timeout.kind = LossKind::kTimeout;
+  for (int i = 0; i < 200; ++i) {
+    timeout.now += 1'000'000;
+    cc.on_loss(timeout);
+  }
+  EXPECT_EQ(cc.cwnd_bytes(), kPacket);
+  EXPECT_EQ(cc.rate_bps(), 0u);
+}
+
 TEST(Nscc, FastIncreaseAfterAWindowWithNoQueue) {
   NsccCc cc(nscc(0, 40'000), kPacket);
   feed(cc, 0, 1, 0, false);
