@@ -19,9 +19,19 @@ void DcqcnCc::advance(TimeNs now) {
     rate_due_ = now + cfg_.dcqcn.rate_timer_ns;
     return;
   }
+  // A gap between events far longer than the pacing explains (four rate
+  // periods, or four frames at the current rate) is a host that did not
+  // run: a NIC would have kept its timer and kept sending, and got CNPs
+  // meanwhile. Its rate increases stop at the gap's start (taken, they
+  // brought a descheduled software host back at line rate: 1 MB queues on
+  // the wire). Alpha decays on.
+  const double frame_gap_ns = rc_ > 0 ? last_frame_bits_ * 1e9 / rc_ : 0;
+  const TimeNs catch_up = std::max<TimeNs>(kCatchUp * cfg_.dcqcn.rate_timer_ns,
+                                           static_cast<TimeNs>(kCatchUp * frame_gap_ns));
+  const TimeNs rate_until = now - last_ > catch_up ? last_ + catch_up : now;
   // The timers that expired since the last event, in order.
-  while (alpha_due_ <= now || rate_due_ <= now) {
-    if (alpha_due_ <= rate_due_) {
+  while (alpha_due_ <= now || rate_due_ <= rate_until) {
+    if (alpha_due_ <= now && (alpha_due_ <= rate_due_ || rate_due_ > rate_until)) {
       alpha_ *= 1.0 - cfg_.dcqcn.g;
       alpha_due_ += cfg_.dcqcn.alpha_timer_ns;
     } else {
@@ -36,6 +46,10 @@ void DcqcnCc::advance(TimeNs now) {
       rc_ = rt_ = link_;
       break;
     }
+  }
+  if (rate_due_ <= now) {
+    rate_due_ = now + cfg_.dcqcn.rate_timer_ns;
+    ++gaps_skipped_;
   }
   last_ = now;
 }
@@ -60,6 +74,7 @@ void DcqcnCc::on_ack(const AckEvent& e) {
 void DcqcnCc::on_sent(uint32_t bytes, TimeNs now) {
   // The paper's byte counter counts bytes sent (a stage per byte_counter).
   advance(now);
+  last_frame_bits_ = 8.0 * bytes;
   bytes_ += bytes;
   while (bytes_ >= cfg_.dcqcn.byte_counter) {
     bytes_ -= cfg_.dcqcn.byte_counter;

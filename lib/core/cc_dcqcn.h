@@ -13,7 +13,9 @@
 //   once both counts passed F, each followed by RC = (RT + RC) / 2.
 // The connection paces at RC. Timers are applied lazily at each event from
 // the time that has passed, so no timer of its own is needed: a sender with
-// nothing to send has no rate to change. Paper parameters by default
+// nothing to send has no rate to change. Rate increases are not taken over
+// a gap far longer than the pacing explains (a software host that did not
+// run: its NIC would have sent, and heard CNPs, meanwhile). Paper parameters by default
 // (facts.md): g = 1/256, 50 us timer, 10 MB byte counter, F = 5; R_AI is
 // 40 Mb/s at 40 Gb/s in the paper, scaled here to the link (a thousandth of
 // it), R_HAI ten times that.
@@ -44,6 +46,9 @@ class DcqcnCc {
   uint64_t cnps() const { return cnps_; }
   uint32_t timer_stage() const { return t_count_; }
   uint32_t byte_stage() const { return b_count_; }
+  // Gaps between events too long for the pacing (the host did not run):
+  // the rate timer's increases over them were not taken.
+  uint64_t gaps_skipped() const { return gaps_skipped_; }
 
  private:
   void advance(TimeNs now);
@@ -60,6 +65,9 @@ class DcqcnCc {
   TimeNs alpha_due_ = 0, rate_due_ = 0;
   bool started_ = false;
   uint64_t cnps_ = 0;
+  double last_frame_bits_ = 0;  // the last frame sent
+  uint64_t gaps_skipped_ = 0;
+  static constexpr uint32_t kCatchUp = 4;  // rate periods or frames
 };
 
 }  // namespace braid

@@ -581,6 +581,33 @@ TEST(Dcqcn, RecoversFastThenAdditivelyThenHyperTowardsLineRate) {
   EXPECT_NEAR(low.target_rate_bps() - before, rai * c.dcqcn.hai_factor, 1);  // i = 1
 }
 
+// A software host descheduled for milliseconds must not come back at line
+// rate on the timers it slept through; a sender paced slowly by its own
+// rate keeps every increase.
+TEST(Dcqcn, AGapThePacingDoesNotExplainBringsNoIncreases) {
+  const CcConfig c = dcqcn();
+  DcqcnCc cc(c);
+  cc.on_ack(ack_at(0));
+  cc.on_cnp(0);  // RC 50, RT 100 Gb/s
+  cc.on_sent(4096, 10);
+  cc.on_sent(4096, 10 + 100 * c.dcqcn.rate_timer_ns);  // 100 periods later
+  EXPECT_EQ(cc.gaps_skipped(), 1u);
+  EXPECT_EQ(cc.timer_stage(), 4u);  // four periods' catch-up, not 100
+  EXPECT_LE(cc.rate_bps(), static_cast<uint64_t>(100e9 - 50e9 / 16) + 1);
+  // Cut to its floor (10 Mb/s), a 4 KiB frame every 3.3 ms (65 periods):
+  // each gap is the pacing's, and counts in full.
+  DcqcnCc slow(c);
+  slow.on_ack(ack_at(0));
+  for (int i = 0; i < 200; ++i) slow.on_cnp(0);
+  ASSERT_LT(slow.rate_bps(), 11'000'000u);
+  TimeNs now = 0;
+  slow.on_sent(4096, now);
+  now += 3'000'000;
+  slow.on_sent(4096, now);
+  EXPECT_EQ(slow.gaps_skipped(), 0u);
+  EXPECT_EQ(slow.timer_stage(), 3'000'000 / c.dcqcn.rate_timer_ns);
+}
+
 TEST(Dcqcn, NeverFallsBelowItsFloorAndOnlyDcqcnAnswersCnps) {
   DcqcnCc cc(dcqcn());
   cc.on_ack(ack_at(0));
