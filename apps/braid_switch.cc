@@ -38,7 +38,7 @@
 
 #include "dpdk/eal.h"
 #include "dpdk/ethdev_port.h"
-#include "idle_yield.h"
+#include "engine/idle_yield.h"
 #include "switch/soft_switch.h"
 
 namespace {

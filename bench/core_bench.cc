@@ -16,7 +16,7 @@
 #include "core/endpoint.h"
 #include "core/receive_window.h"
 #include "engine/spsc_ring.h"
-#include "packet_io.h"
+#include "engine/packet_io.h"
 #include "wire/crc32c.h"
 #include "wire/frame.h"
 

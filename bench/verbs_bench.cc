@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "braid/verbs.h"
-#include "packet_io.h"
+#include "engine/packet_io.h"
 #include "verbs/device_io.h"
 
 namespace braid {

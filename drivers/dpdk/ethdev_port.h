@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "packet_io.h"
+#include "engine/packet_io.h"
 
 struct rte_mempool;
 

@@ -12,7 +12,7 @@
 #include <utility>
 #include <vector>
 
-#include "packet_io.h"
+#include "engine/packet_io.h"
 
 namespace braid {
 

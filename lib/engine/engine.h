@@ -14,7 +14,7 @@
 #include "engine/engine_group.h"
 #include "engine/stats_shm.h"
 #include "net/arp.h"
-#include "packet_io.h"
+#include "engine/packet_io.h"
 
 namespace braid {
 

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "engine/spsc_ring.h"
-#include "packet_io.h"
+#include "engine/packet_io.h"
 
 namespace braid {
 

@@ -10,6 +10,7 @@
 #include <sstream>
 #include <string>
 
+#include "engine/port_opener.h"
 #include "verbs/device_io.h"
 #include "verbs/verbs_internal.h"
 
@@ -164,9 +165,24 @@ braid_context* open_device(const braid_device_config* config,
     return fail(EINVAL, "open_device: gateway is not an IPv4 address");
   }
   if (ios.empty()) {
-    std::string error;
-    ios = open_dpdk_port(c->config, &error, &c->port);
-    if (ios.empty()) return fail(ENODEV, error);
+    const PortOpener opener = registered_port_opener();
+    if (opener == nullptr) {
+      return fail(ENODEV,
+                  "open_device: no packet I/O backend is linked in (link braid_dpdk_backend)");
+    }
+    PortRequest request;
+    request.spec = c->config.port == nullptr ? "" : c->config.port;
+    request.eal_args = c->config.eal_args == nullptr ? "" : c->config.eal_args;
+    request.lcore = c->config.lcore;
+    request.mtu = c->config.mtu;
+    request.tx_copy = c->config.tx_copy == 1;
+    request.link_wait_ms = c->config.link_wait_ms;
+    request.queues = static_cast<uint16_t>(c->config.engines < 1 ? 1 : c->config.engines);
+    request.before_shutdown = stop_all_progress_threads;
+    OpenedPort opened = opener(request);
+    if (opened.ios.empty()) return fail(ENODEV, opened.error);
+    ios = std::move(opened.ios);
+    c->port = std::move(opened.port);
   }
   PacketIo* io = ios[0].get();
   if (c->config.link_mbps == 0) c->config.link_mbps = io->link_mbps();

@@ -1,12 +1,13 @@
 // Opening a verbs device: parsing its configuration and binding an engine to
-// a packet I/O backend (DPDK by default, any PacketIo for tests).
+// a packet I/O backend (the registered port opener, engine/port_opener.h:
+// DPDK's when braid_dpdk_backend is linked in; any PacketIo for tests).
 #pragma once
 
 #include <memory>
 #include <vector>
 
 #include "braid/verbs.h"
-#include "packet_io.h"
+#include "engine/packet_io.h"
 #include "wire/frame.h"
 #include "wire/pds.h"
 #include "wire/ses.h"
@@ -26,20 +27,13 @@ inline uint32_t max_payload(uint32_t link_mtu, uint32_t trailer = 0) {
 
 inline constexpr int kMaxEngines = 16;
 
-// io == nullptr: open the DPDK port named in the configuration.
+// io == nullptr: open the port named in the configuration (through the
+// registered port opener).
 braid_context* open_device(const braid_device_config* config, std::unique_ptr<PacketIo> io);
 // One backend per engine (config->engines of them: the queues of one port,
-// each taking back buffers any of the others received), or none: the DPDK
-// port named in the configuration.
+// each taking back buffers any of the others received), or none: the port
+// named in the configuration.
 braid_context* open_device(const braid_device_config* config,
                            std::vector<std::unique_ptr<PacketIo>> ios);
-
-// The DPDK backend (device_dpdk.cc): one PacketIo per queue pair of the
-// port (config.engines); with one, the port itself, with several, a
-// handle on each queue and the port in *port (which must outlive them).
-// Empty (and *error) on failure.
-std::vector<std::unique_ptr<PacketIo>> open_dpdk_port(const braid_device_config& config,
-                                                      std::string* error,
-                                                      std::unique_ptr<PacketIo>* port);
 
 }  // namespace braid

@@ -14,7 +14,7 @@
 #include "core/completion_queue.h"
 #include "core/connection.h"
 #include "engine/engine.h"
-#include "idle_yield.h"
+#include "engine/idle_yield.h"
 
 namespace braid {
 // One engine of a device, on one queue pair of its port.
