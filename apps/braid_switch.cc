@@ -4,7 +4,7 @@
 // every two ports run --links parallel full-duplex core links chosen by an
 // ECMP hash of the 5-tuple, so each UDP source port (entropy) keeps to one of
 // them. Core links (each direction) and ports have a rate, a buffer, WRED
-// ECN marking, trimming and loss (drivers/switch/soft_switch.h); core links
+// ECN marking, trimming and loss (sim/switch/soft_switch.h); core links
 // can be taken down or made to drop everything silently, mid-run, by
 // commands on a control FIFO:
 //   link K up|down|blackhole      link K rate MBPS     link K loss P

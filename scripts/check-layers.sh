@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Checks that Braid's layers hold (docs/architecture.md):
-# - lib/ and include/ include nothing from drivers/, apps/ or a simulator,
-#   and no DPDK header (rte_*.h);
+# - lib/ and include/ include nothing from drivers/, sim/ or apps/, and no
+#   DPDK header (rte_*.h);
 # - within lib/, no include runs from a lower layer to a higher one:
 #   wire < core < net < engine < verbs < ibverbs < nccl;
 # - drivers/ include from lib/ nothing above the engine (its packet I/O
-#   interface is what they implement);
+#   interface is what they implement), and nothing from sim/;
 # - no build target compiles another folder's sources: every source a
 #   CMakeLists.txt or .cmake file names is in that file's own folder tree.
 # Prints each violation with file and line; exits 1 if there is any.
@@ -37,7 +37,7 @@ while IFS= read -r hit; do
   inc=$(sed -E 's/.*include[[:space:]]*["<]([^">]+)[">].*/\1/' <<<"$hit")
   case "$inc" in
     rte_*) violation "$file includes DPDK's $inc ($hit)" ;;
-    dpdk/* | sim/* | fabric/* | switch/* | loopback/* | drivers/* | apps/*)
+    dpdk/* | loopback/* | network/* | fabric/* | switch/* | drivers/* | sim/* | apps/*)
       violation "$file includes $inc, below the library layers (${hit#*:})" ;;
   esac
 done < <(includes lib include)
@@ -63,6 +63,9 @@ while IFS= read -r hit; do
   if [[ $(rank "$to") -gt $(rank engine) ]]; then
     violation "$file (a driver) includes $inc, above the engine"
   fi
+  case "$to" in
+    network | fabric | switch) violation "$file (a driver) includes $inc, a tool of sim/" ;;
+  esac
 done < <(includes drivers | grep -v '<rte_')
 
 # Build files: every named source in the file's own folder tree.

@@ -11,7 +11,7 @@
 
 #include "core/completion_queue.h"
 #include "core/endpoint.h"
-#include "sim/sim_network.h"
+#include "network/sim_network.h"
 
 namespace braid::test {
 

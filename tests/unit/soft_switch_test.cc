@@ -1,4 +1,4 @@
-// The software switch (drivers/switch): learning, ECMP over core links,
+// The software switch (sim/switch): learning, ECMP over core links,
 // rates, WRED marking, trimming, loss and link failures, in virtual time.
 #include "switch/soft_switch.h"
 

@@ -1,4 +1,4 @@
-#include "sim/sim_network.h"
+#include "network/sim_network.h"
 
 #include <algorithm>
 
