@@ -15,7 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=(${SEEDS:-1 2 3 4 5})
 fabric=build/release/apps/braid_fabric
-[[ -x "$fabric" ]] || { echo "fabric_htsim: build first (cmake --build --preset release)" >&2; exit 1; }
+source scripts/lib/build.sh
+braid_need fabric_htsim "$fabric"
 common=(--mtu 4086 --ecn-dequeue --profile nscc-reps --time-limit-ms 100)
 tmp=$(mktemp -d /tmp/fabric_htsim.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT

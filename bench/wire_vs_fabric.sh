@@ -23,7 +23,8 @@ scenarios=("$@")
 [[ ${#scenarios[@]} -eq 0 ]] && scenarios=(ratio1 ratio4 ratio40 share2 share4 share8 degraded blackhole
   incast4 incast8)
 fabric=build/release/apps/braid_fabric
-[[ -x "$fabric" ]] || { echo "wire_vs_fabric: build first (cmake --build --preset release)" >&2; exit 1; }
+source scripts/lib/build.sh
+braid_need wire_vs_fabric "$fabric"
 wire=$(CCS=nscc bench/wire_cc.sh "${scenarios[@]}")
 
 sim() { # sim <scenario>: "goodput_sum jain queue_p50" (incast: "goodput_sum jain fct/ideal")

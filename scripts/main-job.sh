@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake --preset release >/dev/null
-cmake --build --preset release --target braid_write_bw braid_write_lat
+source scripts/lib/build.sh
+braid_build release braid_write_bw braid_write_lat
 path="${BRAID_PATH:-virtio}"
 echo
 echo "== braid_write_bw over $path (client output, then the server's) =="

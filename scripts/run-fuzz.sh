@@ -14,8 +14,8 @@ if ! [[ "$seconds" =~ ^[0-9]+$ ]]; then
   echo "usage: $0 [seconds]" >&2
   exit 2
 fi
-cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --target braid_decode_fuzz
+source scripts/lib/build.sh
+braid_build fuzz braid_decode_fuzz
 mkdir -p build/fuzz/corpus build/fuzz/artifacts
 exec ./build/fuzz/tests/fuzz/braid_decode_fuzz -max_total_time="$seconds" \
   -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 \

@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
-cmake --preset release >/dev/null
-cmake --build --preset release --target braid_sim_write_bw braid_fabric
+source scripts/lib/build.sh
+braid_build release braid_sim_write_bw braid_fabric
 echo
 echo "== Braid: per-packet spraying over 64 entropies =="
 build/release/apps/braid_sim_write_bw --verify "$@"

@@ -10,10 +10,9 @@ scripts/install-deps.sh --fuzz
 if [[ "$fuzz_seconds" != 0 ]]; then
   scripts/run-fuzz.sh "$fuzz_seconds" 2>&1 | tail -n 12
 fi
-cmake --preset asan >/dev/null
-cmake --build --preset asan
+source scripts/lib/build.sh
+braid_build asan
 ctest --preset asan -j2
 # The multi-threaded tests again under ThreadSanitizer (only their targets).
-cmake --preset tsan >/dev/null
-cmake --build --preset tsan
+braid_build tsan
 ctest --preset tsan
