@@ -401,6 +401,20 @@ TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
   EXPECT_EQ(cc.cwnd_bytes(), before - kPacket);
 }
 
+// `n` packets lost one after another, `every` ns apart, as `kind`; returns
+// the time of the last.
+template <typename Cc>
+TimeNs lose_packets(Cc& cc, LossKind kind, int n, TimeNs every) {
+  LossEvent e;
+  e.lost_bytes = kPacket;
+  e.kind = kind;
+  for (int i = 0; i < n; ++i) {
+    e.now += every;
+    cc.on_loss(e);
+  }
+  return e.now;
+}
+
 // A 127:1 incast's fair share is under a packet per RTT: a window of at
 // least a packet gave senders near the receiver (shorter RTTs) several
 // times the share of far ones (Jain .91). Below a packet the window is a
@@ -408,13 +422,7 @@ TEST(Nscc, ATrimOutsideQuickAdaptGivesUpThePacket) {
 TEST(Nscc, BelowAPacketTheWindowIsPaced) {
   CongestionControl cc(nscc(), kPacket);
   EXPECT_EQ(cc.pacing_rate_bps(), 0u);  // a window, not a rate
-  LossEvent trim;
-  trim.lost_bytes = kPacket;
-  trim.kind = LossKind::kTrimmed;
-  for (int i = 0; i < 200; ++i) {
-    trim.now += 1'000;
-    cc.on_loss(trim);
-  }
+  const TimeNs end = lose_packets(cc, LossKind::kTrimmed, 200, 1'000);
   ASSERT_NE(cc.nscc(), nullptr);
   const NsccCc& n = *cc.nscc();
   EXPECT_EQ(cc.cwnd_bytes(), kPacket / 8);  // the floor: an eighth of a packet
@@ -422,7 +430,7 @@ TEST(Nscc, BelowAPacketTheWindowIsPaced) {
   EXPECT_NEAR(static_cast<double>(cc.pacing_rate_bps()), (kPacket / 8) * 8e9 / rtt, 1e6);
   // An unmarked RTT with no queue gives the window back: unpaced again.
   AckEvent e;
-  e.now = trim.now;
+  e.now = end;
   for (int i = 0; i < 400 && cc.pacing_rate_bps() != 0; ++i) {
     e.now += kRtt;
     e.acked_bytes = kPacket;
@@ -439,13 +447,7 @@ TEST(Nscc, BelowAPacketTheWindowIsPaced) {
 // survived it down to an eighth of a packet per RTT: 2.06 -> 2.21 s).
 TEST(Nscc, TimeoutsLeaveAtLeastAPacket) {
   NsccCc cc(nscc(), kPacket);
-  LossEvent timeout;
-  timeout.lost_bytes = kPacket;
-  timeout.kind = LossKind::kTimeout;
-  for (int i = 0; i < 200; ++i) {
-    timeout.now += 1'000'000;
-    cc.on_loss(timeout);
-  }
+  lose_packets(cc, LossKind::kTimeout, 200, 1'000'000);
   EXPECT_EQ(cc.cwnd_bytes(), kPacket);
   EXPECT_EQ(cc.rate_bps(), 0u);
 }
