@@ -15,8 +15,8 @@
 #include "core/completion_queue.h"
 #include "core/endpoint.h"
 #include "core/receive_window.h"
-#include "engine/spsc_ring.h"
 #include "engine/packet_io.h"
+#include "engine/spsc_ring.h"
 #include "wire/crc32c.h"
 #include "wire/frame.h"
 

@@ -12,9 +12,9 @@
 
 #include "core/endpoint.h"
 #include "engine/engine_group.h"
+#include "engine/packet_io.h"
 #include "engine/stats_shm.h"
 #include "net/arp.h"
-#include "engine/packet_io.h"
 
 namespace braid {
 

@@ -18,8 +18,8 @@
 #include <memory>
 #include <vector>
 
-#include "engine/spsc_ring.h"
 #include "engine/packet_io.h"
+#include "engine/spsc_ring.h"
 
 namespace braid {
 
