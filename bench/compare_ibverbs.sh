@@ -14,10 +14,9 @@ cd "$(dirname "$0")/.."
 path="${1:-memif}"
 [[ "$path" == virtio || "$path" == memif ]] || { echo "compare: path must be memif or virtio" >&2; exit 2; }
 build_dir="${BRAID_BUILD_DIR:-build/release}"
-for b in "$build_dir/apps/perftest/braid_write_bw" "$build_dir/apps/perftest/braid_write_lat" \
-  "$build_dir/ibverbs/libibverbs.so.1"; do
-  [[ -e "$b" ]] || { echo "compare: $b not built (cmake --build --preset release)" >&2; exit 1; }
-done
+source scripts/lib/build.sh
+braid_need compare "$build_dir/apps/perftest/braid_write_bw" \
+  "$build_dir/apps/perftest/braid_write_lat" "$build_dir/ibverbs/libibverbs.so.1"
 command -v ib_write_bw >/dev/null || { echo "compare: perftest not installed" >&2; exit 1; }
 bw_iters="${BW_ITERS:-20000}"
 lat_iters="${LAT_ITERS:-5000}"

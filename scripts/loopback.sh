@@ -19,7 +19,8 @@ tool="${1:?usage: $0 [--path virtio|memif] <tool> [args...]}"
 shift
 build_dir="${BRAID_BUILD_DIR:-build/release}"
 bin="$build_dir/apps/perftest/$tool"
-[[ -x "$bin" ]] || { echo "loopback: $bin not built (cmake --build --preset release)" >&2; exit 1; }
+source scripts/lib/build.sh
+braid_need loopback "$bin"
 
 # The link MTU and the engines the tool is asked for (--link-mtu N or
 # --link-mtu=N; --engines likewise): the virtual NICs are made to match.

@@ -64,9 +64,8 @@ shift
 build_dir="${BRAID_BUILD_DIR:-build/release}"
 bin="$build_dir/apps/perftest/$tool"
 switch_bin="$build_dir/apps/braid_switch"
-for b in "$bin" "$switch_bin"; do
-  [[ -x "$b" ]] || { echo "switch-fabric: $b not built (cmake --build --preset release)" >&2; exit 1; }
-done
+source scripts/lib/build.sh
+braid_need switch-fabric "$bin" "$switch_bin"
 
 run_dir=$(mktemp -d /tmp/braid-switch.XXXXXX)
 pids=()

@@ -22,8 +22,6 @@ bool looks_like_pci(const std::string& s) {
          s.find(',') == std::string::npos && s.rfind("net_", 0) != 0;
 }
 
-}  // namespace
-
 OpenedPort open_port(const PortRequest& request) {
   OpenedPort out;
   const std::string& spec = request.spec;
@@ -90,7 +88,6 @@ OpenedPort open_port(const PortRequest& request) {
   return out;
 }
 
-namespace {
 // Registered at load: a program or library that links braid_dpdk_backend
 // opens its verbs devices on DPDK ports.
 [[maybe_unused]] const bool g_registered = (register_port_opener(&open_port), true);

@@ -15,12 +15,12 @@ braid_build() {
 }
 
 # braid_need <who> <file ...>: exits 1 with how to build them unless every
-# file exists (a script that runs what a release build made).
+# file exists and is executable (programs and shared libraries a build made).
 braid_need() {
   local who="$1" f
   shift
   for f in "$@"; do
-    if [[ ! -e "$f" ]]; then
+    if [[ ! -x "$f" ]]; then
       echo "$who: $f not built (cmake --preset release && cmake --build --preset release)" >&2
       exit 1
     fi
