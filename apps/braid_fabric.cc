@@ -49,6 +49,7 @@ struct Options {
   uint64_t seed = 42;
   double time_limit_ms = 1000;
   uint32_t credit_speculative = 0;  // 0: one BDP
+  std::string cc_scope = "peer";
   std::string csv;
   // Events.
   double loss_pct = 0;
@@ -519,6 +520,10 @@ int main(int argc, char** argv) {
                  "receiver-driven credit: bytes a sender may send from idle before credit comes "
                  "(0: one BDP)")
       ->capture_default_str();
+  app.add_option("--cc-scope", o.cc_scope,
+                 "peer: a host's QPs to one peer share a congestion state; connection: one each")
+      ->check(CLI::IsMember({"peer", "connection"}))
+      ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--fabric-gbps", o.fabric_gbps,
                  "switch-to-switch link rate, Gb/s (default --gbps)");
@@ -651,6 +656,7 @@ int main(int argc, char** argv) {
     try {
       ec.profile = profile_named(name);
       ec.profile.credit_speculative_bytes = o.credit_speculative;
+      ec.profile.cc_per_peer = o.cc_scope == "peer";
       if (o.mtu != 0) ec.profile.mtu = o.mtu;
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());

@@ -6,9 +6,11 @@
 #   scripts/switch-fabric.sh [--pairs N] [--links K] [--switch "ARGS"] \
 #       [--idle-yield N] [--server-core C] [--expect-less-on L] [--expect-fair J] \
 #       [--expect-impaired L] [--expect-no-drop L] [--expect-median-queue L:BYTES] \
-#       <tool> [tool arguments...]
+#       [--pair-args "I:ARGS"]... <tool> [tool arguments...]
 # e.g. scripts/switch-fabric.sh --links 2 --switch "--set 'link 1 rate 2000'" \
 #        braid_write_bw -s 65536 -D 4 --stats
+# --pair-args "I:ARGS": more tool arguments for pair I alone (its server and
+# client), e.g. --pair-args "0:-q 4" for four QPs on pair 0.
 # Pair i: server 198.18.0.(2i+1) on switch port 2i, client 198.18.0.(2i+2)
 # on port 2i+1. The switch runs on core 0, the hosts (servers and clients)
 # on core 1 (servers elsewhere with --server-core): the network is not
@@ -44,6 +46,7 @@ idle_yield=16
 server_core=1
 expect_no_drop=
 expect_median=
+declare -A pair_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --pairs) pairs="$2"; shift 2 ;;
@@ -56,6 +59,7 @@ while [[ $# -gt 0 ]]; do
     --server-core) server_core="$2"; shift 2 ;;
     --expect-no-drop) expect_no_drop="$2"; shift 2 ;;
     --expect-median-queue) expect_median="$2"; shift 2 ;;
+    --pair-args) pair_args[${2%%:*}]="${2#*:}"; shift 2 ;;
     *) break ;;
   esac
 done
@@ -99,8 +103,9 @@ host_port() {  # <switch port>: the host's side of it
 common=(--timeout 60 --idle-yield "$idle_yield")
 for ((i = 0; i < pairs; ++i)); do
   tcp=$((20000 + RANDOM % 20000))
+  eval "mine=(${pair_args[$i]:-})"
   "$bin" "${common[@]}" -p "$tcp" --lcore "$server_core" --dev-port "$(host_port $((2 * i)))" \
-    --ip "198.18.0.$((2 * i + 1))" "$@" >"$run_dir/server$i.log" 2>&1 &
+    --ip "198.18.0.$((2 * i + 1))" "$@" "${mine[@]}" >"$run_dir/server$i.log" 2>&1 &
   pids+=($!)
   echo "$tcp" >"$run_dir/tcp$i"
 done
@@ -108,8 +113,9 @@ done
 # its TCP connection until --timeout).
 client_pids=()
 for ((i = 0; i < pairs; ++i)); do
+  eval "mine=(${pair_args[$i]:-})"
   "$bin" "${common[@]}" -p "$(cat "$run_dir/tcp$i")" --lcore 1 --dev-port "$(host_port $((2 * i + 1)))" \
-    --ip "198.18.0.$((2 * i + 2))" "$@" 127.0.0.1 >"$run_dir/client$i.log" 2>&1 &
+    --ip "198.18.0.$((2 * i + 2))" "$@" "${mine[@]}" 127.0.0.1 >"$run_dir/client$i.log" 2>&1 &
   client_pids+=($!)
   pids+=($!)
 done

@@ -553,6 +553,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window) or "
                  "dcqcn")
       ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
+  app.add_option("--cc-scope", o.cc_scope,
+                 "Braid: peer (default: the QPs to one peer share one congestion window) or qp "
+                 "(a window each, as RoCE's DCQCN per QP)")
+      ->check(CLI::IsMember({"peer", "qp"}));
   app.add_flag("--credit", o.credit,
                "Braid: receiver-driven credit on top of --cc: a BDP from idle, then only what "
                "the receiver grants at its link rate (for many-to-one incasts)");
@@ -834,6 +838,7 @@ int Session::open_device() {
   cfg.base_rtt_us = o_.base_rtt_us;
   cfg.idle_yield = o_.idle_yield;
   cfg.credit = o_.credit ? 1 : 0;
+  cfg.cc_per_qp = o_.cc_scope == "qp" ? 1 : 0;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;

@@ -70,6 +70,7 @@ struct Options {
   uint32_t base_rtt_us = 0;
   uint32_t idle_yield = 0;
   bool credit = false;
+  std::string cc_scope = "peer";
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

@@ -130,6 +130,11 @@ struct braid_device_config {
   /* The secret every device of the job shares: 64 hex digits (32 bytes),
    * or "@path" of a file that holds them. Required when auth is on. */
   const char* auth_key;
+  /* Congestion state: 0 (default) one per peer, shared by an engine's QPs
+   * to the same peer address (one window, pacing clock and CNP timer), so
+   * that four QPs to a peer take one host's share of a bottleneck, not
+   * four; 1 one per QP, as RoCE's DCQCN per QP (docs/congestion.md). */
+  int cc_per_qp;
 };
 
 enum braid_auth {

@@ -25,6 +25,7 @@ struct DcqcnConfig {
   double rai_fraction = 0.001;         // R_AI as a fraction of the link
   double hai_factor = 10;              // R_HAI = hai_factor x R_AI
   TimeNs cnp_interval_ns = 50'000;     // the receiver's: at most one CNP per this
+  bool operator==(const DcqcnConfig&) const = default;
 };
 
 struct CcConfig {
@@ -60,6 +61,7 @@ struct CcConfig {
   // once.
   uint32_t credit_unused_cap_bytes = 1u << 20;
 
+  bool operator==(const CcConfig&) const = default;
   // The link's bytes in one base RTT (0 when the base RTT is not set).
   uint64_t bdp_bytes() const { return link_bps / 8 * base_rtt_ns / 1'000'000'000ull; }
 };

@@ -45,7 +45,8 @@ uint32_t direction_job_id(uint32_t start_psn, uint16_t src_id, uint16_t dst_id, 
 }
 
 Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
-                       CompletionQueue* send_cq, CompletionQueue* recv_cq, TimingWheel* wheel)
+                       CompletionQueue* send_cq, CompletionQueue* recv_cq, TimingWheel* wheel,
+                       PeerCongestion* peer)
     : cfg_(cfg),
       mrs_(mrs),
       send_cq_(send_cq),
@@ -53,7 +54,12 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
       wheel_(wheel),
       frame_(cfg.local_mac, cfg.remote_mac, cfg.local_ip, cfg.remote_ip, cfg.udp_port),
       paths_(cfg.entropy),
-      cc_(cfg.cc, std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1) + kPacketCharge),
+      own_peer_(
+          peer != nullptr
+              ? nullptr
+              : std::make_unique<PeerCongestion>(
+                    cfg.cc, std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1) + kPacketCharge, wheel)),
+      peer_(peer != nullptr ? peer : own_peer_.get()),
       rx_(window_of(cfg), cfg.rx_psn) {
   cfg_.window_packets = window_of(cfg);
   // Messages are named by 16-bit ids on the wire and receives by 31-bit
@@ -99,14 +105,13 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
   rto_ = cfg.rto_initial_ns;
 
+  peer_->join(this);
   rto_timer_.fn = &Connection::rto_thunk;
   rto_timer_.owner = this;
   ack_timer_.fn = &Connection::ack_thunk;
   ack_timer_.owner = this;
   hold_timer_.fn = &Connection::hold_thunk;
   hold_timer_.owner = this;
-  pace_timer_.fn = &Connection::pace_thunk;
-  pace_timer_.owner = this;
   probe_timer_.fn = &Connection::probe_thunk;
   probe_timer_.owner = this;
   credit_timer_.fn = &Connection::credit_thunk;
@@ -137,9 +142,12 @@ Connection::~Connection() {
   wheel_->cancel(&rto_timer_);
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
-  wheel_->cancel(&pace_timer_);
   wheel_->cancel(&probe_timer_);
   wheel_->cancel(&credit_timer_);
+  // The owner wakes the others (Endpoint::destroy_connection): their
+  // queues may be going too.
+  peer_->sub_inflight(inflight_bytes_);
+  peer_->leave(this);
 }
 
 size_t Connection::memory_footprint() const {
@@ -337,7 +345,6 @@ void Connection::set_error(WcStatus status) {
   wheel_->cancel(&rto_timer_);
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
-  wheel_->cancel(&pace_timer_);
   wheel_->cancel(&probe_timer_);
   bool error_given = false;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
@@ -382,7 +389,7 @@ void Connection::set_error(WcStatus status) {
     wc.qp_num = cfg_.qp_num;
     recv_cq_->push(wc);
   }
-  inflight_bytes_ = 0;
+  sub_inflight(inflight_bytes_);
   retx_count_ = 0;
   // Queued NACKs still go out (they tell the peer why), and so does the ACK
   // owed for what was accepted before the error: those requests are done
@@ -464,14 +471,11 @@ void Connection::on_probe(TimeNs now) {
       continue;
     }
     r.state = TxState::kLost;
-    inflight_bytes_ -= charge(r);
+    sub_inflight(charge(r));
     queue_retransmit(r);
     ++stats_.tail_probes;
     ++probed;
   }
-}
-void Connection::pace_thunk(Timer* t, TimeNs) {
-  static_cast<Connection*>(t->owner)->poke();  // the next data packet's time has come
 }
 
 void Connection::credit_thunk(Timer* t, TimeNs now) {
@@ -687,7 +691,7 @@ void Connection::on_rto(TimeNs now) {
   };
   // Our own pacing (a rate cut low) or a full window holding the
   // retransmissions back is not a stalled port.
-  const bool self_held = now < next_send_at_ || pace_timer_.armed() ||
+  const bool self_held = now < peer_->next_send_at() || peer_->pace_armed() ||
                          !window_takes_full_packet() || (credit_on_ && credit_.available() <= 0);
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
@@ -700,7 +704,7 @@ void Connection::on_rto(TimeNs now) {
       earliest = std::min(earliest, r.sent_at + rto_);
     } else if (r.state == TxState::kLost && !r.queued_for_retx) {
       r.state = TxState::kInFlight;  // re-enter the queue through mark_lost
-      inflight_bytes_ += charge(r);
+      add_inflight(charge(r));
       mark_lost(r, LossKind::kTimeout, now, false);  // blamed when it was lost
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now &&

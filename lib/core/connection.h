@@ -20,6 +20,7 @@
 #include "core/credit.h"
 #include "core/memory_table.h"
 #include "core/path_set.h"
+#include "core/peer_congestion.h"
 #include "core/ready_queue.h"
 #include "core/receive_window.h"
 #include "core/sg_list.h"
@@ -188,8 +189,10 @@ struct TxPayloadRef {
 
 class Connection {
  public:
+  // `peer`: the congestion state it shares with the other connections to
+  // the same peer (nullptr: a state of its own).
   Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs, CompletionQueue* send_cq,
-             CompletionQueue* recv_cq, TimingWheel* wheel);
+             CompletionQueue* recv_cq, TimingWheel* wheel, PeerCongestion* peer = nullptr);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -231,17 +234,24 @@ class Connection {
   // hundred bytes costs less than the second buffer that points at them
   // (64 B WRITEs over memif: 17% fewer messages a second in place).
   static constexpr uint32_t kExternalPayloadMin = 1024;
+  // Header bytes a packet counts in the congestion window besides its payload.
+  static constexpr uint32_t kPacketCharge = 64;
   // Whether a control frame is due, and whether a data frame may be ready
   // (it may still turn out that none can go: a READ limit, an RNR wait).
   // False for data while pacing holds it back: a timer ends the wait.
   bool control_due() const;
   bool data_ready() const;
-  // The congestion window has room for a full packet (or nothing is in
-  // flight: one packet always goes).
-  bool window_takes_full_packet() const {
-    return inflight_bytes_ == 0 || inflight_bytes_ + cfg_.mtu + kPacketCharge <= cc_.cwnd_bytes();
-  }
+  // The congestion window, shared with the other connections to the peer,
+  // has room for a full packet (or nothing is in flight: one packet always
+  // goes).
+  bool window_takes_full_packet() const { return peer_->window_takes_full_packet(); }
   bool wants_to_send() const { return control_due() || data_ready(); }
+  // Taken off its owner's data queue: if it has data that the shared
+  // window or pacing holds back, it waits for them (PeerCongestion), as
+  // another connection's ACK may be what opens them.
+  void park() {
+    if ((retx_count_ > 0 || !at_tail()) && held_by_peer()) peer_->wait(this);
+  }
   // Queues the connection puts its id on whenever it may have become ready
   // to send (a post, a packet, a timer, an error): its owner's transmit
   // lists. An owner that polls every connection needs none.
@@ -264,13 +274,16 @@ class Connection {
   const CreditSender& credit() const { return credit_; }
   bool uses_credit() const { return credit_on_; }
   // Earliest time pacing lets the next data packet leave (0: not paced).
-  TimeNs next_send_at() const { return next_send_at_; }
+  TimeNs next_send_at() const { return peer_->next_send_at(); }
 
   ConnectionState state() const { return state_; }
   const ConnectionStats& stats() const { return stats_; }
   const PathSet& paths() const { return paths_; }
-  const CongestionControl& cc() const { return cc_; }
+  const CongestionControl& cc() const { return peer_->cc(); }
+  // The congestion state shared with the other connections to this peer.
+  const PeerCongestion& peer() const { return *peer_; }
   const ConnectionConfig& config() const { return cfg_; }
+  // This connection's bytes in flight (its part of peer().inflight()).
   uint32_t inflight_bytes() const { return inflight_bytes_; }
   TimeNs srtt() const { return srtt_; }
   TimeNs rttvar() const { return rttvar_; }
@@ -443,7 +456,6 @@ class Connection {
   static void rto_thunk(Timer* t, TimeNs now);
   static void ack_thunk(Timer* t, TimeNs now);
   static void hold_thunk(Timer* t, TimeNs now);
-  static void pace_thunk(Timer* t, TimeNs now);
   static void probe_thunk(Timer* t, TimeNs now);
   static void credit_thunk(Timer* t, TimeNs now);
   // Tail-loss probe: two smoothed RTTs plus twice the variation after the
@@ -457,14 +469,33 @@ class Connection {
     return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns + cfg_.peer_ack_hold_ns;
   }
   void on_probe(TimeNs now);
+  friend class PeerCongestion;  // wakes its waiters (poke)
   void poke() {
     if (credit_on_) credit_check();
+    // What this connection did may have opened the window the others wait for.
+    peer_->wake_if_open();
     if (control_q_ == nullptr) return;
     const uint16_t id = cfg_.local_id;
     if (!control_q_->contains(id) && control_due()) control_q_->push(id);
     // Nothing queued to send (a receiver's usual case) needs no closer look.
     const bool work = retx_count_ > 0 || !at_tail();
-    if (work && !data_q_->contains(id) && data_ready()) data_q_->push(id);
+    if (work && !data_q_->contains(id)) {
+      if (data_ready()) {
+        data_q_->push(id);
+      } else if (held_by_peer()) {
+        peer_->wait(this);  // woken when the shared window or pacing opens
+      }
+    }
+  }
+  bool held_by_peer() const { return peer_->pace_armed() || !window_takes_full_packet(); }
+  // Bytes in flight, counted here and in the peer's shared window.
+  void add_inflight(uint32_t bytes) {
+    inflight_bytes_ += bytes;
+    peer_->add_inflight(bytes);
+  }
+  void sub_inflight(uint32_t bytes) {
+    inflight_bytes_ -= bytes;
+    peer_->sub_inflight(bytes);
   }
   // Receiver-driven credit, sender's half: a CREDIT_REQ is due when the
   // demand grew (connection.cc).
@@ -485,9 +516,6 @@ class Connection {
   }
   void on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now);
   uint32_t build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type, uint32_t value);
-  // Pacing (only with a rate): the next data packet waits for next_send_at_.
-  bool pacing_holds(TimeNs now);
-  void paced(uint32_t frame_len, TimeNs now);
   // Nothing new to send (every request and READ response segmented): the
   // packets in flight are the tail.
   bool at_tail() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
@@ -500,7 +528,6 @@ class Connection {
   bool next_new_packet(TxRecord* r);
   uint32_t next_payload_len() const;
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
-  static constexpr uint32_t kPacketCharge = 64;  // headers count towards the window
   uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
   // During an RNR wait: READ responses (lost ones first), no requests.
   uint32_t produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now);
@@ -673,7 +700,11 @@ class Connection {
   uint32_t rr_mask_;
   uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
   PathSet paths_;
-  CongestionControl cc_;
+  // The congestion state: shared with the connections to the same peer
+  // (the endpoint's), or this one's own.
+  std::unique_ptr<PeerCongestion> own_peer_;
+  PeerCongestion* peer_;
+  bool waiting_for_peer_ = false;  // on peer_'s list of waiters
   TimeNs srtt_ = 0, rttvar_ = 0, rto_;
   TimeNs rto_floor_ = 0;  // the least RTO after a spurious timeout (fades)
   TimeNs min_rtt_ = 0;    // smallest RTT sample on any entropy
@@ -691,9 +722,7 @@ class Connection {
   TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;
-  Timer pace_timer_;
   Timer probe_timer_;
-  TimeNs next_send_at_ = 0;
   ReadyQueue* control_q_ = nullptr;
   ReadyQueue* data_q_ = nullptr;
   // Receiver-driven credit, the sender's half.
@@ -755,7 +784,6 @@ class Connection {
   bool close_answer_due_ = false;  // a CLOSE arrived: answer it
   bool peer_closed_ = false;       // ... and the peer needs nothing more from us
   bool cnp_due_ = false;           // DCQCN: a CNP is to go out
-  TimeNs next_cnp_at_ = 0;         // ... not before this (one per cnp_interval_ns)
   uint32_t unacked_packets_ = 0;
   uint32_t ack_trigger_psn_ = 0;
   TimeNs ack_trigger_at_ = 0;  // when that packet arrived

@@ -191,7 +191,7 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
 void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now,
                             TimeNs held) {
   if (r.state == TxState::kInFlight) {
-    inflight_bytes_ -= charge(r);
+    sub_inflight(charge(r));
   } else if (r.state != TxState::kLost) {
     return;
   }
@@ -213,12 +213,12 @@ void Connection::on_spurious_timeout() {
   // has not resent yet goes back in flight instead.
   ++stats_.spurious_timeouts;
   rto_floor_ = std::max(rto_floor_, std::min(rto_, cfg_.rto_max_ns));
-  cc_.on_spurious_timeout();
+  peer_->cc().on_spurious_timeout();
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.state == TxState::kLost && r.retries > 0 && r.tx_count == 1) {
       r.state = TxState::kInFlight;  // its queue entry is skipped when popped
-      inflight_bytes_ += charge(r);
+      add_inflight(charge(r));
     }
   }
 }
@@ -316,9 +316,9 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   ev.rtt_ns = rtt;
   ev.base_sample_ns = base_sample;
   ev.ecn = ecn;
-  ev.inflight_bytes = inflight_bytes_;
+  ev.inflight_bytes = peer_->inflight();
   ev.entropy = sample_entropy;
-  cc_.on_ack(ev);
+  peer_->cc().on_ack(ev);
 
   if (progress) {
     rnr_retries_ = 0;
@@ -427,7 +427,7 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
       if (r.state == TxState::kInFlight) {
         // Not a network loss: no congestion signal, no retry count.
         r.state = TxState::kLost;
-        inflight_bytes_ -= charge(r);
+        sub_inflight(charge(r));
         queue_retransmit(r);
       }
       break;

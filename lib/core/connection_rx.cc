@@ -119,7 +119,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
             break;
           }
           ++stats_.cnps_received;
-          cc_.on_cnp(now);
+          peer_->cc().on_cnp(now);
           break;
         case wire::CtrlType::kCredit:
           if (!names_sent_psn(pkt.ctrl.psn, kCtrlSlack)) {
@@ -294,10 +294,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (ce) ack_trigger_ecn_ = true;
   // The notification point: a CNP for CE, at most one per interval, whatever
   // this end's own algorithm (the sender's may be DCQCN; others ignore it).
-  if (ce && now >= next_cnp_at_) {
-    cnp_due_ = true;
-    next_cnp_at_ = now + cfg_.cc.dcqcn.cnp_interval_ns;
-  }
+  // One point for the peer's connections: its reaction point is shared too.
+  if (ce && peer_->cnp_due(now, cfg_.cc.dcqcn.cnp_interval_ns)) cnp_due_ = true;
   if (advanced > 0) on_in_order_advance();
   if (pkt.has_ses_response) complete_sends();
   if (state_ != ConnectionState::kActive) return;

@@ -55,7 +55,7 @@ bool Connection::control_due() const {
 }
 
 bool Connection::data_ready() const {
-  if (!mac_known_ || state_ != ConnectionState::kActive || pace_timer_.armed()) return false;
+  if (!mac_known_ || state_ != ConnectionState::kActive || peer_->pace_armed()) return false;
   if (retx_count_ > 0) {
     if (!credit_on_) return true;
     // A retransmission waits for credit; an entry already acknowledged or
@@ -126,30 +126,12 @@ uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
 
 uint32_t Connection::produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_ || state_ != ConnectionState::kActive) return 0;
-  if (cc_.pacing_rate_bps() == 0) return produce_data(buf, cap, now);
-  if (pacing_holds(now)) return 0;
+  if (peer_->cc().pacing_rate_bps() == 0) return produce_data(buf, cap, now);
+  // One pacing clock for the peer's connections.
+  if (peer_->pacing_holds(this, now)) return 0;
   const uint32_t n = produce_data(buf, cap, now);
-  if (n > 0) {
-    paced(n, now);
-    cc_.on_sent(n, now);  // (only paced frames: DCQCN counts them)
-  }
+  if (n > 0) peer_->paced(n, now);
   return n;
-}
-
-bool Connection::pacing_holds(TimeNs now) {
-  if (pace_timer_.armed()) return true;
-  if (now >= next_send_at_) return false;
-  wheel_->schedule(&pace_timer_, next_send_at_);
-  return true;
-}
-
-void Connection::paced(uint32_t frame_len, TimeNs now) {
-  const uint64_t rate = cc_.pacing_rate_bps();
-  const TimeNs gap = uint64_t{frame_len} * 8'000'000'000ull / rate;
-  // A timer fires up to a tick late: the next packets may catch up on a
-  // little of that (two packets' time), no more, so an idle connection
-  // does not bank a burst.
-  next_send_at_ = std::max(next_send_at_, now > 2 * gap ? now - 2 * gap : 0) + gap;
 }
 
 uint32_t Connection::next_payload_len() const {
@@ -221,7 +203,10 @@ uint32_t Connection::produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs n
         psn_lt(psn, snd_una_)) {
       continue;
     }
-    if (inflight_bytes_ > 0 && inflight_bytes_ + charge(r) > cc_.cwnd_bytes()) return 0;
+    if (!peer_->window_takes(charge(r))) {
+      peer_->wait(this);
+      return 0;
+    }
     const uint32_t n = build_data(buf, cap, r, true, now);
     if (n == 0) return 0;
     r.queued_for_retx = false;
@@ -235,7 +220,6 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
   // An RNR wait holds our requests back, not our answers to the peer's
   // READs (its READ would otherwise time out behind our wait).
   if (now < tx_hold_until_) return produce_responses_only(buf, cap, now);
-  const uint32_t cwnd = cc_.cwnd_bytes();
   // Retransmissions first: they hold back completion of everything after them.
   while (retx_count_ > 0) {
     const uint32_t psn = retx_queue_[retx_head_];
@@ -247,7 +231,10 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
       --retx_count_;
       continue;
     }
-    if (inflight_bytes_ > 0 && inflight_bytes_ + charge(r) > cwnd) return 0;
+    if (!peer_->window_takes(charge(r))) {
+      peer_->wait(this);
+      return 0;
+    }
     if (credit_holds(r, true)) return 0;
     const uint32_t n = build_data(buf, cap, r, true, now);
     if (n == 0) return 0;
@@ -263,7 +250,10 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
 
 uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
-  if (!window_takes_full_packet()) return 0;
+  if (!window_takes_full_packet()) {
+    peer_->wait(this);
+    return 0;
+  }
   if (credit_on_ && rr_tx_ == rr_tail_ && !credit_.may_send(false)) return 0;
   // The caller's buffer may be too small for this packet; a buffer that
   // takes a full MTU takes any (no packet carries more).
@@ -406,8 +396,9 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   // packet queued, a retransmission, or a window about to close. Otherwise
   // the receiver coalesces.
   const bool idle_after = at_tail() && retx_count_ <= 1;
-  const bool window_closing = inflight_bytes_ + 2 * (cfg_.mtu + kPacketCharge) > cc_.cwnd_bytes() ||
-                              snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
+  const bool window_closing =
+      peer_->inflight() + 2 * (cfg_.mtu + kPacketCharge) > peer_->cc().cwnd_bytes() ||
+      snd_nxt_ - snd_una_ + 1 >= cfg_.window_packets;
   // A probe of a set-aside path too: its ACK, named after it, carries the
   // receiver's hold, so the probe is judged on its path's own delay.
   const bool probe = !retx && paths_.take_probe();
@@ -422,7 +413,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   r.sent_at = now;
   r.state = TxState::kInFlight;
   ++r.tx_count;
-  inflight_bytes_ += charge(r);
+  add_inflight(charge(r));
   if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rto_);
   // The last new packet for now: if packets at the tail are lost, nothing
   // sent later will show it. A probe resends them after two RTTs (once).
@@ -454,7 +445,7 @@ uint32_t Connection::finish_frame(uint8_t* buf, size_t body, uint16_t entropy, u
 void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
-  inflight_bytes_ -= charge(r);
+  sub_inflight(charge(r));
   paths_.on_lost(r.entropy, why, now, srtt_, blame);
   switch (why) {
     case LossKind::kInferred:
@@ -471,7 +462,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame) {
       }
       break;
   }
-  cc_.on_loss(LossEvent{now, charge(r), why, r.entropy, inflight_bytes_});
+  peer_->cc().on_loss(LossEvent{now, charge(r), why, r.entropy, peer_->inflight()});
   queue_retransmit(r);
 }
 

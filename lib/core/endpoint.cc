@@ -50,11 +50,11 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   control_.reserve_ids(conns_.size());
   data_.reserve_ids(conns_.size());
   pacer_.reserve_ids(conns_.size());
-  Connection* c =
-      (conns_[cfg.local_id] = std::make_unique<Connection>(cfg, memory_, send_cq, recv_cq, &wheel_))
-          .get();
+  Connection* c = (conns_[cfg.local_id] = std::make_unique<Connection>(
+                       cfg, memory_, send_cq, recv_cq, &wheel_, peer_for(cfg)))
+                      .get();
   if (c->auth_broken()) {
-    conns_[cfg.local_id].reset();
+    destroy_connection(cfg.local_id);
     return nullptr;
   }
   c->set_immediate_ack_counter(&stats_.immediate_acks);
@@ -63,12 +63,35 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   return c;
 }
 
+PeerCongestion* Endpoint::peer_for(const ConnectionConfig& cfg) {
+  if (!cfg_.cc_per_peer) return nullptr;  // the connection's own
+  // As the connection will clamp it.
+  const uint32_t packet = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1) + Connection::kPacketCharge;
+  for (Peer& p : peers_) {
+    if (p.ip == cfg.remote_ip && p.cc->fits(cfg.cc, packet)) return p.cc.get();
+  }
+  peers_.push_back(Peer{cfg.remote_ip, std::make_unique<PeerCongestion>(cfg.cc, packet, &wheel_)});
+  return peers_.back().cc.get();
+}
+
 void Endpoint::destroy_connection(uint16_t local_id) {
-  if (connection(local_id) == nullptr) return;
+  Connection* c = connection(local_id);
+  if (c == nullptr) return;
+  const PeerCongestion* shared = &c->peer();
   conns_[local_id].reset();
   control_.remove(local_id);
   data_.remove(local_id);
   pacer_.remove(local_id);
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (peers_[i].cc.get() != shared) continue;
+    if (peers_[i].cc->members() == 0) {
+      peers_[i] = std::move(peers_.back());
+      peers_.pop_back();
+    } else {
+      peers_[i].cc->wake_if_open();  // what it had in flight is the others' now
+    }
+    break;
+  }
 }
 
 void Endpoint::close_connection(uint16_t local_id) {
@@ -342,7 +365,10 @@ bool Endpoint::wants_to_send() {
   // when it has something.
   while (!control_.empty() && !conns_[control_.front()]->control_due()) control_.pop();
   if (!control_.empty() || !closing_due_.empty() || !stateless_.empty()) return true;
-  while (!data_.empty() && !conns_[data_.front()]->data_ready()) data_.pop();
+  while (!data_.empty() && !conns_[data_.front()]->data_ready()) {
+    conns_[data_.front()]->park();
+    data_.pop();
+  }
   return !data_.empty();
 }
 
@@ -388,6 +414,7 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef
       ++stats_.tx_frames;
       return len;
     }
+    c.park();
     data_.pop();
     data_run_ = 0;
   }

@@ -16,6 +16,7 @@
 #include "core/connection.h"
 #include "core/credit.h"
 #include "core/memory_table.h"
+#include "core/peer_congestion.h"
 #include "core/ready_queue.h"
 #include "core/timing_wheel.h"
 #include "wire/frame.h"
@@ -50,6 +51,12 @@ struct EndpointConfig {
   // burst) 81% (docs/benchmarks.md). A turn of 32 full frames is 48 KiB at
   // MTU 1500: what a small message waits behind, per busy connection.
   uint32_t data_quantum = 32;
+  // Connections to the same peer (its IPv4 address) with the same congestion
+  // settings and MTU share one congestion window, pacing clock and CNP
+  // timer (PeerCongestion): four QPs to a peer take one host's share of a
+  // bottleneck, as one QP does. false: a state per connection, as RoCE's
+  // DCQCN per QP (docs/congestion.md compares the two).
+  bool cc_per_peer = true;
   // Memory regions: this endpoint's own table (nullptr), or one shared with
   // other endpoints that must honour the same keys (the engines of one
   // verbs device). A shared table outlives the endpoint and is changed only
@@ -112,6 +119,8 @@ class Endpoint {
   }
   // Ids below this may name a connection (connection(id) tells).
   size_t connection_slots() const { return conns_.size(); }
+  // Peers whose connections share a congestion state (cc_per_peer).
+  size_t shared_peers() const { return peers_.size(); }
 
   // One received frame; drops are counted by reason.
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);
@@ -188,6 +197,14 @@ class Endpoint {
   MemoryRegionTable mrs_;
   MemoryRegionTable* memory_;  // &mrs_ or the shared table
   TimingWheel wheel_;
+  // Congestion state per peer (cc_per_peer), shared by its connections:
+  // declared before them, so that it outlives them.
+  struct Peer {
+    uint32_t ip = 0;
+    std::unique_ptr<PeerCongestion> cc;
+  };
+  std::vector<Peer> peers_;
+  PeerCongestion* peer_for(const ConnectionConfig& cfg);
   std::vector<std::unique_ptr<Connection>> conns_;
   ReadyQueue control_;        // connections with an ACK or NACK due
   ReadyQueue data_;           // connections that may have data to send

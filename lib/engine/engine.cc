@@ -33,6 +33,7 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
         ec.auth_secret = cfg.auth_secret;
         ec.credit.rate_bps = cfg.credit_rate_bps;
         ec.credit.shared_next_at = cfg.credit_shared_next_at;
+        ec.cc_per_peer = cfg.cc_per_peer;
         ec.shared_memory = cfg.shared_memory;
         return ec;
       }()),

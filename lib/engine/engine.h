@@ -31,6 +31,7 @@ struct EngineConfig {
   // Receiver-driven credit: the rate this port's credit pacer grants at
   // (0: the link rate of the first connection that asks).
   uint64_t credit_rate_bps = 0;
+  bool cc_per_peer = true;  // EndpointConfig::cc_per_peer
   // The engines of one port: their pacers' shared next-grant time
   // (CreditPacerConfig::shared_next_at), so that together they grant the
   // port's rate. nullptr: this engine's pacer alone.

@@ -64,6 +64,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.base_rtt_us = base_rtt_us;
   c.idle_yield = idle_yield;
   c.credit = credit;
+  c.cc_per_qp = cc_per_qp;
   c.tx_copy = tx_copy;
   c.engines = engines;
   c.auth = auth;
@@ -94,7 +95,8 @@ DeviceSettings load_settings(std::string* error) {
       "name",         "port",   "ip",        "prefix_len", "gateway",   "neighbors",
       "eal_args",     "mtu",    "entropies", "udp_port",   "lcore",     "progress_thread",
       "link_wait_ms", "crc",    "paths",     "cc",         "link_mbps", "base_rtt_us",
-      "idle_yield",   "credit", "tx_copy",   "engines",    "auth",      "auth_key"};
+      "idle_yield",   "credit", "tx_copy",   "engines",    "auth",      "auth_key",
+      "cc_scope"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -179,6 +181,7 @@ DeviceSettings load_settings(std::string* error) {
              &s.cc)) {
     return bad("cc");
   }
+  if (!named("cc_scope", {{"peer", 0}, {"qp", 1}}, &s.cc_per_qp)) return bad("cc_scope");
   if (!named("auth",
              {{"off", BRAID_AUTH_OFF}, {"on", BRAID_AUTH_ON}, {"required", BRAID_AUTH_REQUIRED}},
              &s.auth)) {

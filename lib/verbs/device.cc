@@ -213,6 +213,7 @@ braid_context* open_device(const braid_device_config* config,
   // engine of a lone receiving QP all of it.
   ec.credit_rate_bps = uint64_t{c->config.link_mbps} * 1'000'000;
   if (engines > 1) ec.credit_shared_next_at = &c->credit_next_at;
+  ec.cc_per_peer = c->config.cc_per_qp == 0;
   c->memory = std::make_unique<MemoryRegionTable>();
   ec.shared_memory = c->memory.get();
   if (engines > 1) c->group = std::make_unique<EngineGroup>(engines);

@@ -91,6 +91,7 @@ Experiment::Experiment(const ExperimentConfig& cfg)
     ec.ip = kIpBase + static_cast<uint32_t>(h);
     ec.trim_dscp = cfg.topo.sw.trim ? kTrimDscp : 0xff;
     ec.credit.rate_bps = static_cast<uint64_t>(cfg.topo.host_link.gbps * 1e9);
+    ec.cc_per_peer = cfg.profile.cc_per_peer;
     endpoints_.push_back(std::make_unique<Endpoint>(ec));
     fabric_.add_host(endpoints_.back().get());
   }

@@ -50,6 +50,9 @@ struct Profile {
   // (CcConfig::max_window_from_measured_rtt); the verbs profile keeps the
   // network's.
   bool max_window_from_measured_rtt = true;
+  // A host's connections to one peer share one congestion state
+  // (EndpointConfig::cc_per_peer); false: one each.
+  bool cc_per_peer = true;
 };
 
 // The transport profiles: braid (64 entropies round robin, fixed window),

@@ -348,6 +348,44 @@ TEST(FabricWorkloads, FlowsOfOneHostPairShareAConnectionUnlessOnAnotherQp) {
   }
 }
 
+// Jain's index over two hosts' bytes into host 0 while all their flows ran
+// (up to the last sample before the first flow ended): host 8 sends 8 MB
+// over four QPs, host 9 8 MB over one. Both are in another pod: a host
+// nearer host 0 has a smaller largest window in this profile (htsim's).
+double host_share_jain(bool cc_per_peer) {
+  ExperimentConfig c = small_fat_tree("nscc");
+  c.profile.cc_per_peer = cc_per_peer;
+  Experiment x(c);
+  for (uint16_t q = 0; q < 4; ++q) x.add_flow(FlowSpec{8, 0, 2u << 20, 0, kNone, q});
+  x.add_flow(FlowSpec{9, 0, 8u << 20, 0});
+  x.sample_every(10'000, {});
+  EXPECT_TRUE(x.run(1'000'000'000));
+  TimeNs first_end = kNever;
+  for (const FlowResult& r : x.results()) {
+    EXPECT_TRUE(r.ok);
+    first_end = std::min(first_end, r.end);
+  }
+  const Experiment::Sample* last = nullptr;
+  for (const auto& smp : x.samples()) {
+    if (smp.at <= first_end) last = &smp;
+  }
+  EXPECT_NE(last, nullptr);
+  if (last == nullptr) return 0;
+  double a = 0;
+  for (size_t q = 0; q < 4; ++q) a += static_cast<double>(last->flow_bytes[q]);
+  const double b = static_cast<double>(last->flow_bytes[4]);
+  EXPECT_GT(a + b, 0);
+  return (a + b) * (a + b) / (2 * (a * a + b * b));
+}
+
+TEST(FabricWorkloads, AHostsQpsToOnePeerTakeOneHostsShareOfItsLink) {
+  // Sharing the congestion state per peer (the default), the two hosts
+  // split host 0's link (1.000 when written); a state per QP gives the
+  // four QPs four shares (0.818).
+  EXPECT_GE(host_share_jain(true), 0.95);
+  EXPECT_LT(host_share_jain(false), 0.9);
+}
+
 TEST(FabricWorkloads, TimeSeriesOfDeliveredBytesAndQueues) {
   ExperimentConfig c = small_fat_tree();
   Experiment x(c);

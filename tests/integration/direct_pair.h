@@ -38,10 +38,12 @@ class DirectPair {
   // crc: both endpoints put CRC-32C trailers on what they send. auth: both
   // run the authenticated mode with kAuthSecret.
   // trim_dscp: the DSCP that marks a trimmed frame (trimmed() makes them).
+  // cc_per_peer: EndpointConfig's (a peer's connections share congestion state).
   explicit DirectPair(ConnectionConfig c = {}, uint32_t cq_depth = 1024, bool crc = false,
-                      AuthMode auth = AuthMode::kOff, uint8_t trim_dscp = 0xff)
-      : a(endpoint_config(mac_of(1), kIpA, crc, auth, trim_dscp)),
-        b(endpoint_config(mac_of(2), kIpB, crc, auth, trim_dscp)),
+                      AuthMode auth = AuthMode::kOff, uint8_t trim_dscp = 0xff,
+                      bool cc_per_peer = true)
+      : a(endpoint_config(mac_of(1), kIpA, crc, auth, trim_dscp, cc_per_peer)),
+        b(endpoint_config(mac_of(2), kIpB, crc, auth, trim_dscp, cc_per_peer)),
         a_scq(cq_depth),
         a_rcq(cq_depth),
         b_scq(cq_depth),
@@ -53,8 +55,10 @@ class DirectPair {
                                                   12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22,
                                                   23, 24, 25, 26, 27, 28, 29, 30, 31, 32};
   static EndpointConfig endpoint_config(const wire::MacAddr& mac, uint32_t ip, bool crc,
-                                        AuthMode auth, uint8_t trim_dscp = 0xff) {
+                                        AuthMode auth, uint8_t trim_dscp = 0xff,
+                                        bool cc_per_peer = true) {
     EndpointConfig ec{mac, ip, wire::kUetUdpPort, crc, trim_dscp, 1000, {}};
+    ec.cc_per_peer = cc_per_peer;
     ec.auth = auth;
     ec.auth_secret = kAuthSecret;
     return ec;

@@ -1,10 +1,12 @@
 // The endpoint's transmit scheduler: connections queue themselves when they
 // have something to send, ACKs and NACKs go before data, connections with
 // data take turns a frame each, pacing spaces a connection's data at its
-// rate, and a connection that goes away leaves nothing behind. Virtual time.
+// rate, connections to one peer share its window and pacing, and a
+// connection that goes away leaves nothing behind. Virtual time.
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "direct_pair.h"
@@ -37,7 +39,8 @@ bool is_ack(const Sent& s) {
 // Pairs a:1 <-> b:2, a:3 <-> b:4, a:5 <-> b:6; every connection of b can
 // WRITE into a's region.
 struct ThreePairs {
-  explicit ThreePairs(ConnectionConfig c = {}) : p(c) {
+  explicit ThreePairs(ConnectionConfig c = {}, bool cc_per_peer = true)
+      : p(c, 1024, false, AuthMode::kOff, 0xff, cc_per_peer) {
     std::tie(qa3, qb4) = p.add_pair(c, c, 3, 4);
     std::tie(qa5, qb6) = p.add_pair(c, c, 5, 6);
     a_mem.assign(1 << 20, 0);
@@ -182,6 +185,74 @@ TEST(TxScheduler, PacingSpacesAConnectionsDataAtItsRate) {
   }
   // 15 frames' time at 10 Gb/s is about 50 us: paced, not a burst.
   EXPECT_GE(paced.back().first, 15 * paced[0].second * 8 * 1'000'000'000ull / kRate - 2'000);
+}
+
+TEST(TxScheduler, ConnectionsToOnePeerShareItsWindow) {
+  // b's three connections to a have 16 packets each to send, under a fixed
+  // window of 8 packets.
+  for (const bool per_peer : {true, false}) {
+    SCOPED_TRACE(per_peer ? "per peer" : "per connection");
+    ConnectionConfig c;
+    c.cc.window_bytes = 8 * (c.mtu + Connection::kPacketCharge);
+    ThreePairs t(c, per_peer);
+    for (Connection* q : {t.p.qb, t.qb4, t.qb6}) t.write(q, 16 * c.mtu, true);
+    // Nothing acknowledged yet: the first window's worth leaves.
+    const std::vector<Frame> first = t.p.drain(t.p.b);
+    EXPECT_EQ(first.size(), per_peer ? 8u : 24u);
+    EXPECT_EQ(&t.p.qb->peer() == &t.qb6->peer(), per_peer);
+    EXPECT_EQ(t.p.b.shared_peers(), per_peer ? 1u : 0u);
+    if (per_peer) {
+      EXPECT_EQ(t.p.qb->peer().inflight(), c.cc.window_bytes);
+      EXPECT_EQ(t.p.qb->inflight_bytes() + t.qb4->inflight_bytes() + t.qb6->inflight_bytes(),
+                c.cc.window_bytes);
+    }
+    // Every WRITE completes: the ACKs of one connection's packets open the
+    // window for the others, which wait for it.
+    t.p.deliver(t.p.a, first);
+    size_t done = 0;
+    EXPECT_TRUE(t.p.run_for(10'000'000, 1'000, [&] {
+      done += poll_all(t.p.b_scq).size();
+      return done == 3;
+    }));
+    EXPECT_EQ(t.p.a.stats().dropped() + t.p.b.stats().dropped(), 0u);
+    for (Connection* q : {t.p.qb, t.qb4, t.qb6}) {
+      EXPECT_EQ(q->stats().data_sent, 16u);
+      EXPECT_EQ(q->stats().retransmits, 0u);
+      EXPECT_EQ(q->inflight_bytes(), 0u);
+    }
+  }
+}
+
+TEST(TxScheduler, ConnectionsToOnePeerShareItsPacing) {
+  // Two connections to one peer at a paced 10 Gb/s: together at that rate,
+  // not twice it.
+  ConnectionConfig c;
+  c.cc.pacing_rate_bps = 10'000'000'000;
+  ThreePairs t(c);
+  t.write(t.p.qb, 8 * c.mtu, true);
+  t.write(t.qb4, 8 * c.mtu, true);
+  std::vector<TimeNs> at;
+  uint64_t bytes = 0;
+  std::set<uint16_t> from;
+  for (int step = 0; step < 200 && at.size() < 16; ++step) {
+    for (const Frame& f : t.p.drain(t.p.b)) {
+      const Sent s = what(f);
+      if (!is_ack(s)) {
+        at.push_back(t.p.now);
+        bytes += f.size();
+        from.insert(s.from);
+      }
+    }
+    t.p.now += 1'000;
+    t.p.b.advance(t.p.now);
+  }
+  ASSERT_EQ(at.size(), 16u);
+  EXPECT_EQ(from.size(), 2u);  // both took turns
+  // 16 frames at 10 Gb/s take at least 15 frames' time (less the two
+  // frames' catching up a late timer allows); each connection at its own
+  // 10 Gb/s would have taken half of it.
+  const TimeNs frame_ns = (bytes / 16) * 8 * 1'000'000'000 / c.cc.pacing_rate_bps;
+  EXPECT_GE(at.back() - at.front(), 13 * frame_ns);
 }
 
 }  // namespace
