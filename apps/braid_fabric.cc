@@ -71,6 +71,7 @@ struct Options {
   std::string json;
   // Time series.
   std::string timeseries;
+  std::string flow_series;
   double sample_us = 10;
   std::string entropy_series;
   std::vector<size_t> entropy_flows{0};
@@ -597,6 +598,9 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-series", o.entropy_series,
                  "write every entropy of the --entropy-flows' senders every --sample-us to this "
                  "file: counters, state, and the top-tier link it crosses");
+  app.add_option("--flow-series", o.flow_series,
+                 "write every flow's bytes placed at its receiver every --sample-us to this CSV "
+                 "file (profile,time_us,flow,bytes)");
   app.add_option("--entropy-flows", o.entropy_flows,
                  "flows whose entropies --entropy-series writes")
       ->capture_default_str();
@@ -633,6 +637,11 @@ int main(int argc, char** argv) {
     timeseries = std::make_unique<std::ofstream>(o.timeseries);
     *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
                 << (has_victim(o.scenario) ? ",victim_bytes" : "") << "\n";
+  }
+  std::unique_ptr<std::ofstream> flow_series;
+  if (!o.flow_series.empty()) {
+    flow_series = std::make_unique<std::ofstream>(o.flow_series);
+    *flow_series << "profile,time_us,flow,bytes\n";
   }
   std::unique_ptr<std::ofstream> entropy_series;
   if (!o.entropy_series.empty()) {
@@ -676,7 +685,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     if (entropy_series) x.watch_entropies(o.entropy_flows);
-    if (!o.timeseries.empty() || entropy_series) {
+    if (!o.timeseries.empty() || entropy_series || flow_series) {
       // Watched: the port into host 0 (the incast's receiver) and a
       // top-tier link (--watch-core, the first by default), both ways.
       const Fabric& f = x.fabric();
@@ -759,6 +768,14 @@ int main(int argc, char** argv) {
         for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
         if (victim >= 0) *timeseries << "," << smp.flow_bytes[victim];
         *timeseries << "\n";
+      }
+    }
+    if (flow_series) {
+      for (const Experiment::Sample& smp : x.samples()) {
+        for (size_t i = 0; i < smp.flow_bytes.size(); ++i) {
+          *flow_series << fmt::format("{},{:.3f},{},{}\n", name, smp.at / 1000.0, i,
+                                      smp.flow_bytes[i]);
+        }
       }
     }
     if (entropy_series) {
