@@ -50,6 +50,7 @@ struct Options {
   double time_limit_ms = 1000;
   uint32_t credit_speculative = 0;  // 0: one BDP
   std::string cc_scope = "peer";
+  std::string cc;  // the profile's algorithm unless named
   std::string csv;
   // Events.
   double loss_pct = 0;
@@ -521,6 +522,15 @@ int main(int argc, char** argv) {
                  "receiver-driven credit: bytes a sender may send from idle before credit comes "
                  "(0: one BDP)")
       ->capture_default_str();
+  app.add_option("--cc", o.cc,
+                 "congestion control instead of the profile's: fixed, nscc, dcqcn, or any other "
+                 "algorithm the build registers (lib/core/cc/registry.h)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return braid::cc_algorithm_named(s) ? std::string{}
+                                                : "no congestion control is named " + s;
+          },
+          "ALGORITHM"));
   app.add_option("--cc-scope", o.cc_scope,
                  "peer: a host's QPs to one peer share a congestion state; connection: one each")
       ->check(CLI::IsMember({"peer", "connection"}))
@@ -666,6 +676,7 @@ int main(int argc, char** argv) {
       ec.profile = profile_named(name);
       ec.profile.credit_speculative_bytes = o.credit_speculative;
       ec.profile.cc_per_peer = o.cc_scope == "peer";
+      if (!o.cc.empty()) ec.profile.cc = *braid::cc_algorithm_named(o.cc);
       if (o.mtu != 0) ec.profile.mtu = o.mtu;
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());

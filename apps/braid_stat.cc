@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/congestion_control.h"
 #include "engine/stats_shm.h"
 
 namespace {
@@ -49,9 +50,9 @@ std::string ipv4(uint32_t host_order) {
                      (host_order >> 8) & 255, host_order & 255);
 }
 
-const char* cc_name(const Conn& c) {
-  static const char* const kNames[] = {"window", "nscc", "dcqcn"};
-  return c.cc < 3 ? kNames[c.cc] : "?";
+std::string cc_name(const Conn& c) {
+  const std::string_view n = braid::cc_algorithm_name(static_cast<braid::CcAlgorithm>(c.cc));
+  return n.empty() ? "?" : std::string(n);
 }
 const char* policy_name(const Conn& c) {
   static const char* const kNames[] = {"rr", "reps", "bitmap"};

@@ -550,9 +550,14 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "or loss) or round-robin (default reps)")
       ->check(CLI::IsMember({"reps", "bitmap", "round-robin"}));
   app.add_option("--cc", o.cc,
-                 "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window) or "
-                 "dcqcn")
-      ->check(CLI::IsMember({"nscc", "fixed", "dcqcn"}));
+                 "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window), "
+                 "dcqcn, or any other algorithm the build registers")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return braid_cc_from_name(s.c_str()) != 0 ? std::string{}
+                                                      : "no congestion control is named " + s;
+          },
+          "ALGORITHM"));
   app.add_option("--cc-scope", o.cc_scope,
                  "Braid: peer (default: the QPs to one peer share one congestion window) or qp "
                  "(a window each, as RoCE's DCQCN per QP)")
@@ -831,9 +836,7 @@ int Session::open_device() {
   cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
               : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
                                         : BRAID_PATHS_REPS;
-  cfg.cc = o_.cc == "fixed"   ? BRAID_CC_FIXED_WINDOW
-           : o_.cc == "dcqcn" ? BRAID_CC_DCQCN
-                              : BRAID_CC_NSCC;
+  cfg.cc = o_.cc.empty() ? BRAID_CC_NSCC : braid_cc_from_name(o_.cc.c_str());
   cfg.link_mbps = o_.link_mbps;
   cfg.base_rtt_us = o_.base_rtt_us;
   cfg.idle_yield = o_.idle_yield;

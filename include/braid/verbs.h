@@ -68,8 +68,8 @@ struct braid_device_config {
   /* How each QP chooses the entropy (path) of a packet: enum
    * braid_path_policy, default BRAID_PATHS_REPS. */
   int paths;
-  /* Congestion control of each QP: enum braid_cc, default BRAID_CC_NSCC
-   * (docs/congestion.md). */
+  /* Congestion control of each QP: enum braid_cc (or braid_cc_from_name()),
+   * default BRAID_CC_NSCC (docs/congestion.md). */
   int cc;
   /* The link rate congestion control scales itself by, in Mb/s: default the
    * port's reported speed (100000 when it reports none). */
@@ -159,7 +159,16 @@ enum braid_cc {
   BRAID_CC_FIXED_WINDOW = 1, /* 1 MiB in flight per QP, never changed */
   BRAID_CC_NSCC = 2,         /* UET's NSCC: ECN and delay */
   BRAID_CC_DCQCN = 3,        /* RoCEv2's: a paced rate cut by CNPs for ECN-CE */
+  /* Further algorithms a build registers (lib/core/cc/registry.h) follow:
+   * braid_cc_from_name() finds them. */
 };
+
+/* The braid_cc of the congestion-control algorithm of that name ("fixed",
+ * "nscc", "dcqcn", or any other the build registers), 0 when no algorithm
+ * has it. */
+int braid_cc_from_name(const char* name);
+/* The name of a braid_cc (1 on), NULL for a number no algorithm has. */
+const char* braid_cc_name(int cc);
 
 enum braid_access_flags {
   BRAID_ACCESS_LOCAL_WRITE = 1,

@@ -9,10 +9,13 @@
 
 namespace braid {
 
+// An algorithm's place in the registry (cc/registry.h): any number below
+// kCcAlgorithmCount (congestion_control.h) is one. Those code picks by
+// name are named here; cc_algorithm_named() finds any by its name.
 enum class CcAlgorithm : uint8_t {
-  kFixedWindow,  // window_bytes in flight, never changed
-  kNscc,         // UET's network-signal CC: ECN and delay
-  kDcqcn,        // RoCEv2's: a paced rate cut by CNPs (cc_dcqcn.h)
+  kFixedWindow,  // window_bytes in flight, never changed (cc/fixed.h)
+  kNscc,         // UET's network-signal CC: ECN and delay (cc/nscc.h)
+  kDcqcn,        // RoCEv2's: a paced rate cut by CNPs (cc/dcqcn.h)
 };
 
 // DCQCN's parameters (the paper's, facts.md).

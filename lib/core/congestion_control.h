@@ -1,39 +1,43 @@
 // Congestion control of a connection's sending side: a window of bytes in
 // flight and a pacing rate, fed with what ACKs, NACKs and losses say. Each
 // algorithm is a small class with the same calls, testable alone (events in,
-// window and rate out); CongestionControl holds the one a connection uses
-// and dispatches with std::visit over a variant (a switch, no virtual call),
-// keeping the window and rate in plain fields for the transmit path.
+// window and rate out), in a file of its own under cc/ and registered in
+// cc/registry.h; CongestionControl holds the one a connection uses and
+// dispatches with std::visit over the registry's variant (a switch, no
+// virtual call), keeping the window and rate in plain fields for the
+// transmit path.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <type_traits>
 #include <variant>
 
-#include "core/cc_dcqcn.h"
-#include "core/cc_nscc.h"
+#include "core/cc/registry.h"
 #include "core/cc_types.h"
 
 namespace braid {
 
-// The fixed window: what Braid did before congestion control, kept as a
-// profile for comparison; optionally paced at a fixed rate.
-class FixedWindowCc {
- public:
-  explicit FixedWindowCc(const CcConfig& cfg)
-      : cwnd_(cfg.window_bytes), rate_(cfg.pacing_rate_bps) {}
-  void on_ack(const AckEvent&) {}
-  void on_loss(const LossEvent&) {}
-  uint32_t cwnd_bytes() const { return cwnd_; }
-  uint64_t rate_bps() const { return rate_; }
+inline constexpr size_t kCcAlgorithmCount = std::variant_size_v<CcAlgorithms>;
+// The algorithms code names (CcAlgorithm) are where the registry has them.
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(CcAlgorithm::kFixedWindow), CcAlgorithms>,
+                   FixedWindowCc>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(CcAlgorithm::kNscc), CcAlgorithms>, NsccCc>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(CcAlgorithm::kDcqcn), CcAlgorithms>, DcqcnCc>);
 
- private:
-  uint32_t cwnd_;
-  uint64_t rate_;
-};
+// An algorithm's name (its kName), "" for a number no algorithm has.
+std::string_view cc_algorithm_name(CcAlgorithm a);
+// The algorithm of that name, if one has it.
+std::optional<CcAlgorithm> cc_algorithm_named(std::string_view name);
 
 class CongestionControl {
  public:
-  using Algorithms = std::variant<FixedWindowCc, NsccCc, DcqcnCc>;
+  using Algorithms = CcAlgorithms;
   // packet_bytes: a full packet as the window counts it.
   CongestionControl(const CcConfig& cfg, uint32_t packet_bytes);
 

@@ -176,10 +176,9 @@ DeviceSettings load_settings(std::string* error) {
              &s.paths)) {
     return bad("paths");
   }
-  if (!named("cc",
-             {{"fixed", BRAID_CC_FIXED_WINDOW}, {"nscc", BRAID_CC_NSCC}, {"dcqcn", BRAID_CC_DCQCN}},
-             &s.cc)) {
-    return bad("cc");
+  if (kv.count("cc")) {
+    s.cc = braid_cc_from_name(kv["cc"].c_str());
+    if (s.cc == 0) return bad("cc");
   }
   if (!named("cc_scope", {{"peer", 0}, {"qp", 1}}, &s.cc_per_qp)) return bad("cc_scope");
   if (!named("auth",

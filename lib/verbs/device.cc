@@ -127,9 +127,8 @@ braid_context* open_device(const braid_device_config* config,
   }
   if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_NSCC;
   if (c->config.base_rtt_us == 0) c->config.base_rtt_us = BRAID_DEFAULT_BASE_RTT_US;
-  if (c->config.cc != BRAID_CC_FIXED_WINDOW && c->config.cc != BRAID_CC_NSCC &&
-      c->config.cc != BRAID_CC_DCQCN) {
-    return fail(EINVAL, "open_device: cc must be a braid_cc");
+  if (braid_cc_name(c->config.cc) == nullptr) {
+    return fail(EINVAL, "open_device: cc must be a braid_cc (braid_cc_from_name)");
   }
   if (c->config.credit != 0 && c->config.credit != 1) {
     return fail(EINVAL, "open_device: credit must be 0 (off) or 1 (on)");

@@ -427,6 +427,18 @@ void stop_all_progress_threads() {
 
 extern "C" {
 
+int braid_cc_from_name(const char* name) {
+  if (name == nullptr) return 0;
+  const auto a = braid::cc_algorithm_named(name);
+  return a ? static_cast<int>(*a) + 1 : 0;
+}
+
+const char* braid_cc_name(int cc) {
+  if (cc < 1 || static_cast<size_t>(cc) > braid::kCcAlgorithmCount) return nullptr;
+  // kName is a literal: its data ends in a NUL.
+  return braid::cc_algorithm_name(static_cast<braid::CcAlgorithm>(cc - 1)).data();
+}
+
 const char* braid_last_error(void) {
   return g_last_error.c_str();
 }
@@ -976,9 +988,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.entropy.policy = c->config.paths == BRAID_PATHS_ROUND_ROBIN ? braid::PathPolicy::kRoundRobin
                       : c->config.paths == BRAID_PATHS_BITMAP    ? braid::PathPolicy::kBitmap
                                                                  : braid::PathPolicy::kReps;
-  cc.cc.algorithm = c->config.cc == BRAID_CC_FIXED_WINDOW ? braid::CcAlgorithm::kFixedWindow
-                    : c->config.cc == BRAID_CC_DCQCN      ? braid::CcAlgorithm::kDcqcn
-                                                          : braid::CcAlgorithm::kNscc;
+  cc.cc.algorithm = static_cast<braid::CcAlgorithm>(c->config.cc - 1);  // checked at open
   // NSCC's base RTT is the smallest measured; nothing here trims.
   cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;
   cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;

@@ -626,5 +626,26 @@ TEST(Dcqcn, NeverFallsBelowItsFloorAndOnlyDcqcnAnswersCnps) {
   EXPECT_EQ(n.cwnd_bytes(), cwnd);
 }
 
+// The registry names each algorithm, and CongestionControl runs the one
+// a configuration numbers (a number no algorithm has: the fixed window).
+TEST(CcRegistry, EachAlgorithmIsFoundByItsNameAndRun) {
+  EXPECT_EQ(cc_algorithm_named("fixed"), CcAlgorithm::kFixedWindow);
+  EXPECT_EQ(cc_algorithm_named("nscc"), CcAlgorithm::kNscc);
+  EXPECT_EQ(cc_algorithm_named("dcqcn"), CcAlgorithm::kDcqcn);
+  EXPECT_EQ(cc_algorithm_named("NSCC"), std::nullopt);
+  EXPECT_EQ(cc_algorithm_name(static_cast<CcAlgorithm>(kCcAlgorithmCount)), "");
+  CcConfig c;
+  c.base_rtt_ns = 10'000;
+  for (size_t i = 0; i < kCcAlgorithmCount; ++i) {
+    c.algorithm = static_cast<CcAlgorithm>(i);
+    const CongestionControl cc(c, 4160);
+    EXPECT_EQ(cc.algorithm(), c.algorithm);
+    EXPECT_EQ(cc.nscc() != nullptr, c.algorithm == CcAlgorithm::kNscc);
+    EXPECT_EQ(cc.dcqcn() != nullptr, c.algorithm == CcAlgorithm::kDcqcn);
+  }
+  c.algorithm = static_cast<CcAlgorithm>(kCcAlgorithmCount);
+  EXPECT_EQ(CongestionControl(c, 4160).algorithm(), CcAlgorithm::kFixedWindow);
+}
+
 }  // namespace
 }  // namespace braid

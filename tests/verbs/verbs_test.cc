@@ -518,6 +518,26 @@ TEST(VerbsConfig, PathPolicyAndCongestionControlOutsideTheirEnumsAreRefused) {
   }
 }
 
+// Congestion-control algorithms by name: the registry's, numbered as
+// braid_cc (the registry's place plus one); other names and numbers none.
+TEST(VerbsConfig, CongestionControlIsFoundByItsName) {
+  EXPECT_EQ(braid_cc_from_name("fixed"), BRAID_CC_FIXED_WINDOW);
+  EXPECT_EQ(braid_cc_from_name("nscc"), BRAID_CC_NSCC);
+  EXPECT_EQ(braid_cc_from_name("dcqcn"), BRAID_CC_DCQCN);
+  EXPECT_EQ(braid_cc_from_name("cubic"), 0);
+  EXPECT_EQ(braid_cc_from_name(""), 0);
+  EXPECT_EQ(braid_cc_from_name(nullptr), 0);
+  EXPECT_STREQ(braid_cc_name(BRAID_CC_NSCC), "nscc");
+  EXPECT_EQ(braid_cc_name(0), nullptr);
+  EXPECT_EQ(braid_cc_name(-1), nullptr);
+  const int count = static_cast<int>(braid::kCcAlgorithmCount);
+  for (int cc = 1; cc <= count; ++cc) {
+    ASSERT_NE(braid_cc_name(cc), nullptr) << cc;
+    EXPECT_EQ(braid_cc_from_name(braid_cc_name(cc)), cc);
+  }
+  EXPECT_EQ(braid_cc_name(count + 1), nullptr);
+}
+
 // A device's first QP number is not the last device's: a program run again
 // does not give its QPs the ids the last run's peers may still send to.
 // A device's QP numbers go through a keyed permutation of 1..65535: every

@@ -1,4 +1,4 @@
-#include "core/cc_dcqcn.h"
+#include "core/cc/dcqcn.h"
 
 #include <algorithm>
 

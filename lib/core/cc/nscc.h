@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/cc_types.h"
 
@@ -24,6 +25,7 @@ namespace braid {
 
 class NsccCc {
  public:
+  static constexpr std::string_view kName = "nscc";
   // `packet_bytes`: a full packet as the window counts it (MTU payload plus
   // header charge).
   NsccCc(const CcConfig& cfg, uint32_t packet_bytes);

@@ -1,4 +1,4 @@
-#include "core/cc_nscc.h"
+#include "core/cc/nscc.h"
 
 #include <algorithm>
 

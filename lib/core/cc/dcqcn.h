@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 
 #include "core/cc_types.h"
 
@@ -29,7 +30,9 @@ namespace braid {
 
 class DcqcnCc {
  public:
+  static constexpr std::string_view kName = "dcqcn";
   explicit DcqcnCc(const CcConfig& cfg);
+  DcqcnCc(const CcConfig& cfg, uint32_t /*packet_bytes*/) : DcqcnCc(cfg) {}
 
   void on_ack(const AckEvent& e);
   void on_loss(const LossEvent&) {}  // the rate answers CNPs only, as RoCE's
