@@ -50,7 +50,8 @@ struct Options {
   double time_limit_ms = 1000;
   uint32_t credit_speculative = 0;  // 0: one BDP
   std::string cc_scope = "peer";
-  std::string cc;  // the profile's algorithm unless named
+  std::string cc;     // the profile's algorithm unless named
+  std::string paths;  // the profile's path policy unless named
   std::string csv;
   // Events.
   double loss_pct = 0;
@@ -531,6 +532,14 @@ int main(int argc, char** argv) {
                                                 : "no congestion control is named " + s;
           },
           "ALGORITHM"));
+  app.add_option("--paths", o.paths,
+                 "path policy instead of the profile's: round-robin, reps, bitmap, or any other "
+                 "policy the build registers (lib/core/paths/registry.h)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return braid::path_policy_named(s) ? std::string{} : "no path policy is named " + s;
+          },
+          "POLICY"));
   app.add_option("--cc-scope", o.cc_scope,
                  "peer: a host's QPs to one peer share a congestion state; connection: one each")
       ->check(CLI::IsMember({"peer", "connection"}))
@@ -677,6 +686,7 @@ int main(int argc, char** argv) {
       ec.profile.credit_speculative_bytes = o.credit_speculative;
       ec.profile.cc_per_peer = o.cc_scope == "peer";
       if (!o.cc.empty()) ec.profile.cc = *braid::cc_algorithm_named(o.cc);
+      if (!o.paths.empty()) ec.profile.paths = *braid::path_policy_named(o.paths);
       if (o.mtu != 0) ec.profile.mtu = o.mtu;
     } catch (const std::exception& e) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());

@@ -54,9 +54,9 @@ std::string cc_name(const Conn& c) {
   const std::string_view n = braid::cc_algorithm_name(static_cast<braid::CcAlgorithm>(c.cc));
   return n.empty() ? "?" : std::string(n);
 }
-const char* policy_name(const Conn& c) {
-  static const char* const kNames[] = {"rr", "reps", "bitmap"};
-  return c.policy < 3 ? kNames[c.policy] : "?";
+std::string policy_name(const Conn& c) {
+  const std::string_view n = braid::path_policy_name(static_cast<braid::PathPolicy>(c.policy));
+  return n.empty() ? "?" : std::string(n);
 }
 const char* path_state(uint8_t s) {
   static const char* const kNames[] = {"good", "skip", "bad"};

@@ -547,8 +547,13 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
   app.add_option("--paths", o.paths,
                  "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
                  "back unmarked), bitmap (in turn, passing over the ones penalised by ECN, NACK "
-                 "or loss) or round-robin (default reps)")
-      ->check(CLI::IsMember({"reps", "bitmap", "round-robin"}));
+                 "or loss), round-robin, or any other policy the build registers (default reps)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return braid_paths_from_name(s.c_str()) != 0 ? std::string{}
+                                                         : "no path policy is named " + s;
+          },
+          "POLICY"));
   app.add_option("--cc", o.cc,
                  "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window), "
                  "dcqcn, or any other algorithm the build registers")
@@ -833,9 +838,7 @@ int Session::open_device() {
   cfg.auth = o_.auth == "on" ? BRAID_AUTH_ON : o_.auth == "required" ? BRAID_AUTH_REQUIRED : 0;
   const char* env_key = std::getenv("BRAID_AUTH_KEY");
   cfg.auth_key = !o_.auth_key.empty() ? o_.auth_key.c_str() : env_key;
-  cfg.paths = o_.paths == "round-robin" ? BRAID_PATHS_ROUND_ROBIN
-              : o_.paths == "bitmap"    ? BRAID_PATHS_BITMAP
-                                        : BRAID_PATHS_REPS;
+  cfg.paths = o_.paths.empty() ? BRAID_PATHS_REPS : braid_paths_from_name(o_.paths.c_str());
   cfg.cc = o_.cc.empty() ? BRAID_CC_NSCC : braid_cc_from_name(o_.cc.c_str());
   cfg.link_mbps = o_.link_mbps;
   cfg.base_rtt_us = o_.base_rtt_us;

@@ -66,7 +66,7 @@ struct braid_device_config {
    * 4 KiB at each end (docs/benchmarks.md). */
   int crc;
   /* How each QP chooses the entropy (path) of a packet: enum
-   * braid_path_policy, default BRAID_PATHS_REPS. */
+   * braid_path_policy (or braid_paths_from_name()), default BRAID_PATHS_REPS. */
   int paths;
   /* Congestion control of each QP: enum braid_cc (or braid_cc_from_name()),
    * default BRAID_CC_NSCC (docs/congestion.md). */
@@ -148,7 +148,16 @@ enum braid_path_policy {
   BRAID_PATHS_ROUND_ROBIN = 1, /* oblivious: every entropy in turn */
   BRAID_PATHS_REPS = 2,        /* recycle entropies that came back unmarked */
   BRAID_PATHS_BITMAP = 3,      /* in turn, passing over ones penalised by ECN, NACK, loss */
+  /* Further policies a build registers (lib/core/paths/registry.h) follow:
+   * braid_paths_from_name() finds them. */
 };
+
+/* The braid_path_policy of the path policy of that name ("round-robin",
+ * "reps", "bitmap", or any other the build registers), 0 when no policy
+ * has it. */
+int braid_paths_from_name(const char* name);
+/* The name of a braid_path_policy (1 on), NULL for a number no policy has. */
+const char* braid_paths_name(int paths);
 
 /* The network base RTT NSCC takes when braid_device_config.base_rtt_us is 0
  * (docs/congestion.md). */

@@ -677,7 +677,7 @@ void Connection::on_rto(TimeNs now) {
   // was lost on its own. A dead path shows as losses on it alone, mostly
   // inferred long before the timer.
   bool many_paths = false;
-  if (paths_.policy() != PathPolicy::kRoundRobin) {
+  if (paths_.adaptive()) {
     std::bitset<256> on;
     for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
       const TxRecord& r = rec(psn);

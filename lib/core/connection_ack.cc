@@ -374,7 +374,7 @@ void Connection::judge_loss(TxRecord& r, uint32_t thresh, TimeNs now) {
     mark_lost(r, LossKind::kInferred, now);
     return;
   }
-  if (paths_.policy() == PathPolicy::kRoundRobin || srtt_ == 0) return;
+  if (!paths_.adaptive() || srtt_ == 0) return;
   const TimeNs path_rtt = std::max<TimeNs>(srtt_, paths_.stats(r.entropy).srtt_ns);
   if (latest_acked_sent_ > r.sent_at + path_rtt + 2 * rttvar_) {
     mark_lost(r, LossKind::kInferred, now);

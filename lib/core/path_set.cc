@@ -1,11 +1,71 @@
 #include "core/path_set.h"
 
 #include <algorithm>
+#include <array>
+#include <type_traits>
+#include <utility>
 
 namespace braid {
 
-PathSet::PathSet(const EntropyConfig& cfg) : cfg_(cfg) {
-  cfg_.count = std::clamp<uint16_t>(cfg_.count, 1, 256);
+namespace {
+
+using Make = PathPolicies (*)(const EntropyConfig&);
+
+template <size_t... I>
+constexpr std::array<Make, sizeof...(I)> makers(std::index_sequence<I...>) {
+  return {[](const EntropyConfig& c) { return PathPolicies(std::in_place_index<I>, c); }...};
+}
+constexpr auto kMakers = makers(std::make_index_sequence<kPathPolicyCount>());
+
+template <size_t... I>
+constexpr std::array<std::string_view, sizeof...(I)> names(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, PathPolicies>::kName...};
+}
+constexpr auto kNames = names(std::make_index_sequence<kPathPolicyCount>());
+
+template <size_t... I>
+constexpr std::array<bool, sizeof...(I)> adaptives(std::index_sequence<I...>) {
+  return {std::variant_alternative_t<I, PathPolicies>::kAdaptive...};
+}
+constexpr auto kAdaptive = adaptives(std::make_index_sequence<kPathPolicyCount>());
+
+// The policies code names (PathPolicy) are where the registry has them.
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(PathPolicy::kRoundRobin), PathPolicies>,
+                   RoundRobinPaths>);
+static_assert(
+    std::is_same_v<std::variant_alternative_t<size_t(PathPolicy::kReps), PathPolicies>, RepsPaths>);
+static_assert(std::is_same_v<std::variant_alternative_t<size_t(PathPolicy::kBitmap), PathPolicies>,
+                             BitmapPaths>);
+
+// A number no policy has: the first (round robin).
+PathPolicy known(PathPolicy p) {
+  return static_cast<size_t>(p) < kPathPolicyCount ? p : PathPolicy::kRoundRobin;
+}
+EntropyConfig clamped(EntropyConfig c) {
+  c.count = std::clamp<uint16_t>(c.count, 1, 256);
+  c.policy = known(c.policy);
+  return c;
+}
+
+}  // namespace
+
+std::string_view path_policy_name(PathPolicy p) {
+  const auto i = static_cast<size_t>(p);
+  return i < kNames.size() ? kNames[i] : std::string_view{};
+}
+
+std::optional<PathPolicy> path_policy_named(std::string_view name) {
+  for (size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] == name) return static_cast<PathPolicy>(i);
+  }
+  return std::nullopt;
+}
+
+PathSet::PathSet(const EntropyConfig& cfg)
+    : cfg_(clamped(cfg)),
+      policy_(kMakers[static_cast<size_t>(cfg_.policy)](cfg_)),
+      adaptive_(kAdaptive[static_cast<size_t>(cfg_.policy)]) {
   paths_.resize(cfg_.count);
   if (adaptive()) health_.resize(cfg_.count);
   // Keep every entropy inside the dynamic port range 49152..65535.
@@ -64,11 +124,7 @@ void PathSet::adaptive_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, T
     --bad_count_;
   }
   h.losses_in_row = 0;
-  if (cfg_.policy == PathPolicy::kReps && !marked && h.mark_rate < kMarkedPersistently) {
-    recycle(i);
-    last_good_ = i;
-    has_good_ = true;
-  }
+  std::visit([&](auto& p) { p.on_delivered(*this, i, marked); }, policy_);
 }
 
 }  // namespace braid

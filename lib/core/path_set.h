@@ -6,99 +6,40 @@
 // sequences that loss inference reads: one entropy is one path through an
 // ECMP fabric, and a path keeps order.
 //
-// The policy is a switch, not a virtual call:
-// - round robin (oblivious): every entropy in turn;
-// - REPS (recycled entropy packet spraying, arXiv 2407.21625): an entropy
-//   whose packet was acknowledged without an ECN mark is used again (a ring
-//   of them); when none is waiting, the next entropy in turn is explored.
-//   Congested, degraded or dead paths are simply not recycled. After a
-//   timeout exploring stops for a while (the failure may be anywhere):
-//   the last entropy known good is used when the ring is empty.
-//   Each entropy also has a state, as MRC's paths do: GOOD, or ASSUMED_BAD
-//   after a timeout on it or kBadAfter losses in a row with no delivery
-//   between. Exploring skips a bad entropy; once its probe time comes, one
-//   packet goes on it as a probe. A probe delivered revives it; a probe lost
-//   puts it back to sleep twice as long (up to kMaxBackoff times). An
-//   entropy whose smoothed RTT is kSlowFactor times the median of its
-//   connection's is SKIPped the same way (its packets queue somewhere the
-//   others do not); its probe revives it if delivered within half that.
-//   When every entropy is bad or skipped, they are used in turn anyway (the
-//   backup: a connection never stops sending for want of a path).
-// - bitmap penalty: every entropy in turn, but one with a penalty is passed
-//   over, and each pass takes one off it. An ECN-marked packet adds 1, a
-//   trimmed one (NACK) 4, as UET's bitmap does, and a loss inferred on it
-//   4 (Braid's sender infers what a UET receiver would NACK), up to 15: a
-//   path that marks everything it carries gets about half its share, one
-//   that trims or loses much less. Where UET adds 15 for a timeout, the
-//   path is set aside as REPS's path states do (and so are dead and slow
-//   paths, with probes). Unlike REPS it remembers no good entropy: it
-//   spreads over every path not penalised, where REPS concentrates on the
-//   entropies that came back clean.
+// How a packet's entropy is chosen is the policy's (paths/: round robin,
+// REPS, bitmap penalty; registered in paths/registry.h), held in a variant
+// (a switch, no virtual call). What the adaptive policies share is kept
+// here: each entropy has a state, as MRC's paths do: GOOD, or ASSUMED_BAD
+// after a timeout on it or kBadAfter losses in a row with no delivery
+// between. Exploring skips a bad entropy; once its probe time comes, one
+// packet goes on it as a probe. A probe delivered revives it; a probe lost
+// puts it back to sleep twice as long (up to kMaxBackoff times). An
+// entropy whose smoothed RTT is kSlowFactor times the median of its
+// connection's is SKIPped the same way (its packets queue somewhere the
+// others do not); its probe revives it if delivered within half that.
+// When every entropy is bad or skipped, they are used in turn anyway (the
+// backup: a connection never stops sending for want of a path).
 #pragma once
 
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
+#include <string_view>
+#include <variant>
 #include <vector>
 
+#include "core/path_types.h"
+#include "core/paths/registry.h"
 #include "core/types.h"
 
 namespace braid {
 
-enum class PathPolicy : uint8_t {
-  kRoundRobin,  // oblivious: every entropy in turn
-  kReps,        // recycle entropies that came back unmarked
-  kBitmap,      // in turn, passing over entropies penalised by ECN, NACK, loss
-};
-
-struct EntropyConfig {
-  PathPolicy policy = PathPolicy::kRoundRobin;
-  uint16_t count = 16;         // 1..256; 1 = single path (RoCEv2-like)
-  uint16_t base_port = 49152;  // entropy i is base_port + i * stride (mod 2^14) | 0xc000
-  uint16_t stride = 1;
-  TimeNs freeze_ns = 100'000;  // REPS: no exploring for this long after a timeout
-  // REPS: an entropy assumed bad is first probed again after this, or after
-  // four of the connection's RTTs if that is longer.
-  TimeNs probe_after_ns = 100'000;
-};
-
-// kSkip: delivers, but far slower than the connection's other paths (a
-// rate-limited or congested link with no ECN to say so).
-enum class PathState : uint8_t { kGood, kSkip, kAssumedBad };
-
-// Why a packet was declared lost.
-enum class LossKind : uint8_t { kInferred, kTrimmed, kTimeout };
-
-// Per-entropy counters; 32 bytes each.
-struct EntropyStats {
-  uint32_t sent = 0;
-  uint32_t acked = 0;
-  uint32_t ecn_marked = 0;
-  uint32_t lost = 0;  // declared lost (gap on this entropy, NACK or timeout)
-  // (REPS: how often it was recycled is sent - explored.)
-  uint32_t rtt_samples = 0;
-  uint32_t srtt_ns = 0;     // EWMA 1/8
-  uint32_t min_rtt_ns = 0;  // 0 until the first sample
-  // Smoothed (EWMA 1/8, with the RTT samples) lateness: when an ACK names
-  // a packet sent on it, how much later than that packet the newest packet
-  // already acknowledged was sent (0: none was). A path slower than the
-  // others shows here however much the hosts' own queues add to every RTT.
-  uint32_t late_ns = 0;
-};
-
-// What the adaptive policy knows of an entropy's health; 24 bytes.
-struct PathHealth {
-  PathState state = PathState::kGood;
-  uint8_t losses_in_row = 0;  // since the last packet it delivered
-  uint8_t backoff = 0;        // the probe interval is doubled this many times
-  bool probing = false;       // a probe is out on it
-  uint32_t revive_seq = 0;    // a packet it delivers from this path sequence on revives it
-  TimeNs probe_at = 0;        // when it may carry its next probe
-  // EWMA (1/8) of ECN-CE among its packets that ACKs named, in 1/32768ths.
-  uint16_t mark_rate = 0;
-  // Bitmap penalty: how many more turns it is passed over.
-  uint8_t penalty = 0;
-};
+inline constexpr size_t kPathPolicyCount = std::variant_size_v<PathPolicies>;
+// A policy's name (its kName), "" for a number no policy has.
+std::string_view path_policy_name(PathPolicy p);
+// The policy of that name, if one has it.
+std::optional<PathPolicy> path_policy_named(std::string_view name);
 
 class PathSet {
  public:
@@ -106,8 +47,14 @@ class PathSet {
 
   uint16_t count() const { return cfg_.count; }
   PathPolicy policy() const { return cfg_.policy; }
-  // REPS and bitmap penalty keep path states; round robin keeps none.
-  bool adaptive() const { return cfg_.policy != PathPolicy::kRoundRobin; }
+  // The policy's own state (nullptr: another policy), for tests and statistics.
+  template <class P>
+  const P* policy_state() const {
+    return std::get_if<P>(&policy_);
+  }
+  // The policy keeps path states (REPS, bitmap penalty); round robin keeps
+  // none.
+  bool adaptive() const { return adaptive_; }
   // The UDP source port of entropy i.
   uint16_t entropy(uint8_t i) const { return paths_[i].port; }
   const EntropyStats& stats(uint8_t i) const { return paths_[i].stats; }
@@ -136,41 +83,21 @@ class PathSet {
   // The entropy of a new packet, and of a retransmission of a packet last
   // sent on `previous`.
   uint8_t choose(TimeNs now) {
-    if (!adaptive()) return next_in_turn();
+    if (!adaptive_) return next_in_turn();
     // A probe that is due goes first: with a full ring REPS may never
     // explore, and a path must get its chance to come back.
     if (now >= next_probe_at_) {
       const int e = take_due_probe(now);
       if (e >= 0) return static_cast<uint8_t>(e);
     }
-    if (cfg_.policy == PathPolicy::kReps) {
-      while (ring_count_ > 0) {
-        const uint8_t e = take_recycled();
-        if (health_[e].state == PathState::kGood) return e;  // not gone bad since
-      }
-      if (now < frozen_until_ && has_good_) return last_good_;
-    }
-    return explore(now);
+    return std::visit([&](auto& p) { return p.choose(*this, now); }, policy_);
   }
   uint8_t choose_retransmit(uint8_t previous, TimeNs now) {
-    if (!adaptive()) return next_in_turn();
+    if (!adaptive_) return next_in_turn();
     // A probe resent (a tail-loss probe does not declare it lost first)
     // failed: its ACK, if any, will not say which copy arrived.
     if (health_[previous].probing) probe_failed(previous, now, rtt_hint_);
-    if (cfg_.policy == PathPolicy::kReps) {
-      // Not the path that lost it, if another is known good.
-      for (uint16_t n = ring_count_; n > 0; --n) {
-        const uint8_t e = take_recycled();
-        if (health_[e].state != PathState::kGood) continue;
-        if (e != previous || cfg_.count == 1) return e;
-        recycle(e);
-      }
-      if (now < frozen_until_ && has_good_ && last_good_ != previous) return last_good_;
-    }
-    // A retransmission never carries a probe: the ACK of a packet sent twice
-    // does not say which copy arrived, so the probe would never be judged
-    // and its path never probed again.
-    return explore(now, cfg_.count > 1 ? previous : -1, false);
+    return std::visit([&](auto& p) { return p.choose_retransmit(*this, previous, now); }, policy_);
   }
   uint16_t explored() const { return explored_; }
   // The UDP source port of the next ACK or NACK: spread over the entropies
@@ -198,7 +125,7 @@ class PathSet {
     ++p.stats.acked;
     if (!sent_once) return;
     if (static_cast<int32_t>(seq + 1 - p.acked_seq) > 0) p.acked_seq = seq + 1;
-    if (adaptive()) adaptive_acked(i, seq, marked, now, delay);
+    if (adaptive_) adaptive_acked(i, seq, marked, now, delay);
   }
   // How far the packet with path sequence `seq` on i has been overtaken:
   // the packets sent on i after it, up to the latest one acknowledged
@@ -211,36 +138,23 @@ class PathSet {
   // other packets an ACK covers say nothing of their marks: a receiver
   // names every marked packet, but not every clean one.)
   void on_named(uint8_t i, bool marked) {
-    if (cfg_.policy == PathPolicy::kBitmap) {
-      if (marked) penalize(i, kEcnPenalty);
-      return;
-    }
-    if (cfg_.policy != PathPolicy::kReps) return;
-    const uint16_t r = health_[i].mark_rate;
-    set_mark_rate(i, static_cast<uint16_t>(r - (r >> 3) + (marked ? (kMarkOne >> 3) : 0)));
+    if (!adaptive_) return;
+    std::visit([&](auto& p) { p.on_named(*this, i, marked); }, policy_);
   }
-  // Marked this often (of the packets ACKs name), an entropy is not
-  // recycled even when a packet on it is acknowledged unmarked: a path that
-  // marks persistently gets only what exploring gives it.
+  // The mark rate (PathHealth::mark_rate) at which an entropy marks
+  // persistently: REPS does not recycle it even when a packet on it is
+  // acknowledged unmarked, so it gets only what exploring gives it.
   static constexpr uint16_t kMarkOne = 1u << 15;
   static constexpr uint16_t kMarkedPersistently = kMarkOne / 2;
-  // Bitmap penalty: turns passed over for a mark, a trim, an inferred loss.
-  static constexpr uint8_t kEcnPenalty = 1, kTrimPenalty = 4, kLossPenalty = 4;
-  static constexpr uint8_t kMaxPenalty = 15;
   // A packet sent on i is lost; `rtt_ns` is the connection's smoothed RTT
   // (0: none yet). A trimmed packet says the path is congested, not broken;
   // `blame` false: the loss is not the path's doing (a stall of the whole
   // connection), only counted.
   void on_lost(uint8_t i, LossKind why, TimeNs now, TimeNs rtt_ns = 0, bool blame = true) {
     ++paths_[i].stats.lost;
-    if (!adaptive() || !blame) return;
-    if (cfg_.policy == PathPolicy::kBitmap && why != LossKind::kTimeout)
-      penalize(i, why == LossKind::kTrimmed ? kTrimPenalty : kLossPenalty);
+    if (!adaptive_ || !blame) return;
+    std::visit([&](auto& p) { p.on_lost(*this, i, why, now); }, policy_);
     if (why == LossKind::kTrimmed) return;
-    if (why == LossKind::kTimeout) {
-      frozen_until_ = now + cfg_.freeze_ns;
-      if (has_good_ && last_good_ == i) has_good_ = false;
-    }
     PathHealth& h = health_[i];
     if (h.losses_in_row < 255) ++h.losses_in_row;
     if (rtt_ns != 0) rtt_hint_ = rtt_ns;
@@ -258,13 +172,52 @@ class PathSet {
   // The adaptive policies' part of on_acked, out of line: round robin's
   // ACKs stay small.
   void adaptive_acked(uint8_t i, uint32_t seq, bool marked, TimeNs now, TimeNs delay);
-  // How many entropies have a bitmap penalty now.
-  uint16_t penalized_count() const { return penalized_count_; }
 
   // Bytes of per-entropy state (for the connection's memory footprint).
   size_t memory_footprint() const {
     return paths_.capacity() * sizeof(Path) + health_.capacity() * sizeof(PathHealth);
   }
+
+  // --- For the policies (paths/) ---
+  // The next entropy in turn (counted as explored by an adaptive policy).
+  uint8_t next_in_turn() {
+    const uint8_t i = static_cast<uint8_t>(cursor_);
+    cursor_ = cursor_ + 1 == cfg_.count ? 0 : cursor_ + 1;
+    if (adaptive_) ++explored_;
+    return i;
+  }
+  // The next entropy to explore, other than `avoid` (-1: none): the next
+  // in turn that is good and that the policy does not pass over, or bad
+  // with its probe due (it carries the probe) if `probe` allows. If all
+  // are bad and none is due, the next in turn.
+  uint8_t explore(TimeNs now, int avoid = -1, bool probe = true) {
+    if (bad_count_ != 0 ||
+        std::visit([&](const auto& p) { return p.passing_any(*this); }, policy_)) {
+      for (uint16_t n = 0; n < cfg_.count; ++n) {
+        const uint8_t i = next_in_turn();
+        if (i == avoid) continue;
+        PathHealth& h = health_[i];
+        if (h.state == PathState::kGood) {
+          if (std::visit([&](auto& p) { return p.passes_over(*this, i); }, policy_)) continue;
+          return i;
+        }
+        if (probe && !h.probing && now >= h.probe_at) {
+          start_probe(i);
+          refresh_next_probe();
+          return i;
+        }
+      }
+    }
+    const uint8_t e = next_in_turn();
+    return e == avoid ? next_in_turn() : e;
+  }
+  // Keeps marked_count(), the entropies marking persistently, with it.
+  void set_mark_rate(uint8_t i, uint16_t rate) {
+    uint16_t& r = health_[i].mark_rate;
+    marked_count_ += (rate >= kMarkedPersistently) - (r >= kMarkedPersistently);
+    r = rate;
+  }
+  uint16_t marked_count() const { return marked_count_; }
 
  private:
   struct Path {
@@ -285,7 +238,7 @@ class PathSet {
     h.probe_at = probe_at;
     next_probe_at_ = std::min(next_probe_at_, probe_at);
     ++bad_count_;
-    if (has_good_ && last_good_ == i) has_good_ = false;
+    std::visit([&](auto& p) { p.on_set_aside(i); }, policy_);
   }
   // Its probe failed (lost, resent, or delivered still slow): the next one
   // waits twice as long, from an interval scaled by `rtt_ns`.
@@ -325,94 +278,25 @@ class PathSet {
         next_probe_at_ = std::min(next_probe_at_, h.probe_at);
     }
   }
-  // REPS's next entropy to explore, other than `avoid` (-1: none): the
-  // next in turn that is good, or bad with its probe due (it carries the
-  // probe) if `probe` allows. If all are bad and none is due, the next in
-  // turn.
-  // An entropy that marks persistently is passed over too, and its mark
-  // rate decays by an eighth each time: it is explored again after a few
-  // turns, and passed over again if what it carries comes back marked.
-  uint8_t explore(TimeNs now, int avoid = -1, bool probe = true) {
-    if (bad_count_ != 0 || marked_count_ != 0 || penalized_count_ != 0) {
-      for (uint16_t n = 0; n < cfg_.count; ++n) {
-        const uint8_t i = next_in_turn();
-        if (i == avoid) continue;
-        PathHealth& h = health_[i];
-        if (h.state == PathState::kGood) {
-          if (h.penalty != 0) {
-            if (--h.penalty == 0) --penalized_count_;
-            continue;
-          }
-          if (h.mark_rate < kMarkedPersistently) return i;
-          set_mark_rate(i, static_cast<uint16_t>(h.mark_rate - (h.mark_rate >> 3)));
-          continue;
-        }
-        if (probe && !h.probing && now >= h.probe_at) {
-          start_probe(i);
-          refresh_next_probe();
-          return i;
-        }
-      }
-    }
-    const uint8_t e = next_in_turn();
-    return e == avoid ? next_in_turn() : e;
-  }
-  void penalize(uint8_t i, uint8_t by) {
-    uint8_t& p = health_[i].penalty;
-    if (p == 0) ++penalized_count_;
-    p = static_cast<uint8_t>(std::min<uint32_t>(kMaxPenalty, uint32_t{p} + by));
-  }
-  // Keeps marked_count_, the entropies marking persistently, with it.
-  void set_mark_rate(uint8_t i, uint16_t rate) {
-    uint16_t& r = health_[i].mark_rate;
-    marked_count_ += (rate >= kMarkedPersistently) - (r >= kMarkedPersistently);
-    r = rate;
-  }
-  uint8_t next_in_turn() {
-    const uint8_t i = static_cast<uint8_t>(cursor_);
-    cursor_ = cursor_ + 1 == cfg_.count ? 0 : cursor_ + 1;
-    if (cfg_.policy != PathPolicy::kRoundRobin) ++explored_;
-    return i;
-  }
-  // REPS's ring of entropies to use again; the oldest is dropped when full.
-  static constexpr uint16_t kRing = 16;
-  void recycle(uint8_t i) {
-    if (ring_count_ == kRing) {
-      ring_head_ = (ring_head_ + 1) % kRing;
-      --ring_count_;
-    }
-    ring_[(ring_head_ + ring_count_) % kRing] = i;
-    ++ring_count_;
-  }
-  uint8_t take_recycled() {
-    const uint8_t i = ring_[ring_head_];
-    ring_head_ = (ring_head_ + 1) % kRing;
-    --ring_count_;
-    return i;
-  }
 
   EntropyConfig cfg_;
+  PathPolicies policy_;
+  bool adaptive_ = false;
   uint16_t cursor_ = 0;
   uint16_t ack_cursor_ = 0;
   std::vector<Path> paths_;
-  // REPS's view of each path, apart: round robin's per-packet work touches
-  // only paths_.
+  // The adaptive policies' view of each path, apart: round robin's
+  // per-packet work touches only paths_.
   std::vector<PathHealth> health_;
-  uint8_t ring_[kRing] = {};
-  uint16_t ring_head_ = 0, ring_count_ = 0;
-  uint8_t last_good_ = 0;
-  bool has_good_ = false;
   uint16_t explored_ = 0;
-  uint16_t bad_count_ = 0;        // assumed bad or skipped
-  uint16_t marked_count_ = 0;     // mark_rate at kMarkedPersistently or above
-  uint16_t penalized_count_ = 0;  // penalty above 0
+  uint16_t bad_count_ = 0;     // assumed bad or skipped
+  uint16_t marked_count_ = 0;  // mark_rate at kMarkedPersistently or above
   uint32_t median_srtt_ = 0;
   bool probe_started_ = false;     // start_probe since the last take_probe
   TimeNs next_probe_at_ = kNever;  // no later than any bad path's probe_at
   TimeNs rtt_hint_ = 0;            // the connection's smoothed RTT, as on_lost last gave it
   uint8_t samples_to_median_ = 32;
   void update_median();
-  TimeNs frozen_until_ = 0;
 };
 
 static_assert(sizeof(EntropyStats) == 32);

@@ -169,12 +169,9 @@ DeviceSettings load_settings(std::string* error) {
     }
     return false;
   };
-  if (!named("paths",
-             {{"round-robin", BRAID_PATHS_ROUND_ROBIN},
-              {"reps", BRAID_PATHS_REPS},
-              {"bitmap", BRAID_PATHS_BITMAP}},
-             &s.paths)) {
-    return bad("paths");
+  if (kv.count("paths")) {
+    s.paths = braid_paths_from_name(kv["paths"].c_str());
+    if (s.paths == 0) return bad("paths");
   }
   if (kv.count("cc")) {
     s.cc = braid_cc_from_name(kv["cc"].c_str());

@@ -121,9 +121,8 @@ braid_context* open_device(const braid_device_config* config,
   if (c->config.entropies > 256) return fail(EINVAL, "open_device: entropies must be 1..256");
   if (c->config.udp_port == 0) c->config.udp_port = wire::kUetUdpPort;
   if (c->config.paths == BRAID_PATHS_DEFAULT) c->config.paths = BRAID_PATHS_REPS;
-  if (c->config.paths != BRAID_PATHS_ROUND_ROBIN && c->config.paths != BRAID_PATHS_REPS &&
-      c->config.paths != BRAID_PATHS_BITMAP) {
-    return fail(EINVAL, "open_device: paths must be a braid_path_policy");
+  if (braid_paths_name(c->config.paths) == nullptr) {
+    return fail(EINVAL, "open_device: paths must be a braid_path_policy (braid_paths_from_name)");
   }
   if (c->config.cc == BRAID_CC_DEFAULT) c->config.cc = BRAID_CC_NSCC;
   if (c->config.base_rtt_us == 0) c->config.base_rtt_us = BRAID_DEFAULT_BASE_RTT_US;

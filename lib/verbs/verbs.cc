@@ -427,6 +427,18 @@ void stop_all_progress_threads() {
 
 extern "C" {
 
+int braid_paths_from_name(const char* name) {
+  if (name == nullptr) return 0;
+  const auto p = braid::path_policy_named(name);
+  return p ? static_cast<int>(*p) + 1 : 0;
+}
+
+const char* braid_paths_name(int paths) {
+  if (paths < 1 || static_cast<size_t>(paths) > braid::kPathPolicyCount) return nullptr;
+  // kName is a literal: its data ends in a NUL.
+  return braid::path_policy_name(static_cast<braid::PathPolicy>(paths - 1)).data();
+}
+
 int braid_cc_from_name(const char* name) {
   if (name == nullptr) return 0;
   const auto a = braid::cc_algorithm_named(name);
@@ -985,10 +997,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
   cc.entropy.count = c->config.entropies;
-  cc.entropy.policy = c->config.paths == BRAID_PATHS_ROUND_ROBIN ? braid::PathPolicy::kRoundRobin
-                      : c->config.paths == BRAID_PATHS_BITMAP    ? braid::PathPolicy::kBitmap
-                                                                 : braid::PathPolicy::kReps;
-  cc.cc.algorithm = static_cast<braid::CcAlgorithm>(c->config.cc - 1);  // checked at open
+  cc.entropy.policy = static_cast<braid::PathPolicy>(c->config.paths - 1);  // checked at open
+  cc.cc.algorithm = static_cast<braid::CcAlgorithm>(c->config.cc - 1);      // checked at open
   // NSCC's base RTT is the smallest measured; nothing here trims.
   cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;
   cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;

@@ -627,6 +627,34 @@ TEST(PathSet, RepsSkipsAPathFarSlowerThanTheOthersUntilAProbeIsFast) {
   EXPECT_EQ(s.bad_count(), 0);
 }
 
+// The registry names each policy, and a PathSet runs the one its
+// configuration numbers (a number no policy has: round robin).
+TEST(PathSet, EachPolicyIsFoundByItsNameAndRun) {
+  EXPECT_EQ(path_policy_named("round-robin"), PathPolicy::kRoundRobin);
+  EXPECT_EQ(path_policy_named("reps"), PathPolicy::kReps);
+  EXPECT_EQ(path_policy_named("bitmap"), PathPolicy::kBitmap);
+  EXPECT_EQ(path_policy_named("REPS"), std::nullopt);
+  EntropyConfig c;
+  c.policy = PathPolicy::kReps;
+  EXPECT_NE(PathSet(c).policy_state<RepsPaths>(), nullptr);
+  EXPECT_TRUE(PathSet(c).adaptive());
+  c.policy = PathPolicy::kBitmap;
+  EXPECT_NE(PathSet(c).policy_state<BitmapPaths>(), nullptr);
+  c.policy = static_cast<PathPolicy>(kPathPolicyCount);
+  const PathSet unknown(c);
+  EXPECT_EQ(unknown.policy(), PathPolicy::kRoundRobin);
+  EXPECT_FALSE(unknown.adaptive());
+  EXPECT_NE(unknown.policy_state<RoundRobinPaths>(), nullptr);
+}
+
+// The bitmap policy's own state (its penalties).
+const BitmapPaths& bitmap(const PathSet& s) {
+  const BitmapPaths* b = s.policy_state<BitmapPaths>();
+  EXPECT_NE(b, nullptr);
+  static const BitmapPaths kNone{EntropyConfig{}};
+  return b != nullptr ? *b : kNone;
+}
+
 EntropyConfig bitmap_config() {
   EntropyConfig c = reps_config();
   c.policy = PathPolicy::kBitmap;
@@ -642,7 +670,7 @@ TEST(PathSet, BitmapUsesEveryEntropyInTurnWhileNoneIsPenalised) {
   s.on_named(3, false);
   const std::vector<int> seen = explore_counts(s, 80, 0);
   for (int e = 0; e < 8; ++e) EXPECT_EQ(seen[e], 10) << "entropy " << e;
-  EXPECT_EQ(s.penalized_count(), 0);
+  EXPECT_EQ(bitmap(s).penalized_count(), 0);
 }
 
 // Each mark named on an entropy passes it over once more; trims twice,
@@ -652,25 +680,25 @@ TEST(PathSet, BitmapPassesOverAPenalisedEntropyOnceForEachTurnOfPenalty) {
   PathSet s(bitmap_config());
   s.on_named(5, true);
   s.on_named(5, true);
-  EXPECT_EQ(s.health(5).penalty, 2);
-  EXPECT_EQ(s.penalized_count(), 1);
+  EXPECT_EQ(bitmap(s).penalty(5), 2);
+  EXPECT_EQ(bitmap(s).penalized_count(), 1);
   // 80 choices visit 82 entropies in turn: 0 and 1 eleven times, the others
   // ten, and 5 is passed over on its first two visits.
   const std::vector<int> seen = explore_counts(s, 80, 0);
   EXPECT_EQ(seen, (std::vector<int>{11, 11, 10, 10, 10, 8, 10, 10}));
-  EXPECT_EQ(s.health(5).penalty, 0);
-  EXPECT_EQ(s.penalized_count(), 0);
+  EXPECT_EQ(bitmap(s).penalty(5), 0);
+  EXPECT_EQ(bitmap(s).penalized_count(), 0);
   s.on_lost(2, LossKind::kTrimmed, 0);
-  EXPECT_EQ(s.health(2).penalty, PathSet::kTrimPenalty);
+  EXPECT_EQ(bitmap(s).penalty(2), BitmapPaths::kTrimPenalty);
   s.on_lost(4, LossKind::kInferred, 0);
-  EXPECT_EQ(s.health(4).penalty, PathSet::kLossPenalty);
+  EXPECT_EQ(bitmap(s).penalty(4), BitmapPaths::kLossPenalty);
   for (int i = 0; i < 20; ++i) s.on_named(4, true);
-  EXPECT_EQ(s.health(4).penalty, PathSet::kMaxPenalty);
+  EXPECT_EQ(bitmap(s).penalty(4), BitmapPaths::kMaxPenalty);
   s.on_lost(6, LossKind::kInferred, 0, 0, /*blame=*/false);
-  EXPECT_EQ(s.health(6).penalty, 0);
+  EXPECT_EQ(bitmap(s).penalty(6), 0);
   s.on_named(7, false);
-  EXPECT_EQ(s.health(7).penalty, 0);
-  EXPECT_EQ(s.penalized_count(), 2);
+  EXPECT_EQ(bitmap(s).penalty(7), 0);
+  EXPECT_EQ(bitmap(s).penalized_count(), 2);
   // A retransmission avoids the path that lost it and penalised paths.
   EXPECT_NE(s.choose_retransmit(3, 0), 3);
 }
@@ -682,7 +710,7 @@ TEST(PathSet, BitmapSetsATimedOutPathAsideAndRevivesItByProbe) {
   send_on(s, 2, 2);
   s.on_lost(2, LossKind::kTimeout, 0);
   EXPECT_EQ(s.health(2).state, PathState::kAssumedBad);
-  EXPECT_EQ(s.health(2).penalty, 0);
+  EXPECT_EQ(bitmap(s).penalty(2), 0);
   EXPECT_EQ(explore_counts(s, 70, 50'000)[2], 0);
   EXPECT_EQ(explore_counts(s, 16, 100'000)[2], 1);  // the probe
   const uint32_t probe = s.on_sent(2);

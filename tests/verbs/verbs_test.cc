@@ -538,6 +538,22 @@ TEST(VerbsConfig, CongestionControlIsFoundByItsName) {
   EXPECT_EQ(braid_cc_name(count + 1), nullptr);
 }
 
+// Path policies by name, as congestion control.
+TEST(VerbsConfig, PathPolicyIsFoundByItsName) {
+  EXPECT_EQ(braid_paths_from_name("round-robin"), BRAID_PATHS_ROUND_ROBIN);
+  EXPECT_EQ(braid_paths_from_name("reps"), BRAID_PATHS_REPS);
+  EXPECT_EQ(braid_paths_from_name("bitmap"), BRAID_PATHS_BITMAP);
+  EXPECT_EQ(braid_paths_from_name("rr"), 0);
+  EXPECT_EQ(braid_paths_from_name(nullptr), 0);
+  EXPECT_EQ(braid_paths_name(0), nullptr);
+  const int count = static_cast<int>(braid::kPathPolicyCount);
+  for (int p = 1; p <= count; ++p) {
+    ASSERT_NE(braid_paths_name(p), nullptr) << p;
+    EXPECT_EQ(braid_paths_from_name(braid_paths_name(p)), p);
+  }
+  EXPECT_EQ(braid_paths_name(count + 1), nullptr);
+}
+
 // A device's first QP number is not the last device's: a program run again
 // does not give its QPs the ids the last run's peers may still send to.
 // A device's QP numbers go through a keyed permutation of 1..65535: every
