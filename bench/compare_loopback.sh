@@ -22,9 +22,9 @@ build_dir="${BRAID_BUILD_DIR:-build/release}"
 raw="$build_dir/bench/braid_raw_blaster"
 seconds="${RAW_SECONDS:-2}"
 samples="${RAW_SAMPLES:-5000}"
-for b in "$raw" "$build_dir/apps/perftest/braid_write_bw" "$build_dir/apps/perftest/braid_write_lat"; do
-  [[ -x "$b" ]] || { echo "compare: $b not built (see the header of $0)" >&2; exit 1; }
-done
+source scripts/lib/build.sh
+source scripts/lib/vnic-pair.sh
+braid_need compare "$raw" "$build_dir/apps/perftest/braid_write_bw" "$build_dir/apps/perftest/braid_write_lat"
 [[ "$path" == virtio || "$path" == memif ]] || { echo "compare: path must be virtio or memif" >&2; exit 2; }
 
 work=$(mktemp -d /tmp/braid-compare.XXXXXX)
@@ -35,24 +35,11 @@ trap 'rm -rf "$work"' EXIT
 raw_pair() {
   local smode="$1" cmode="$2" mtu="${RAW_MTU:-1500}"
   shift 2
-  local dir sock sport cport
+  local dir sock server_port client_port sport cport
   dir=$(mktemp -d "$work/raw.XXXXXX")
-  case "$path" in
-    virtio)
-      sock="$dir/vhost.sock"
-      sport="net_vhost0,iface=$sock,queues=1"
-      cport="net_virtio_user0,path=$sock,queues=1"
-      ;;
-    memif)
-      sock="$dir/memif.sock"
-      sport="net_memif0,role=server,id=0,socket=$sock,socket-abstract=no"
-      cport="net_memif0,role=client,id=0,socket=$sock,socket-abstract=no"
-      if [[ "$mtu" -gt 1500 ]]; then
-        sport+=",bsize=10240"
-        cport+=",bsize=10240"
-      fi
-      ;;
-  esac
+  vnic_pair "$path" "$dir" "$mtu" 1  # sets sock, server_port, client_port
+  sport=$server_port
+  cport=$client_port
   set -- --mtu "$mtu" "$@"
   taskset -c 0 "$raw" --mode "$smode" --lcore 0 --port "$sport" "$@" >"$dir/server.log" 2>&1 &
   local spid=$!

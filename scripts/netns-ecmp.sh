@@ -53,31 +53,21 @@ bin="$(realpath "$build_dir/apps/perftest/$tool" 2>/dev/null || true)"
 t="be$$"
 A="$t-a" B="$t-b" R1="$t-r1" R2="$t-r2"
 run_dir=$(mktemp -d /tmp/braid-ecmp.XXXXXX)
+source scripts/lib/netns.sh
 cleanup() {
   [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
   [[ -n "${impair_pid:-}" ]] && kill "$impair_pid" 2>/dev/null || true
-  for ns in "$A" "$B" "$R1" "$R2"; do ip netns del "$ns" 2>/dev/null || true; done
+  netns_cleanup
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
-for ns in "$A" "$B" "$R1" "$R2"; do
-  ip netns add "$ns" || { echo "netns-ecmp: cannot create namespaces" >&2; exit 77; }
-  ip -n "$ns" link set lo up
-done
-# link <ns1> <if1> <ns2> <if2>
-link() {
-  ip link add "$2" numtxqueues 1 numrxqueues 1 type veth peer name "$4" numtxqueues 1 numrxqueues 1
-  ip link set "$2" netns "$1"
-  ip link set "$4" netns "$3"
-  ip -n "$1" link set "$2" up
-  ip -n "$3" link set "$4" up
-}
-link "$A" "${t}a" "$R1" "${t}r1a"
-link "$R2" "${t}r2b" "$B" "${t}b"
-link "$A" "${t}ca" "$B" "${t}cb"
+netns_make netns-ecmp "$A" "$B" "$R1" "$R2"
+netns_link "$A" "${t}a" "$R1" "${t}r1a"
+netns_link "$R2" "${t}r2b" "$B" "${t}b"
+netns_link "$A" "${t}ca" "$B" "${t}cb"
 hops1=() hops2=()
 for i in $(seq 1 "$links"); do
-  link "$R1" "${t}l$i" "$R2" "${t}m$i"
+  netns_link "$R1" "${t}l$i" "$R2" "${t}m$i"
   ip -n "$R1" addr add "198.18.$((9 + i)).1/30" dev "${t}l$i"
   ip -n "$R2" addr add "198.18.$((9 + i)).2/30" dev "${t}m$i"
   hops1+=(nexthop via "198.18.$((9 + i)).2")

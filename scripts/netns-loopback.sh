@@ -40,31 +40,17 @@ dev_b="${tag}b"
 ctl_a="${tag}ca"
 ctl_b="${tag}cb"
 run_dir=$(mktemp -d /tmp/braid-netns.XXXXXX)
+source scripts/lib/netns.sh
 cleanup() {
   [[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null || true
-  ip netns del "$ns_a" 2>/dev/null || true
-  ip netns del "$ns_b" 2>/dev/null || true
+  netns_cleanup
   rm -rf "$run_dir"
 }
 trap cleanup EXIT
 
-if ! ip netns add "$ns_a" 2>/dev/null || ! ip netns add "$ns_b" 2>/dev/null; then
-  echo "netns-loopback: cannot create network namespaces here" >&2
-  exit 77
-fi
-# One queue each way: AF_XDP serves queue 0 only.
-ip link add "$dev_a" numtxqueues 1 numrxqueues 1 type veth peer name "$dev_b" numtxqueues 1 numrxqueues 1
-ip link add "$ctl_a" type veth peer name "$ctl_b"
-ip link set "$dev_a" netns "$ns_a"
-ip link set "$dev_b" netns "$ns_b"
-ip link set "$ctl_a" netns "$ns_a"
-ip link set "$ctl_b" netns "$ns_b"
-for side in a b; do
-  ns="$tag-$side"
-  ip -n "$ns" link set lo up
-  ip -n "$ns" link set "${tag}$side" mtu "$mtu" up
-  ip -n "$ns" link set "${tag}c$side" up
-done
+netns_make netns-loopback "$ns_a" "$ns_b"
+netns_link "$ns_a" "$dev_a" "$ns_b" "$dev_b" "$mtu"  # the datapath
+netns_link "$ns_a" "$ctl_a" "$ns_b" "$ctl_b"          # the tools' TCP exchange
 ip -n "$ns_a" addr add 198.19.0.1/24 dev "$ctl_a"
 ip -n "$ns_b" addr add 198.19.0.2/24 dev "$ctl_b"
 
