@@ -1,0 +1,243 @@
+// Posting work requests: local key checks, send requests as the core
+// takes them, flushes in the error state.
+#include "braid/verbs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "verbs/calls.h"
+#include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
+using namespace braid::calls;
+
+namespace {
+
+// Local key check for a work request's buffers: every SGE must lie inside a
+// region of the QP's PD with the access the operation needs.
+bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32_t need,
+            braid::SgList* out) {
+  if (n < 0 || static_cast<uint32_t>(n) > braid::kMaxSge) return false;
+  out->num = 0;
+  for (int i = 0; i < n; ++i) {
+    uint8_t* p = nullptr;
+    if (sges[i].length > 0 && c->memory->resolve(sges[i].lkey, sges[i].addr, sges[i].length, need,
+                                                 pd->id, &p) != braid::AccessError::kNone) {
+      return false;
+    }
+    out->sge[out->num++] = braid::Sge{p, sges[i].length, sges[i].lkey};
+  }
+  return true;
+}
+
+// The errno of a refused post, with the reason for braid_last_error().
+int post_error(braid::PostError e, const char* what) {
+  switch (e) {
+    case braid::PostError::kOk:
+      return 0;
+    case braid::PostError::kQueueFull:
+      return fail(ENOMEM, std::string(what) + ": queue full");
+    case braid::PostError::kInvalid:
+      return fail(EINVAL, std::string(what) + ": invalid work request");
+    case braid::PostError::kConnectionError:
+      break;
+  }
+  return fail(EINVAL, std::string(what) + ": QP in error");
+}
+
+// A send work request as the connection takes it, or the errno that
+// refuses it. `commit` false only checks: inline data is not copied.
+int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::SendRequest* req) {
+  req->wr_id = wr->wr_id;
+  req->signaled = qp->sq_sig_all || (wr->send_flags & BRAID_SEND_SIGNALED);
+  req->remote_addr = wr->rdma.remote_addr;
+  req->rkey = wr->rdma.rkey;
+  req->imm_data = ntohl(wr->imm_data);
+  uint32_t need = 0;
+  // Read as an int: a C caller may pass any value, and an out-of-range
+  // enum must not be loaded as one.
+  int opcode;
+  std::memcpy(&opcode, &wr->opcode, sizeof(opcode));
+  switch (opcode) {
+    case BRAID_WR_RDMA_WRITE:
+      req->opcode = braid::Opcode::kWrite;
+      break;
+    case BRAID_WR_RDMA_WRITE_WITH_IMM:
+      req->opcode = braid::Opcode::kWriteImm;
+      break;
+    case BRAID_WR_SEND:
+      req->opcode = braid::Opcode::kSend;
+      break;
+    case BRAID_WR_SEND_WITH_IMM:
+      req->opcode = braid::Opcode::kSendImm;
+      break;
+    case BRAID_WR_RDMA_READ:
+      req->opcode = braid::Opcode::kRead;
+      need = braid::kAccessLocalWrite;
+      break;
+    default:
+      return fail(EINVAL, "post_send: opcode not supported");
+  }
+  if (qp->state != BRAID_QPS_RTS) return fail(EINVAL, "post_send: QP not in RTS");
+  req->fence = (wr->send_flags & BRAID_SEND_FENCE) != 0;
+  // The QP's own depth, not the core's (rounded up to a power of two).
+  if (qp->conn->outstanding_sends() >= qp->init.cap.max_send_wr) {
+    return fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
+  }
+  if ((wr->send_flags & BRAID_SEND_INLINE) && req->opcode != braid::Opcode::kRead) {
+    // Copy now: the application may reuse its buffer when this returns.
+    uint64_t total = 0;
+    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+    if (wr->num_sge < 0 || total > qp->init.cap.max_inline_data) {
+      return fail(EINVAL, "post_send: inline data larger than max_inline_data");
+    }
+    if (!commit) return 0;
+    // The slot belongs to the work request's own send queue entry (its MSN):
+    // it is free until that entry completes, and a request refused after
+    // the copy leaves no other request's bytes changed.
+    const size_t cap = qp->init.cap.max_inline_data;
+    uint8_t* slot = qp->inline_buf.data() + (qp->conn->next_msn() & (qp->inline_slots - 1)) * cap;
+    size_t off = 0;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      if (wr->sg_list[i].length == 0) continue;  // its address may be anything
+      std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                  wr->sg_list[i].length);
+      off += wr->sg_list[i].length;
+    }
+    req->local.num = 1;
+    req->local.sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+    return 0;
+  }
+  if (!to_sgl(qp->context, qp->pd, wr->sg_list, wr->num_sge, need, &req->local)) {
+    return fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
+  }
+  return 0;
+}
+
+bool in_error(const braid_qp* qp) {
+  return qp->state == BRAID_QPS_ERR ||
+         (qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError);
+}
+
+braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
+  int opcode;
+  std::memcpy(&opcode, &wr->opcode, sizeof(opcode));
+  switch (opcode) {
+    case BRAID_WR_RDMA_WRITE:
+    case BRAID_WR_RDMA_WRITE_WITH_IMM:
+      return braid::WcOpcode::kRdmaWrite;
+    case BRAID_WR_RDMA_READ:
+      return braid::WcOpcode::kRdmaRead;
+    default:
+      return braid::WcOpcode::kSend;
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  EngineGuard g(c, qp->engine, Drives::kYes);
+  for (; wr != nullptr; wr = wr->next) {
+    braid::SgList sgl;
+    int rc = 0;
+    if (in_error(qp)) {
+      flush_posted(qp->recv_cq, qp, wr->wr_id, braid::WcOpcode::kRecv);
+      continue;
+    }
+    if (qp->state == BRAID_QPS_RESET) {
+      rc = fail(EINVAL, "post_recv: QP in RESET");
+    } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
+      rc = fail(EINVAL, "post_recv: more SGEs than max_recv_sge");
+    } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite, &sgl)) {
+      rc = fail(EINVAL, "post_recv: a buffer is outside its MR or lacks LOCAL_WRITE");
+    } else if (qp->conn == nullptr) {
+      if (qp->early_recvs.size() >= qp->init.cap.max_recv_wr) {
+        rc = fail(ENOMEM, "post_recv: receive queue full");
+      } else {
+        qp->early_recvs.emplace_back(wr->wr_id, sgl);
+      }
+    } else {
+      rc = post_error(qp->conn->post_recv(wr->wr_id, sgl), "post_recv");
+    }
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+  }
+  c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
+  return 0;
+}
+
+int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_send_wr** bad) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  EngineGuard g(c, qp->engine, Drives::kYes);
+  // An idle QP sends at once (latency); one with work under way leaves the
+  // frames for the next poll, which sends them in one burst with the rest.
+  if (in_error(qp)) {
+    for (; wr != nullptr; wr = wr->next) {
+      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
+    }
+    return 0;
+  }
+  const bool was_idle = qp->conn != nullptr && qp->conn->outstanding_sends() == 0;
+  for (; wr != nullptr; wr = wr->next) {
+    braid::SendRequest req;
+    int rc = prepare_send(qp, wr, true, &req);
+    if (rc == 0) rc = post_error(qp->conn->post_send(req), "post_send");
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+  }
+  if (was_idle) c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
+  return 0;
+}
+
+int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  EngineGuard g(c, qp->engine, Drives::kYes);
+  if (in_error(qp)) {
+    for (; wr != nullptr; wr = wr->next) {
+      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
+    }
+    return 0;
+  }
+  // Everything that can refuse a work request is checked first, the
+  // queue's room included: then nothing below can fail.
+  uint32_t n = 0;
+  for (braid_send_wr* w = wr; w != nullptr; w = w->next, ++n) {
+    braid::SendRequest req;
+    if (const int rc = prepare_send(qp, w, false, &req)) return rc;
+  }
+  if (n == 0) return 0;
+  if (qp->conn->outstanding_sends() + n > qp->init.cap.max_send_wr) {
+    return fail(ENOMEM, "post_send: queue full");
+  }
+  const bool was_idle = qp->conn->outstanding_sends() == 0;
+  for (; wr != nullptr; wr = wr->next) {
+    braid::SendRequest req;
+    int rc = prepare_send(qp, wr, true, &req);
+    if (rc == 0) rc = post_error(qp->conn->post_send(req), "post_send");
+    if (rc != 0) return rc;  // not reached: checked above
+  }
+  if (was_idle) c->slots[qp->engine]->engine->transmit();
+  return 0;
+}
+
+}  // extern "C"

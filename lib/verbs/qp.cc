@@ -1,0 +1,340 @@
+// Queue pairs: create, destroy, the state machine (modify, query).
+#include "braid/verbs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "verbs/calls.h"
+#include "verbs/device_io.h"
+#include "verbs/verbs_internal.h"
+using namespace braid::calls;
+
+namespace {
+
+// The remote operations a QP's access flags allow, as the core names them.
+uint32_t remote_access_of(unsigned int flags) {
+  return ((flags & BRAID_ACCESS_REMOTE_WRITE) ? braid::kAccessRemoteWrite : 0u) |
+         ((flags & BRAID_ACCESS_REMOTE_READ) ? braid::kAccessRemoteRead : 0u);
+}
+
+// InfiniBand's RNR timer encoding (min_rnr_timer), in nanoseconds.
+braid::TimeNs rnr_delay_ns(uint8_t code) {
+  static const uint32_t kUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                                   160,    240,   320,   480,    640,    960,    1280,   1920,
+                                   2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
+                                   40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+  return braid::TimeNs{kUs[code & 31]} * 1000;
+}
+
+}  // namespace
+
+extern "C" {
+
+uint32_t braid_qp_num(const struct braid_qp* qp) {
+  return qp == nullptr ? 0 : qp->qp_num;
+}
+
+struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr* a) {
+  if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
+    return fail_null<braid_qp>(EINVAL, "create_qp: PD and both CQs are required");
+  }
+  if (a->qp_type != BRAID_QPT_RC) {
+    return fail_null<braid_qp>(EOPNOTSUPP, "create_qp: only RC queue pairs are supported");
+  }
+  if (a->cap.max_send_sge > braid::kMaxSge || a->cap.max_recv_sge > braid::kMaxSge ||
+      a->cap.max_send_wr > 32768 || a->cap.max_recv_wr > (1u << 20) ||
+      a->cap.max_inline_data > 1024) {
+    return fail_null<braid_qp>(EINVAL, "create_qp: capabilities beyond the device's limits");
+  }
+  braid_context* c = pd->context;
+  Guard g(c);
+  // Numbers go round the 16-bit space rather than lowest-free first: a
+  // number comes back only after 65534 others, so late packets of an old
+  // QP find no connection (or a long-settled one) under it.
+  uint32_t qpn = 0, counter = 0;
+  for (uint32_t i = 0; i < 65535; ++i) {
+    counter = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
+    const uint32_t n = braid::qpn_of(counter, c->qpn_key);
+    if (!c->qpn_used[n]) {
+      qpn = n;
+      break;
+    }
+  }
+  if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
+  c->qpn_used[qpn] = true;
+  c->next_qpn = counter % 65535 + 1;
+  auto* qp = new braid_qp{};
+  qp->context = c;
+  qp->pd = pd;
+  qp->send_cq = a->send_cq;
+  qp->recv_cq = a->recv_cq;
+  qp->qp_context = a->qp_context;
+  qp->qp_num = qpn;
+  qp->engine = c->engine_of(qpn);
+  qp->init = *a;
+  qp->init.cap.max_send_wr = std::max<uint32_t>(a->cap.max_send_wr, 1);
+  qp->init.cap.max_recv_wr = std::max<uint32_t>(a->cap.max_recv_wr, 1);
+  qp->sq_sig_all = a->sq_sig_all != 0;
+  qp->inline_slots = std::bit_ceil(qp->init.cap.max_send_wr);
+  qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
+  for (braid_cq* cq : {a->send_cq, a->recv_cq}) {
+    ++cq->users;
+    if (cq->rings[qp->engine] == nullptr) {
+      cq->rings[qp->engine] = std::make_unique<braid::CompletionQueue>(cq->cqe);
+      cq->has_ring[qp->engine].store(true, std::memory_order_release);
+    }
+  }
+  ++pd->users;
+  ++c->open_objects;
+  c->qps.push_back(qp);
+  return qp;
+}
+
+int braid_destroy_qp(struct braid_qp* qp) {
+  if (qp == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  if (qp->conn != nullptr) {
+    // The peer's last sends completed here; it learns so from our ACK. An
+    // ACK not yet sent (coalesced, held), lost, or left in a ring the peer
+    // has not read when our port closes would end them in RETRY_EXC_ERR
+    // there: the connection's CLOSE says it again until the peer answers
+    // (Endpoint::close_connection; close_device waits for the answers).
+    braid::Engine& e = *c->slots[qp->engine]->engine;
+    e.close_connection(static_cast<uint16_t>(qp->qp_num));
+    e.transmit();
+  }
+  c->qpn_used[qp->qp_num] = false;
+  c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
+  // A CQ keeps its rings (and the completions in them) until it goes.
+  --qp->send_cq->users;
+  --qp->recv_cq->users;
+  --qp->pd->users;
+  --c->open_objects;
+  delete qp;
+  return 0;
+}
+
+// The MAC of the next hop towards peer_ip, for engine k (every engine's
+// lock held). The reply may arrive on any engine's queue (a NIC's RSS sends
+// ARP to one queue), so each engine asks, all are polled, and whichever
+// learns it first tells k. wait_us < 0: only what is known now (resolution
+// starts). With one engine this is Engine::resolve_neighbor's loop.
+static bool resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us,
+                        braid::wire::MacAddr* mac) {
+  braid::Engine& e = *c->slots[k]->engine;
+  const braid::TimeNs deadline = e.now() + (wait_us < 0 ? 0 : uint64_t(wait_us) * 1000);
+  for (;;) {
+    for (auto& s : c->slots) {
+      if (!s->engine->lookup_neighbor(peer_ip, mac)) continue;
+      if (s->engine.get() != &e) e.learn_neighbor(peer_ip, *mac);
+      return true;
+    }
+    if (e.neighbor_state(peer_ip) == braid::net::NeighborState::kFailed || e.now() >= deadline) {
+      return false;
+    }
+    for (auto& s : c->slots) s->engine->poll();
+  }
+}
+
+static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  constexpr int kNeed = BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN;
+  if ((mask & kNeed) != kNeed) {
+    return fail(EINVAL, "modify_qp RTR needs AV, PATH_MTU, DEST_QPN and RQ_PSN");
+  }
+  uint32_t peer_ip = 0;
+  if (braid_gid_to_ipv4(&a->ah_attr.dgid, &peer_ip) != 0) {
+    return fail(EINVAL, "modify_qp RTR: the destination GID is not an IPv4-mapped address");
+  }
+  if (a->dest_qp_num == 0 || a->dest_qp_num > 65535) {
+    return fail(EINVAL, "modify_qp RTR: destination QP number out of range");
+  }
+  braid_context* c = qp->context;
+  braid::Engine& e = *c->slots[qp->engine]->engine;
+  // The MAC comes from ARP. A short wait covers a peer that answers at once;
+  // otherwise the QP goes to RTR now and sends once the reply arrives (the
+  // peer may be busy in its own connection set-up).
+  braid::wire::MacAddr mac{};
+  const int arp_wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
+  const bool known = resolve_for(c, qp->engine, peer_ip, arp_wait_us, &mac);
+  braid::ConnectionConfig cc;
+  cc.await_remote_mac = !known;
+  cc.local_id = static_cast<uint16_t>(qp->qp_num);
+  cc.remote_id = static_cast<uint16_t>(a->dest_qp_num);
+  cc.qp_num = qp->qp_num;
+  cc.remote_mac = mac;
+  cc.remote_ip = peer_ip;
+  cc.rx_psn = a->rq_psn;
+  // Until RTS gives the send PSN: READ responses sent in RTR start at the
+  // requester's own initial PSN (our rq_psn), which it recognises
+  // (Connection::learn_responder_psn).
+  cc.tx_psn = cc.rx_psn;
+  cc.pd = qp->pd->id;
+  const uint32_t link_mtu = e.io().max_frame() - braid::wire_l2();
+  // A path MTU below the port's is honoured to the byte. At the port's own
+  // (the largest an InfiniBand MTU can name), packets fill the link: 1416
+  // payload bytes at MTU 1500 rather than 1024, 8916 at 9000 rather than
+  // 4096. Like RoCE, both ends need the link MTU the QP was set up with.
+  const uint32_t ib_mtu = 128u << std::clamp<int>(a->path_mtu, 1, 5);
+  const uint32_t link_payload = braid::max_payload(link_mtu, c->trailer_bytes());
+  cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
+  cc.sq_depth = qp->init.cap.max_send_wr;
+  cc.rq_depth = qp->init.cap.max_recv_wr;
+  cc.entropy.count = c->config.entropies;
+  cc.entropy.policy = static_cast<braid::PathPolicy>(c->config.paths - 1);  // checked at open
+  cc.cc.algorithm = static_cast<braid::CcAlgorithm>(c->config.cc - 1);      // checked at open
+  // NSCC's base RTT is the smallest measured; nothing here trims.
+  cc.cc.link_bps = uint64_t{c->config.link_mbps} * 1'000'000;
+  cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;
+  cc.cc.trimming = false;
+  cc.cc.credit = c->config.credit == 1;
+  cc.max_rd_atomic = 16;  // until RTS says
+  // Unset, 16 (the device's max_qp_rd_atom): InfiniBand requires it at RTR.
+  qp->attr.max_dest_rd_atomic = (mask & BRAID_QP_MAX_DEST_RD_ATOMIC) ? a->max_dest_rd_atomic : 16;
+  cc.max_dest_rd_atomic = qp->attr.max_dest_rd_atomic;
+  cc.remote_access = remote_access_of((mask & BRAID_QP_ACCESS_FLAGS) ? a->qp_access_flags
+                                                                     : qp->attr.qp_access_flags);
+  if (mask & BRAID_QP_MIN_RNR_TIMER) qp->attr.min_rnr_timer = a->min_rnr_timer;
+  cc.rnr_delay_ns = rnr_delay_ns(qp->attr.min_rnr_timer);
+  cc.peer_ack_hold_ns = braid::kAckHoldNs;
+  if (mask & BRAID_QP_AUTH_NONCE) std::memcpy(cc.auth_nonce.data(), a->auth_nonce, 16);
+  qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
+                                            &qp->recv_cq->ring(qp->engine));
+  if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
+  // The device has a peer now: from here to close its bursts must not race
+  // the peer's going (a memif peer that exits makes DPDK unmap the rings a
+  // burst reads). Before the first RTR the link may still come and go (a
+  // client that retries its connection).
+  for (auto& s : c->slots) s->engine->io().hold_events_until_close();
+  if (!known) e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
+  for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(id, sgl);
+  qp->early_recvs.clear();
+  qp->attr.dest_qp_num = a->dest_qp_num;
+  qp->attr.rq_psn = a->rq_psn;
+  qp->attr.path_mtu = a->path_mtu;
+  qp->attr.ah_attr = a->ah_attr;
+  if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+  return 0;
+}
+
+// What RTS->RTS may change, as InfiniBand's state table allows for RC (the
+// kernel refuses the rest): access flags and the RNR timer. Also applied
+// at RTR->RTS.
+static void apply_access_and_rnr(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  if (mask & BRAID_QP_ACCESS_FLAGS) {
+    qp->attr.qp_access_flags = a->qp_access_flags;
+    qp->conn->set_remote_access(remote_access_of(a->qp_access_flags));
+  }
+  if (mask & BRAID_QP_MIN_RNR_TIMER) {
+    qp->attr.min_rnr_timer = a->min_rnr_timer;
+    qp->conn->set_min_rnr_delay(rnr_delay_ns(a->min_rnr_timer));
+  }
+}
+
+static int rts_to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  constexpr int kAllowed =
+      BRAID_QP_STATE | BRAID_QP_CUR_STATE | BRAID_QP_ACCESS_FLAGS | BRAID_QP_MIN_RNR_TIMER;
+  if (mask & ~kAllowed) {
+    return fail(EINVAL,
+                "modify_qp RTS->RTS: only the access flags and the RNR timer may change "
+                "(timeout, retry counts, PSNs and READ limits are set at RTR and RTS)");
+  }
+  apply_access_and_rnr(qp, a, mask);  // (a QP in RTS has its connection)
+  return 0;
+}
+
+static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  if (!(mask & BRAID_QP_SQ_PSN)) return fail(EINVAL, "modify_qp RTS needs SQ_PSN");
+  if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
+    return fail(EINVAL, "modify_qp: timeout must be 0..31");
+  }
+  if (!qp->conn->set_send_psn(a->sq_psn)) {
+    if (qp->conn->auth_broken()) {
+      return fail(EIO, "modify_qp RTS: the QP's keys could not be made (libcrypto failed)");
+    }
+    return fail(EINVAL, "modify_qp RTS: the send queue has already started");
+  }
+  // Unset (InfiniBand requires them for RC), the defaults of an RC QP as
+  // perftest leaves it.
+  qp->attr.retry_cnt = (mask & BRAID_QP_RETRY_CNT) ? std::min<uint8_t>(a->retry_cnt, 7) : 7;
+  qp->attr.rnr_retry = (mask & BRAID_QP_RNR_RETRY) ? std::min<uint8_t>(a->rnr_retry, 7) : 7;
+  qp->attr.timeout = (mask & BRAID_QP_TIMEOUT) ? a->timeout : 14;
+  qp->attr.max_rd_atomic = (mask & BRAID_QP_MAX_QP_RD_ATOMIC) ? a->max_rd_atomic : 16;
+  qp->attr.sq_psn = a->sq_psn;
+  // IB's local ACK timeout (4.096 us x 2^timeout) caps Braid's adaptive
+  // RTO; 0 is infinite: the QP waits for its peer forever (RTO backoff
+  // capped at 50 ms, so that a peer that comes back is heard from soon).
+  const uint8_t timeout = qp->attr.timeout;
+  const braid::TimeNs rto_max =
+      timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
+  qp->conn->set_retry(qp->attr.retry_cnt, qp->attr.rnr_retry, rto_max, timeout == 0);
+  qp->conn->set_max_rd_atomic(qp->attr.max_rd_atomic);
+  apply_access_and_rnr(qp, a, mask);
+  return 0;
+}
+
+int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
+  if (qp == nullptr || a == nullptr) return EINVAL;
+  braid_context* c = qp->context;
+  Guard g(c);
+  if (!(mask & BRAID_QP_STATE)) return fail(EINVAL, "modify_qp: QP_STATE missing");
+  const braid_qp_state from = qp->state, to = a->qp_state;
+  int rc = 0;
+  if (to == BRAID_QPS_ERR) {
+    if (qp->conn != nullptr) qp->conn->set_error(braid::WcStatus::kWrFlushErr);
+    // Receives posted before RTR have no connection to flush them.
+    for (auto& r : qp->early_recvs) {
+      flush_posted(qp->recv_cq, qp, r.first, braid::WcOpcode::kRecv);
+    }
+    qp->early_recvs.clear();
+  } else if (to == BRAID_QPS_RESET) {
+    if (qp->conn != nullptr) {
+      c->slots[qp->engine]->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
+      qp->conn = nullptr;
+    }
+    qp->early_recvs.clear();
+  } else if (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) {
+    if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+  } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_INIT) {
+    if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;
+  } else if (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR) {
+    rc = to_rtr(qp, a, mask);
+  } else if (from == BRAID_QPS_RTR && to == BRAID_QPS_RTS) {
+    rc = to_rts(qp, a, mask);
+  } else if (from == BRAID_QPS_RTS && to == BRAID_QPS_RTS) {
+    rc = rts_to_rts(qp, a, mask);
+  } else {
+    return fail(EINVAL, "modify_qp: transition not allowed");
+  }
+  if (rc != 0) return rc;
+  qp->state = to;
+  qp->attr.qp_state = to;
+  return 0;
+}
+
+int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
+                   struct braid_qp_init_attr* init) {
+  (void)mask;
+  if (qp == nullptr || a == nullptr) return EINVAL;
+  EngineGuard g(qp->context, qp->engine);
+  *a = qp->attr;
+  a->qp_state = a->cur_qp_state =
+      qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError ? BRAID_QPS_ERR
+                                                                                 : qp->state;
+  a->cap = qp->init.cap;
+  if (init != nullptr) *init = qp->init;
+  return 0;
+}
+
+}  // extern "C"
