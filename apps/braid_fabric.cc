@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "fabric/scenario.h"
 #include "fabric/workload.h"
 
 namespace {
@@ -79,31 +80,6 @@ struct Options {
   std::vector<size_t> entropy_flows{0};
 };
 
-uint64_t parse_size(const std::string& s) {
-  size_t used = 0;
-  const double v = std::stod(s, &used);
-  uint64_t mult = 1;
-  if (used < s.size()) {
-    switch (s[used]) {
-      case 'k':
-      case 'K':
-        mult = 1024;
-        break;
-      case 'm':
-      case 'M':
-        mult = 1024 * 1024;
-        break;
-      case 'g':
-      case 'G':
-        mult = 1024ull * 1024 * 1024;
-        break;
-      default:
-        throw CLI::ValidationError("--size", "use a number with K, M or G: " + s);
-    }
-  }
-  return static_cast<uint64_t>(v * static_cast<double>(mult));
-}
-
 TopologyConfig topology_of(const Options& o) {
   TopologyConfig t;
   t.kind = o.topology == "leaf-spine" ? TopologyConfig::Kind::kLeafSpine
@@ -145,139 +121,6 @@ void finish_switch_config(TopologyConfig& t, const Options& o, const Profile& p)
         o.ecn_kmax_bytes > 0 ? o.ecn_kmax_bytes : static_cast<uint32_t>(o.ecn_kmax * bdp);
     t.sw.ecn_pmax = o.ecn_pmax;
   }
-}
-
-// One flow: "src dst bytes [start_us [after [qp]]]". False for a blank line.
-bool parse_flow(const std::string& text, FlowSpec& f, const std::string& where) {
-  std::istringstream ss(text.substr(0, text.find('#')));
-  f = FlowSpec{};
-  std::string size, extra;
-  if (!(ss >> f.src)) {
-    if (ss.eof()) return false;  // blank or comment
-    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after [qp]]]");
-  }
-  if (!(ss >> f.dst >> size)) {
-    throw CLI::ValidationError("--flow", where + ": want src dst bytes [start_us [after [qp]]]");
-  }
-  f.bytes = parse_size(size);
-  double start_us = 0;
-  if (ss >> start_us) {
-    if (start_us < 0) throw CLI::ValidationError("--flow", where + ": negative start");
-    f.start = static_cast<TimeNs>(start_us * 1000);
-    if (!(ss >> f.after) && !ss.eof()) {
-      throw CLI::ValidationError("--flow", where + ": 'after' is a flow's index");
-    }
-    int qp = 0;
-    if (ss >> qp) {
-      if (qp < 0 || qp > 0xffff) throw CLI::ValidationError("--flow", where + ": qp is 0..65535");
-      f.qp = static_cast<uint16_t>(qp);
-    } else if (!ss.eof()) {
-      throw CLI::ValidationError("--flow", where + ": qp is a number");
-    }
-  } else if (!ss.eof()) {
-    throw CLI::ValidationError("--flow", where + ": start is in microseconds");
-  }
-  if (ss >> extra) throw CLI::ValidationError("--flow", where + ": unexpected '" + extra + "'");
-  return true;
-}
-
-// Flows from a file: "src dst bytes [start_us [after [qp]]]" per line.
-std::vector<FlowSpec> read_flows(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw CLI::ValidationError("--flows", "cannot read " + path);
-  std::vector<FlowSpec> flows;
-  std::string line;
-  int n = 0;
-  while (std::getline(in, line)) {
-    ++n;
-    FlowSpec f;
-    if (parse_flow(line, f, path + ":" + std::to_string(n))) flows.push_back(f);
-  }
-  return flows;
-}
-
-// A link event: "at_us kind link [value]".
-//   kind: down, up, rate (value: fraction of the link's configured rate),
-//         loss (value: the fraction of frames silently dropped, default 1);
-//   link: core:I (the I-th top-tier link, both directions; core:I:up or
-//         core:I:down for one), host:H (host H's link to its edge switch,
-//         both directions; host:H:in or host:H:out for one).
-struct EventSpec {
-  double at_us = 0;
-  std::string kind;
-  std::string link;
-  double value = 1.0;
-};
-
-EventSpec parse_event(const std::string& text) {
-  std::istringstream ss(text);
-  EventSpec e;
-  std::string extra;
-  if (!(ss >> e.at_us >> e.kind >> e.link) || e.at_us < 0) {
-    throw CLI::ValidationError("--event", "'" + text + "': want at_us kind link [value]");
-  }
-  const bool valued = static_cast<bool>(ss >> e.value);
-  if (!valued && !ss.eof()) {
-    throw CLI::ValidationError("--event", "'" + text + "': the value is a number");
-  }
-  if (ss >> extra) throw CLI::ValidationError("--event", "'" + text + "': unexpected " + extra);
-  if (e.kind == "rate") {
-    if (!valued || e.value <= 0 || e.value > 1) {
-      throw CLI::ValidationError("--event", "'" + text + "': rate wants a fraction in (0, 1]");
-    }
-  } else if (e.kind == "loss") {
-    if (e.value < 0 || e.value > 1) {
-      throw CLI::ValidationError("--event", "'" + text + "': loss wants a fraction in [0, 1]");
-    }
-  } else if (e.kind != "down" && e.kind != "up") {
-    throw CLI::ValidationError("--event", "'" + text + "': kind is down, up, rate or loss");
-  }
-  return e;
-}
-
-// The fabric ports (egress, one per direction) of an event's link.
-std::vector<int> ports_of_link(const std::string& link, Experiment& x) {
-  const Fabric& f = x.fabric();
-  const Topology& t = x.topology();
-  const auto bad = [&](const std::string& why) {
-    return CLI::ValidationError("--event", "link '" + link + "': " + why);
-  };
-  const size_t colon = link.find(':');
-  if (colon == std::string::npos) throw bad("want core:I or host:H");
-  const std::string what = link.substr(0, colon);
-  std::string rest = link.substr(colon + 1), dir;
-  if (const size_t c2 = rest.find(':'); c2 != std::string::npos) {
-    dir = rest.substr(c2 + 1);
-    rest = rest.substr(0, c2);
-  }
-  size_t used = 0;
-  long i = -1;
-  try {
-    i = std::stol(rest, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != rest.size() || i < 0) throw bad("the index is a number");
-  std::vector<int> ports;
-  if (what == "core") {
-    if (i >= static_cast<long>(t.core_links.size())) {
-      throw bad(fmt::format("the fabric has {} top-tier links", t.core_links.size()));
-    }
-    const int up = t.core_links[i];  // the lower switch's egress; +1 is the way down
-    if (dir.empty() || dir == "up") ports.push_back(up);
-    if (dir.empty() || dir == "down") ports.push_back(up + 1);
-  } else if (what == "host") {
-    if (i >= x.hosts()) throw bad(fmt::format("the fabric has {} hosts", x.hosts()));
-    const int h = static_cast<int>(i);
-    if (dir.empty() || dir == "in")
-      ports.push_back(f.port_between(t.host_edge[h], f.node_of_host(h)));
-    if (dir.empty() || dir == "out")
-      ports.push_back(f.port_between(f.node_of_host(h), t.host_edge[h]));
-  } else {
-    throw bad("want core:I or host:H");
-  }
-  if (ports.empty()) throw bad("the direction is up or down (core), in or out (host)");
-  return ports;
 }
 
 // The victim scenarios: a flow from the far end of the fabric into host 1,
@@ -364,8 +207,8 @@ std::vector<FlowSpec> flows_of(const Options& o, int hosts, uint64_t bytes, int&
 
 // The link events of the options: the scenario flags (--loss-pct,
 // --degrade, --link-down-at-us, --gray-at-us) as events, then --event ones.
-std::vector<EventSpec> events_of(const Options& o, const Topology& t, int hosts) {
-  std::vector<EventSpec> ev;
+std::vector<LinkEvent> events_of(const Options& o, const Topology& t, int hosts) {
+  std::vector<LinkEvent> ev;
   if (o.loss_pct > 0) {
     const double p = o.loss_pct / 100.0;
     if (o.loss_where == "last-hop") {
@@ -389,25 +232,6 @@ std::vector<EventSpec> events_of(const Options& o, const Topology& t, int hosts)
 
 // Schedules the events on the experiment's fabric (those at time 0 apply
 // at once). Throws on a link the topology does not have.
-void schedule_events(const std::vector<EventSpec>& events, double gbps, Experiment& x) {
-  Fabric& f = x.fabric();
-  for (const EventSpec& e : events) {
-    const std::vector<int> ports = ports_of_link(e.link, x);
-    std::function<void()> apply = [&f, ports, e, gbps] {
-      for (int port : ports) {
-        if (e.kind == "down" || e.kind == "up") f.set_port_up(port, e.kind == "up");
-        if (e.kind == "rate") f.set_port_rate(port, gbps * e.value);
-        if (e.kind == "loss") f.set_port_loss(port, e.value);
-      }
-    };
-    if (e.at_us == 0) {
-      apply();
-    } else {
-      f.at(static_cast<TimeNs>(e.at_us * 1000), std::move(apply));
-    }
-  }
-}
-
 // Scenario files in JSON: one object whose keys are the long options'
 // names and whose values are what the command line would give them
 // (numbers, strings, booleans for flags, arrays for repeated options).
