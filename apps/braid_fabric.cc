@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "core/registry.h"
 #include "fabric/scenario.h"
 #include "fabric/workload.h"
 
@@ -232,6 +233,16 @@ std::vector<LinkEvent> events_of(const Options& o, const Topology& t, int hosts)
 
 // Schedules the events on the experiment's fabric (those at time 0 apply
 // at once). Throws on a link the topology does not have.
+// An option whose value must name an alternative of a registry.
+template <class Registry>
+CLI::Validator registered(const char* kind, const std::string& what) {
+  return CLI::Validator(
+      [what](std::string& s) {
+        return braid::registry_index<Registry>(s) ? std::string{} : "no " + what + " is named " + s;
+      },
+      kind);
+}
+
 // Scenario files in JSON: one object whose keys are the long options'
 // names and whose values are what the command line would give them
 // (numbers, strings, booleans for flags, arrays for repeated options).
@@ -350,20 +361,11 @@ int main(int argc, char** argv) {
   app.add_option("--cc", o.cc,
                  "congestion control instead of the profile's: fixed, nscc, dcqcn, or any other "
                  "algorithm the build registers (lib/core/cc/registry.h)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return braid::cc_algorithm_named(s) ? std::string{}
-                                                : "no congestion control is named " + s;
-          },
-          "ALGORITHM"));
+      ->check(registered<braid::CcAlgorithms>("ALGORITHM", "congestion control"));
   app.add_option("--paths", o.paths,
                  "path policy instead of the profile's: round-robin, reps, bitmap, or any other "
                  "policy the build registers (lib/core/paths/registry.h)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return braid::path_policy_named(s) ? std::string{} : "no path policy is named " + s;
-          },
-          "POLICY"));
+      ->check(registered<braid::PathPolicies>("POLICY", "path policy"));
   app.add_option("--cc-scope", o.cc_scope,
                  "peer: a host's QPs to one peer share a congestion state; connection: one each")
       ->check(CLI::IsMember({"peer", "connection"}))

@@ -19,6 +19,18 @@
 namespace braid::perftest {
 // --- Options -----------------------------------------------------------------
 
+namespace {
+// An option whose value must be a name the build registers (`number` of
+// it 0: none).
+CLI::Validator registered(const char* kind, const std::string& what, int (*number)(const char*)) {
+  return CLI::Validator(
+      [what, number](std::string& s) {
+        return number(s.c_str()) != 0 ? std::string{} : "no " + what + " is named " + s;
+      },
+      kind);
+}
+}  // namespace
+
 int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out) {
   Options o;
   o.verb = verb;
@@ -120,21 +132,11 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: how a QP chooses each packet's entropy: reps (recycle the ones that came "
                  "back unmarked), bitmap (in turn, passing over the ones penalised by ECN, NACK "
                  "or loss), round-robin, or any other policy the build registers (default reps)")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return braid_paths_from_name(s.c_str()) != 0 ? std::string{}
-                                                         : "no path policy is named " + s;
-          },
-          "POLICY"));
+      ->check(registered("POLICY", "path policy", braid_paths_from_name));
   app.add_option("--cc", o.cc,
                  "Braid: congestion control: nscc (UET's, the default), fixed (a 1 MiB window), "
                  "dcqcn, or any other algorithm the build registers")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            return braid_cc_from_name(s.c_str()) != 0 ? std::string{}
-                                                      : "no congestion control is named " + s;
-          },
-          "ALGORITHM"));
+      ->check(registered("ALGORITHM", "congestion control", braid_cc_from_name));
   app.add_option("--cc-scope", o.cc_scope,
                  "Braid: peer (default: the QPs to one peer share one congestion window) or qp "
                  "(a window each, as RoCE's DCQCN per QP)")

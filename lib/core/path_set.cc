@@ -1,5 +1,7 @@
 #include "core/path_set.h"
 
+#include "core/registry.h"
+
 #include <algorithm>
 #include <array>
 #include <type_traits>
@@ -8,20 +10,6 @@
 namespace braid {
 
 namespace {
-
-using Make = PathPolicies (*)(const EntropyConfig&);
-
-template <size_t... I>
-constexpr std::array<Make, sizeof...(I)> makers(std::index_sequence<I...>) {
-  return {[](const EntropyConfig& c) { return PathPolicies(std::in_place_index<I>, c); }...};
-}
-constexpr auto kMakers = makers(std::make_index_sequence<kPathPolicyCount>());
-
-template <size_t... I>
-constexpr std::array<std::string_view, sizeof...(I)> names(std::index_sequence<I...>) {
-  return {std::variant_alternative_t<I, PathPolicies>::kName...};
-}
-constexpr auto kNames = names(std::make_index_sequence<kPathPolicyCount>());
 
 template <size_t... I>
 constexpr std::array<bool, sizeof...(I)> adaptives(std::index_sequence<I...>) {
@@ -51,20 +39,17 @@ EntropyConfig clamped(EntropyConfig c) {
 }  // namespace
 
 std::string_view path_policy_name(PathPolicy p) {
-  const auto i = static_cast<size_t>(p);
-  return i < kNames.size() ? kNames[i] : std::string_view{};
+  return registry_name<PathPolicies>(static_cast<size_t>(p));
 }
 
 std::optional<PathPolicy> path_policy_named(std::string_view name) {
-  for (size_t i = 0; i < kNames.size(); ++i) {
-    if (kNames[i] == name) return static_cast<PathPolicy>(i);
-  }
-  return std::nullopt;
+  const auto i = registry_index<PathPolicies>(name);
+  return i ? std::optional<PathPolicy>(static_cast<PathPolicy>(*i)) : std::nullopt;
 }
 
 PathSet::PathSet(const EntropyConfig& cfg)
     : cfg_(clamped(cfg)),
-      policy_(kMakers[static_cast<size_t>(cfg_.policy)](cfg_)),
+      policy_(registry_make<PathPolicies>(static_cast<size_t>(cfg_.policy), cfg_)),
       adaptive_(kAdaptive[static_cast<size_t>(cfg_.policy)]) {
   paths_.resize(cfg_.count);
   if (adaptive()) health_.resize(cfg_.count);

@@ -12,7 +12,9 @@ PeerCongestion::PeerCongestion(const CcConfig& cfg, uint32_t packet_bytes, Timin
   pace_timer_.owner = this;
 }
 
-PeerCongestion::~PeerCongestion() { wheel_->cancel(&pace_timer_); }
+PeerCongestion::~PeerCongestion() {
+  wheel_->cancel(&pace_timer_);
+}
 
 void PeerCongestion::join(Connection*) {
   ++members_;

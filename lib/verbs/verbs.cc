@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "core/registry.h"
 #include "verbs/calls.h"
 #include "verbs/device_io.h"
 #include "verbs/verbs_internal.h"
@@ -28,30 +29,39 @@ void set_last_error(const std::string& why) {
 }
 }  // namespace braid
 
+namespace {
+// A registry's numbers in the C API (enum braid_cc, braid_path_policy):
+// its place plus one; 0 for none.
+template <class Registry>
+int c_number(const char* name) {
+  if (name == nullptr) return 0;
+  const auto i = braid::registry_index<Registry>(name);
+  return i ? static_cast<int>(*i) + 1 : 0;
+}
+template <class Registry>
+const char* c_name(int number) {
+  if (number < 1) return nullptr;
+  const std::string_view n = braid::registry_name<Registry>(static_cast<size_t>(number - 1));
+  return n.empty() ? nullptr : n.data();  // kName is a literal: it ends in a NUL
+}
+}  // namespace
+
 extern "C" {
 
 int braid_paths_from_name(const char* name) {
-  if (name == nullptr) return 0;
-  const auto p = braid::path_policy_named(name);
-  return p ? static_cast<int>(*p) + 1 : 0;
+  return c_number<braid::PathPolicies>(name);
 }
 
 const char* braid_paths_name(int paths) {
-  if (paths < 1 || static_cast<size_t>(paths) > braid::kPathPolicyCount) return nullptr;
-  // kName is a literal: its data ends in a NUL.
-  return braid::path_policy_name(static_cast<braid::PathPolicy>(paths - 1)).data();
+  return c_name<braid::PathPolicies>(paths);
 }
 
 int braid_cc_from_name(const char* name) {
-  if (name == nullptr) return 0;
-  const auto a = braid::cc_algorithm_named(name);
-  return a ? static_cast<int>(*a) + 1 : 0;
+  return c_number<braid::CcAlgorithms>(name);
 }
 
 const char* braid_cc_name(int cc) {
-  if (cc < 1 || static_cast<size_t>(cc) > braid::kCcAlgorithmCount) return nullptr;
-  // kName is a literal: its data ends in a NUL.
-  return braid::cc_algorithm_name(static_cast<braid::CcAlgorithm>(cc - 1)).data();
+  return c_name<braid::CcAlgorithms>(cc);
 }
 
 const char* braid_last_error(void) {
