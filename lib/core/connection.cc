@@ -390,6 +390,7 @@ void Connection::set_error(WcStatus status) {
     recv_cq_->push(wc);
   }
   sub_inflight(inflight_bytes_);
+  peer_->forget(this);  // it sends no data again: it must not take a waiter's turn
   retx_count_ = 0;
   // Queued NACKs still go out (they tell the peer why), and so does the ACK
   // owed for what was accepted before the error: those requests are done

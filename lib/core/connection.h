@@ -252,6 +252,8 @@ class Connection {
   void park() {
     if ((retx_count_ > 0 || !at_tail()) && held_by_peer()) peer_->wait(this);
   }
+  // On its owner's data queue (it queued itself to send).
+  bool data_queued() const { return data_q_ != nullptr && data_q_->contains(cfg_.local_id); }
   // Queues the connection puts its id on whenever it may have become ready
   // to send (a post, a packet, a timer, an error): its owner's transmit
   // lists. An owner that polls every connection needs none.
@@ -487,7 +489,12 @@ class Connection {
       }
     }
   }
-  bool held_by_peer() const { return peer_->pace_armed() || !window_takes_full_packet(); }
+  // Only an active connection waits for the peer's window: one in error
+  // sends no data again.
+  bool held_by_peer() const {
+    return state_ == ConnectionState::kActive && mac_known_ &&
+           (peer_->pace_armed() || !window_takes_full_packet());
+  }
   // Bytes in flight, counted here and in the peer's shared window.
   void add_inflight(uint32_t bytes) {
     inflight_bytes_ += bytes;

@@ -29,11 +29,12 @@ void PeerCongestion::join(Connection*) {
 }
 
 void PeerCongestion::leave(Connection* c) {
-  if (c->waiting_for_peer_) remove_waiter(c);
+  remove_waiter(c);
   --members_;
 }
 
 void PeerCongestion::remove_waiter(Connection* c) {
+  if (!c->waiting_for_peer_) return;
   size_t kept = 0;
   for (size_t i = 0; i < count_; ++i) {
     Connection* x = waiters_[(head_ + i) % waiters_.size()];
@@ -76,21 +77,24 @@ void PeerCongestion::pace_thunk(Timer* t, TimeNs) {
 void PeerCongestion::wake() {
   if (pace_timer_.armed()) return;
   const uint32_t cwnd = cc_.cwnd_bytes();
-  size_t room = 1;  // with nothing in flight, one packet goes
-  if (inflight_ > 0) {
-    if (inflight_ + packet_bytes_ > cwnd) return;
-    room = (cwnd - inflight_) / packet_bytes_;
-  }
-  // Those woken queue themselves to send; one that finds the window taken
-  // again waits anew, behind the others.
-  size_t n = std::min(count_, std::max<size_t>(room, 1));
+  if (inflight_ > 0 && inflight_ + packet_bytes_ > cwnd) return;
+  // Full packets the window takes now (one at least: with nothing in
+  // flight, one always goes).
+  const size_t room =
+      std::max<size_t>((cwnd > inflight_ ? cwnd - inflight_ : 0) / packet_bytes_, 1);
+  // Woken in turn until that many have queued themselves to send. One that
+  // cannot send for its own reasons (an RNR wait, the READ limit) does not
+  // take another's turn: its own event pokes it. One that finds the window
+  // taken again waits anew, behind the others.
+  size_t queued = 0;
   waking_ = true;
-  while (n-- > 0) {
+  for (size_t n = count_; n > 0 && queued < room; --n) {
     Connection* c = waiters_[head_];
     head_ = (head_ + 1) % waiters_.size();
     --count_;
     c->waiting_for_peer_ = false;
     c->poke();
+    if (c->data_queued()) ++queued;
   }
   waking_ = false;
 }

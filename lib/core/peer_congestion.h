@@ -65,6 +65,8 @@ class PeerCongestion {
   // `c` has data the window or the pacing holds back: it is poked when
   // either opens (at most once in the list).
   void wait(Connection* c);
+  // `c` waits no more (it went into error, or away).
+  void forget(Connection* c) { remove_waiter(c); }
   // Wakes waiters the window has room for (when the pacing timer is not
   // armed). Cheap when nobody waits.
   void wake_if_open() {

@@ -223,6 +223,31 @@ TEST(TxScheduler, ConnectionsToOnePeerShareItsWindow) {
   }
 }
 
+// A connection that goes into error while it waits for the shared window
+// does not take the turn of one still waiting behind it: when the window
+// opens, the healthy one sends.
+TEST(TxScheduler, AConnectionInErrorDoesNotTakeTheTurnOfOneWaitingForTheSharedWindow) {
+  ConnectionConfig c;
+  c.cc.window_bytes = 2 * (c.mtu + Connection::kPacketCharge);
+  ThreePairs t(c);
+  t.write(t.p.qb, 2 * c.mtu, true);
+  const std::vector<Frame> first = t.p.drain(t.p.b);
+  ASSERT_EQ(first.size(), 2u);  // the window is full
+  t.write(t.qb4, c.mtu, true);  // both wait for it, qb4 first
+  t.write(t.qb6, c.mtu, true);
+  EXPECT_TRUE(t.p.drain(t.p.b).empty());
+  t.qb4->set_error(WcStatus::kWrFlushErr);
+  // qb's packets arrive and are acknowledged (its last asked for an ACK at
+  // once): nothing is in flight any more.
+  t.p.deliver(t.p.a, first);
+  t.p.deliver(t.p.b, t.p.drain(t.p.a));
+  EXPECT_EQ(t.p.qb->peer().inflight(), 0u);
+  // qb6 sends without waiting for anything else.
+  const std::vector<Frame> next = t.p.drain(t.p.b);
+  ASSERT_EQ(next.size(), 1u);
+  EXPECT_EQ(what(next[0]).from, 6);
+}
+
 TEST(TxScheduler, ConnectionsToOnePeerShareItsPacing) {
   // Two connections to one peer at a paced 10 Gb/s: together at that rate,
   // not twice it.
