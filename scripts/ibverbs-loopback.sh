@@ -13,6 +13,7 @@
 set -euo pipefail
 self="$(realpath "$0")"
 cd "$(dirname "$0")/.."
+source scripts/lib/ports.sh
 path=memif
 if [[ "${1:-}" == "--path" ]]; then
   path="$2"
@@ -35,7 +36,7 @@ vnic_pair "$path" "$run_dir" 1500 "${BRAID_IBV_ENGINES:-1}" || {
   exit 2
 }
 
-tcp_port=$((20000 + RANDOM % 20000))
+tcp_port=$(tcp_port)
 port_flag=(-p "$tcp_port")
 export BRAID_IBV_LINK_WAIT_MS=60000
 BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \

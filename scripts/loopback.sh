@@ -10,6 +10,7 @@
 # build/release)/apps/perftest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/ports.sh
 path=virtio
 if [[ "${1:-}" == "--path" ]]; then
   path="$2"
@@ -35,7 +36,7 @@ for a in "$@"; do
   prev="$a"
 done
 
-tcp_port=$((20000 + RANDOM % 20000))
+tcp_port=$(tcp_port)
 source scripts/lib/vnic-pair.sh
 pair_run_dir braid-loopback
 vnic_pair "$path" "$run_dir" "$link_mtu" "$engines" || {

@@ -29,6 +29,7 @@
 # 198.19.0.1/.2. Server on core 0, client on core 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/ports.sh
 links=2 impair= impair_after=0 expect_even= expect_off=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -114,7 +115,7 @@ if [[ -n "$impair" && "$impair_after" -eq 0 ]]; then
 fi
 
 spec() { echo "net_af_packet0,iface=$1,qdisc_bypass=1,framecnt=4096"; }
-tcp_port=$((20000 + RANDOM % 20000))
+tcp_port=$(tcp_port)
 common=(--timeout 60 -p "$tcp_port" --prefix-len 24)
 server_log="$run_dir/server.log"
 ip netns exec "$A" "$bin" "${common[@]}" --lcore 0 --dev-port "$(spec "${t}a")" \

@@ -13,6 +13,7 @@
 # The server runs on core 0, the client on core 1.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/ports.sh
 pmd=af_packet
 mtu=1500
 while [[ $# -gt 0 ]]; do
@@ -71,7 +72,7 @@ port_spec() { # port_spec <interface>
   esac
 }
 
-tcp_port=$((20000 + RANDOM % 20000))
+tcp_port=$(tcp_port)
 common=(--timeout 60 -p "$tcp_port" --link-mtu "$mtu")
 server_log="$run_dir/server.log"
 ip netns exec "$ns_a" "$bin" "${common[@]}" --lcore 0 --dev-port "$(port_spec "$dev_a")" \

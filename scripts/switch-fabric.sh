@@ -36,6 +36,7 @@
 # Tools come from $BRAID_BUILD_DIR (default build/release).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/ports.sh
 pairs=1
 links=2
 switch_args=
@@ -102,7 +103,7 @@ host_port() {  # <switch port>: the host's side of it
 }
 common=(--timeout 60 --idle-yield "$idle_yield")
 for ((i = 0; i < pairs; ++i)); do
-  tcp=$((20000 + RANDOM % 20000))
+  tcp=$(tcp_port)
   eval "mine=(${pair_args[$i]:-})"
   "$bin" "${common[@]}" -p "$tcp" --lcore "$server_core" --dev-port "$(host_port $((2 * i)))" \
     --ip "198.18.0.$((2 * i + 1))" "$@" "${mine[@]}" >"$run_dir/server$i.log" 2>&1 &

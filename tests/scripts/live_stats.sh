@@ -7,6 +7,7 @@
 set -euo pipefail
 build="${1:?build dir}"
 cd "$(dirname "$0")/../.."
+source scripts/lib/ports.sh
 stat="$build/apps/braid_stat"
 dir=$(mktemp -d /tmp/braid-live-stats.XXXXXX)
 lb=
@@ -56,7 +57,7 @@ wait "$lb" || fail "the two-engine transfer failed"
 lb=
 
 # 3. A process killed: its object stays, listed as exited, until --clean.
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 BRAID_STATS=1 "$build/apps/perftest/braid_write_bw" --lcore 0 -p "$port" --timeout 30 \
   --dev-port "net_memif0,role=server,id=0,socket=$dir/m.sock,socket-abstract=no" \
   --ip 198.18.0.1 >"$dir/server.out" 2>&1 &

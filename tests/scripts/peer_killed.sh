@@ -4,12 +4,13 @@
 # retry budget, exit non-zero, and not hang.
 #   tests/scripts/peer_killed.sh <build dir> [virtio|memif]
 set -euo pipefail
+source "$(dirname "$0")/../../scripts/lib/ports.sh"
 build="${1:?build dir}"
 path="${2:-memif}"
 bin="$build/apps/perftest/braid_write_bw"
 dir=$(mktemp -d /tmp/braid-killed.XXXXXX)
 trap 'kill $server $client 2>/dev/null || true; rm -rf "$dir"' EXIT
-port=$((20000 + RANDOM % 20000))
+port=$(tcp_port)
 if [[ "$path" == memif ]]; then
   sp="net_memif0,role=server,id=0,socket=$dir/m.sock,socket-abstract=no"
   cp="net_memif0,role=client,id=0,socket=$dir/m.sock,socket-abstract=no"

@@ -7,6 +7,7 @@
 #   tests/scripts/peer_killed_ibverbs.sh <build dir> [memif|virtio] [program]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/lib/ports.sh
 build="$(realpath "${1:?build dir}")"
 path="${2:-memif}"
 program="${3:-ib_read_bw}"
@@ -17,7 +18,7 @@ vnic_pair "$path" "$run_dir"
 source scripts/lib/braid-ibverbs.sh
 use_braid_ibverbs "$lib"
 export BRAID_IBV_LINK_WAIT_MS=60000
-tcp_port=$((20000 + RANDOM % 20000))
+tcp_port=$(tcp_port)
 args=(-D 30 -p "$tcp_port")
 BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
   taskset -c 0 "$program" "${args[@]}" >"$server_log" 2>&1 &
