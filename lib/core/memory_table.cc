@@ -64,14 +64,6 @@ uint32_t MemoryRegionTable::register_region(void* addr, uint64_t length, uint32_
   return r.key;
 }
 
-const MemoryRegion* MemoryRegionTable::find(uint32_t key) const {
-  const uint32_t index = (key >> kGenBits) ^ index_mask_;
-  if (index >= regions_.size()) return nullptr;
-  const MemoryRegion& r = regions_[index];
-  if (!r.valid || r.key != key) return nullptr;
-  return &r;
-}
-
 bool MemoryRegionTable::deregister(uint32_t key) {
   const MemoryRegion* r = find(key);
   if (r == nullptr) return false;
@@ -79,19 +71,6 @@ bool MemoryRegionTable::deregister(uint32_t key) {
   regions_[index].valid = false;
   free_.push_back(index);
   return true;
-}
-
-AccessError MemoryRegionTable::resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need,
-                                       uint32_t pd, uint8_t** out) const {
-  const MemoryRegion* r = find(key);
-  if (r == nullptr) return AccessError::kBadKey;
-  if (r->pd != pd) return AccessError::kWrongPd;
-  if ((r->access & need) != need) return AccessError::kNoPermission;
-  if (addr < r->iova) return AccessError::kOutOfBounds;
-  const uint64_t off = addr - r->iova;
-  if (off > r->length || len > r->length - off) return AccessError::kOutOfBounds;
-  *out = r->base + off;
-  return AccessError::kNone;
 }
 
 }  // namespace braid
