@@ -143,6 +143,12 @@ braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
   }
 }
 
+// A QP in error: every send request of the list completes at once with
+// WR_FLUSH_ERR.
+void flush_send_list(const braid_qp* qp, const braid_send_wr* wr) {
+  for (; wr != nullptr; wr = wr->next) flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
+}
+
 }  // namespace
 
 extern "C" {
@@ -189,9 +195,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
   // An idle QP sends at once (latency); one with work under way leaves the
   // frames for the next poll, which sends them in one burst with the rest.
   if (in_error(qp)) {
-    for (; wr != nullptr; wr = wr->next) {
-      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
-    }
+    flush_send_list(qp, wr);
     return 0;
   }
   const bool was_idle = qp->conn != nullptr && qp->conn->outstanding_sends() == 0;
@@ -213,9 +217,7 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
   braid_context* c = qp->context;
   EngineGuard g(c, qp->engine, Drives::kYes);
   if (in_error(qp)) {
-    for (; wr != nullptr; wr = wr->next) {
-      flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
-    }
+    flush_send_list(qp, wr);
     return 0;
   }
   // Everything that can refuse a work request is checked first, the
