@@ -60,6 +60,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
               : std::make_unique<PeerCongestion>(
                     cfg.cc, std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1) + kPacketCharge, wheel)),
       peer_(peer != nullptr ? peer : own_peer_.get()),
+      rtt_(cfg.rto_initial_ns, cfg.rto_min_ns, cfg.rto_max_ns),
       rx_(window_of(cfg), cfg.rx_psn) {
   cfg_.window_packets = window_of(cfg);
   // Messages are named by 16-bit ids on the wire and receives by 31-bit
@@ -103,7 +104,6 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   reads_.resize(rd);
   rq_.resize(std::min(cfg_.rq_depth, entries));
   rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
-  rto_ = cfg.rto_initial_ns;
 
   peer_->join(this);
   rto_timer_.fn = &Connection::rto_thunk;
@@ -215,7 +215,7 @@ void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs 
   cfg_.rnr_retry_limit = rnr_retry_limit;
   cfg_.rto_max_ns = std::max(rto_max_ns, cfg_.rto_min_ns);
   cfg_.retry_forever = retry_forever;
-  rto_ = std::min(rto_, cfg_.rto_max_ns);
+  rtt_.set_max(cfg_.rto_max_ns);
 }
 
 PostError Connection::post_send(const SendRequest& wr) {
@@ -296,8 +296,8 @@ void Connection::complete_sends() {
   }
 }
 
-void Connection::fail_request(uint32_t psn, WcStatus status) {
-  SendWqe* w = wqe_for_psn(psn);
+void Connection::fail_request(const TxRecord& r, WcStatus status) {
+  SendWqe* w = wqe_for_msn(r.seq);
   if (w == nullptr) {
     set_error(status);
     return;
@@ -329,14 +329,10 @@ void Connection::complete_recvs() {
   }
 }
 
-Connection::SendWqe* Connection::wqe_for_psn(uint32_t psn) {
-  for (uint32_t m = sq_head_; m != sq_tail_; ++m) {
-    SendWqe& w = sq_[m & sq_mask_];
-    if (!w.started) return nullptr;
-    const uint32_t last = w.segmented ? w.last_psn : snd_nxt_ - 1;
-    if (psn_le(w.first_psn, psn) && psn_le(psn, last)) return &w;
-  }
-  return nullptr;
+Connection::SendWqe* Connection::wqe_for_msn(uint32_t msn) {
+  if (msn - sq_head_ >= sq_tail_ - sq_head_) return nullptr;  // completed, or never posted
+  SendWqe& w = sq_[msn & sq_mask_];
+  return w.msn == msn && w.started ? &w : nullptr;
 }
 
 void Connection::set_error(WcStatus status) {
@@ -437,7 +433,7 @@ void Connection::arm_rto(TimeNs now) {
     wheel_->cancel(&rto_timer_);
     return;
   }
-  wheel_->schedule(&rto_timer_, now + rto_);
+  wheel_->schedule(&rto_timer_, now + rtt_.rto());
 }
 
 void Connection::rto_thunk(Timer* t, TimeNs now) {
@@ -545,70 +541,20 @@ void Connection::on_credit_ctrl(const wire::ParsedPacket& pkt, TimeNs now) {
   }
   // A CREDIT_REQ: the peer's cumulative demand.
   ++stats_.credit_requests_received;
-  peer_credit_ = true;
-  if (credit_after(value, peer_target_)) peer_target_ = value;
-  if (credit_capped_) {
-    // The peer has not used what it holds (or some was lost, or given back
-    // at idle). A peer whose credited data still arrives is forgiven at
-    // once when it asks; one whose data does not, after a wait that doubles
-    // each time in a row up to the RTO's maximum (so a lost link that
-    // comes back recovers, and a liar gets a cap per rto_max_ns at most).
-    const bool alive = credited_arrival_at_ != 0 && now - credited_arrival_at_ < rto_;
-    const TimeNs wait =
-        std::min<TimeNs>(rto_ << std::min<uint8_t>(credit_forgiven_, 16), cfg_.rto_max_ns);
-    if (!alive && now - credit_capped_at_ < wait) {
-      credit_due_ = true;  // our cumulative grant again: nothing new
-      return;
-    }
-    if (!alive && credit_forgiven_ < 255) ++credit_forgiven_;
-    ++stats_.credit_forgiven;
-    credit_capped_ = false;
-    peer_unused_ = 0;
-    peer_arrived_since_forgiven_ = 0;
-  }
-  if (credit_after(peer_target_, peer_granted_)) {
-    if (pacer_ != nullptr) {
-      pacer_->want(cfg_.local_id, cfg_.cc.link_bps, now);
-    } else {
-      stats_.credit_bytes_granted += peer_target_ - peer_granted_;
-      peer_granted_ = peer_target_;  // nothing paces: grant it all
-      credit_due_ = true;
-    }
-  } else {
-    credit_due_ = true;  // all granted already: our CREDIT may have been lost
-  }
+  const CreditGrantor::Request r = grantor_.on_request(value, rtt_.rto(), cfg_.rto_max_ns, now);
+  if (r.forgiven) ++stats_.credit_forgiven;
+  stats_.credit_bytes_granted += r.granted;
 }
 
 uint32_t Connection::grant_credit(uint32_t max_bytes, bool* more, TimeNs now) {
   *more = false;
   if (state_ != ConnectionState::kActive) return 0;
-  const int32_t want = static_cast<int32_t>(peer_target_ - peer_granted_);
-  if (want <= 0) return 0;
-  const uint32_t cap = credit_cap();
-  if (cap != 0 && peer_unused_ >= cap) {
-    // Out of the turns until its data arrives or it asks again (on_data,
-    // on_credit_ctrl).
-    if (!credit_capped_) {
-      credit_capped_ = true;
-      credit_capped_at_ = now;
-      ++stats_.credit_capped;
-    }
-    return 0;
-  }
-  // Whole packets: a turn's time on the link is what its packets take (a
-  // quantum that is not a multiple of them leaves a gap in one turn and a
-  // queue in another, the same turns for every sender).
-  const uint32_t frame = cfg_.mtu + credit_header();
-  const uint32_t packets = std::max<uint32_t>(1, (max_bytes + frame / 2) / frame);
-  const uint32_t g = std::min<uint32_t>(packets * frame, static_cast<uint32_t>(want));
-  peer_granted_ += g;
-  peer_unused_ += g;
+  bool capped = false;
+  const uint32_t g =
+      grantor_.grant(max_bytes, cfg_.mtu + credit_header(), credit_cap(), more, &capped, now);
+  if (capped) ++stats_.credit_capped;
+  if (g == 0) return 0;
   stats_.credit_bytes_granted += g;
-  *more = static_cast<uint32_t>(want) > g;
-  credit_due_ = true;
-  // The grant that completes the peer's demand has no later one to repair
-  // it if lost: it goes out twice, the copy on the next entropy.
-  credit_copies_ = *more ? 0 : 1;
   poke();
   return g;
 }
@@ -620,27 +566,12 @@ uint32_t Connection::credit_cap() const {
       std::min<uint64_t>(std::max<uint64_t>(cap, 2 * cfg_.cc.bdp_bytes()), 1u << 30));
 }
 
-void Connection::on_credited_arrival(uint32_t frame, TimeNs now) {
-  credited_arrival_at_ = now;
-  peer_unused_ -= std::min(frame, peer_unused_);
-  const uint32_t cap = credit_cap();
-  peer_arrived_since_forgiven_ = static_cast<uint32_t>(
-      std::min<uint64_t>(uint64_t{peer_arrived_since_forgiven_} + frame, cap));
-  if (peer_arrived_since_forgiven_ >= cap / 2) credit_forgiven_ = 0;
-  if (credit_capped_ && peer_unused_ < cap) {
-    credit_capped_ = false;
-    if (credit_after(peer_target_, peer_granted_) && pacer_ != nullptr) {
-      pacer_->want(cfg_.local_id, cfg_.cc.link_bps, now);
-    }
-  }
-}
-
 void Connection::on_read_timeout(TimeNs now) {
   // No response data for a whole RTO since the last: the responder may be
   // gone. Spent like a packet's retries (the responder resends lost
   // responses itself; this only bounds the wait).
-  if (read_progress_at_ + rto_ > now) {
-    wheel_->schedule(&rto_timer_, read_progress_at_ + rto_);
+  if (read_progress_at_ + rtt_.rto() > now) {
+    wheel_->schedule(&rto_timer_, read_progress_at_ + rtt_.rto());
     return;
   }
   ++stats_.timeouts;
@@ -650,8 +581,8 @@ void Connection::on_read_timeout(TimeNs now) {
     return;
   }
   read_progress_at_ = now;
-  rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
-  wheel_->schedule(&rto_timer_, now + rto_);
+  rtt_.back_off();
+  wheel_->schedule(&rto_timer_, now + rtt_.rto());
 }
 
 void Connection::on_rto(TimeNs now) {
@@ -659,7 +590,8 @@ void Connection::on_rto(TimeNs now) {
   // Requests held back by an RNR wait are the receiver's doing, not loss:
   // they are not charged to the retry budget (rnr_retry counts the
   // episodes). Everything else times out as usual, READ responses included.
-  const bool rnr_wait = now < tx_hold_until_ + rto_;
+  const TimeNs rto = rtt_.rto();
+  const bool rnr_wait = now < tx_hold_until_ + rto;
   if (snd_una_ == snd_nxt_) {
     if (reads_outstanding_ > 0) on_read_timeout(now);
     return;
@@ -682,7 +614,7 @@ void Connection::on_rto(TimeNs now) {
     std::bitset<256> on;
     for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
       const TxRecord& r = rec(psn);
-      if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) on.set(r.entropy);
+      if (r.state == TxState::kInFlight && r.sent_at + rto <= now) on.set(r.entropy);
     }
     many_paths = on.count() > std::max<size_t>(1, paths_.count() / 2);
   }
@@ -696,19 +628,19 @@ void Connection::on_rto(TimeNs now) {
                          !window_takes_full_packet() || (credit_on_ && credit_.available() <= 0);
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
-    if (r.state == TxState::kInFlight && r.sent_at + rto_ <= now) {
+    if (r.state == TxState::kInFlight && r.sent_at + rto <= now) {
       if (!expired) ++stats_.timeouts;
       expired = true;
       mark_lost(r, LossKind::kTimeout, now, blames_path(r));
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kInFlight) {
-      earliest = std::min(earliest, r.sent_at + rto_);
+      earliest = std::min(earliest, r.sent_at + rto);
     } else if (r.state == TxState::kLost && !r.queued_for_retx) {
       r.state = TxState::kInFlight;  // re-enter the queue through mark_lost
       add_inflight(charge(r));
       mark_lost(r, LossKind::kTimeout, now, false);  // blamed when it was lost
       if (state_ != ConnectionState::kActive) return;
-    } else if (r.state == TxState::kLost && r.sent_at + rto_ <= now &&
+    } else if (r.state == TxState::kLost && r.sent_at + rto <= now &&
                !(rnr_wait && r.kind == TxKind::kRequest) && !self_held) {
       // Queued for retransmission and still not sent a whole RTO after its
       // last transmission, though neither pacing nor the window holds it:
@@ -723,11 +655,11 @@ void Connection::on_rto(TimeNs now) {
     }
   }
   if (!expired) {
-    wheel_->schedule(&rto_timer_, earliest == kNever ? now + rto_ : earliest);
+    wheel_->schedule(&rto_timer_, earliest == kNever ? now + rto : earliest);
     return;
   }
-  rto_ = std::min(rto_ * 2, cfg_.rto_max_ns);
-  wheel_->schedule(&rto_timer_, now + rto_);
+  rtt_.back_off();
+  wheel_->schedule(&rto_timer_, now + rtt_.rto());
 }
 
 }  // namespace braid

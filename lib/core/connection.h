@@ -23,6 +23,7 @@
 #include "core/peer_congestion.h"
 #include "core/ready_queue.h"
 #include "core/receive_window.h"
+#include "core/rtt.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
 #include "core/types.h"
@@ -179,12 +180,20 @@ struct SendRequest {
 
 enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
 
-// A data frame's payload left where it is (registered memory) instead of
-// copied after the headers: the frame is the headers in the caller's
-// buffer followed by these bytes.
-struct TxPayloadRef {
-  const uint8_t* data = nullptr;
-  uint32_t len = 0;
+// One frame to build (into buf, at most cap bytes), and what its builder
+// says of it besides the length, so that whoever sends it parses nothing
+// of it again: a payload left where it lies (registered memory) instead of
+// copied after the headers, and where the frame goes.
+struct TxOut {
+  uint8_t* buf = nullptr;
+  uint32_t cap = 0;
+  // The sender can send a payload from where it lies: the frame is then
+  // the bytes written into buf followed by payload_len bytes at payload.
+  bool in_place_ok = false;
+  const uint8_t* payload = nullptr;
+  uint32_t payload_len = 0;  // 0: the whole frame is in buf
+  uint32_t dst_ip = 0;       // the frame's destination address
+  uint16_t dst_pdc = 0;      // ... and the PDC id it names there
 };
 
 class Connection {
@@ -223,13 +232,11 @@ class Connection {
   // response; window, congestion control and pacing allowing). The
   // endpoint asks for control frames first.
   uint32_t produce_control(uint8_t* buf, uint32_t cap, TimeNs now);
-  uint32_t produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now);
-  // With `ext`, the frame produce_data_frame builds next may leave its
-  // payload in place (when it lies in one piece of memory and no CRC
-  // trailer covers it): ext says where, and only the headers are written
-  // into buf (the length returned is still the whole frame's). Null: the
-  // payload is always copied.
-  void set_external_payload(TxPayloadRef* ext) { ext_out_ = ext; }
+  // A data frame into out.buf. With out.in_place_ok its payload may stay
+  // where it is (when it lies in one piece of memory and no trailer covers
+  // it): out.payload says where, and only the headers are written into buf
+  // (the length returned is then theirs alone).
+  uint32_t produce_data_frame(TxOut& out, TimeNs now);
   // Payloads shorter than this are copied all the same: a copy of a few
   // hundred bytes costs less than the second buffer that points at them
   // (64 B WRITEs over memif: 17% fewer messages a second in place).
@@ -265,11 +272,8 @@ class Connection {
   // receives on (its turns are the endpoint's), and one of its turns: take
   // up to max_bytes of the peer's demand as credit. Returns what was
   // granted; *more says whether demand is left.
-  void set_credit_pacer(CreditPacer* p) { pacer_ = p; }
+  void set_credit_pacer(CreditPacer* p) { grantor_.bind(p, cfg_.local_id, cfg_.cc.link_bps); }
   uint32_t grant_credit(uint32_t max_bytes, bool* more, TimeNs now);
-  // New credited data of `frame` bytes arrived from the peer: its grants
-  // are in use (peer_unused_).
-  void on_credited_arrival(uint32_t frame, TimeNs now);
   // cc.credit_unused_cap_bytes, and at least two of the peer's BDPs (the
   // link's rate times the base RTT) so that the cap never limits a flow.
   uint32_t credit_cap() const;
@@ -287,16 +291,16 @@ class Connection {
   const ConnectionConfig& config() const { return cfg_; }
   // This connection's bytes in flight (its part of peer().inflight()).
   uint32_t inflight_bytes() const { return inflight_bytes_; }
-  TimeNs srtt() const { return srtt_; }
-  TimeNs rttvar() const { return rttvar_; }
-  TimeNs min_rtt() const { return min_rtt_; }
+  TimeNs srtt() const { return rtt_.srtt(); }
+  TimeNs rttvar() const { return rtt_.rttvar(); }
+  TimeNs min_rtt() const { return rtt_.min_rtt(); }
   // Packets sent and not yet cumulatively acknowledged.
   uint32_t unacked_packets() const { return snd_nxt_ - snd_una_; }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
   // The MSN the next accepted send request gets.
   uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
-  TimeNs rto_ns() const { return rto_; }
+  TimeNs rto_ns() const { return rtt_.rto(); }
   // Bytes of state this connection holds (for the memory-bound tests).
   size_t memory_footprint() const;
   // Moves to the error state. In order, work requests already complete
@@ -468,7 +472,7 @@ class Connection {
   // The peer's engine may also hold an ACK asked for at once (for the
   // application's answer): a probe before that resends what arrived.
   TimeNs probe_timeout() const {
-    return 2 * srtt_ + 2 * rttvar_ + cfg_.ack_delay_ns + cfg_.peer_ack_hold_ns;
+    return 2 * rtt_.srtt() + 2 * rtt_.rttvar() + cfg_.ack_delay_ns + cfg_.peer_ack_hold_ns;
   }
   void on_probe(TimeNs now);
   friend class PeerCongestion;  // wakes its waiters (poke)
@@ -510,7 +514,9 @@ class Connection {
   // How long a connection waits for credit before asking again: a few
   // round trips, and a few of the gaps at which grants have been coming
   // (a receiver shared by many senders grants each one seldom).
-  TimeNs first_credit_wait() const { return std::max<TimeNs>({4 * srtt_, 50'000, 4 * grant_gap_}); }
+  TimeNs first_credit_wait() const {
+    return std::max<TimeNs>({4 * rtt_.srtt(), 50'000, 4 * grant_gap_});
+  }
   // A packet's frame on the wire, as credit counts it, before its payload.
   uint32_t credit_header() const {
     return static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize +
@@ -526,22 +532,23 @@ class Connection {
   // Nothing new to send (every request and READ response segmented): the
   // packets in flight are the tail.
   bool at_tail() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
-  SendWqe* wqe_for_psn(uint32_t psn);
-  // The peer refused the packet `psn`: its work request fails once it is the
-  // oldest (earlier ones still complete normally).
-  void fail_request(uint32_t psn, WcStatus status);
+  // The outstanding work request with this MSN (nullptr: none).
+  SendWqe* wqe_for_msn(uint32_t msn);
+  // The peer refused the request packet `r`: its work request fails once it
+  // is the oldest (earlier ones still complete normally).
+  void fail_request(const TxRecord& r, WcStatus status);
   // connection_tx.cc
-  uint32_t build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now);
+  uint32_t build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now);
   bool next_new_packet(TxRecord* r);
   uint32_t next_payload_len() const;
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
-  uint32_t produce_data(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t produce_data(TxOut& out, TimeNs now);
   // During an RNR wait: READ responses (lost ones first), no requests.
-  uint32_t produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t produce_responses_only(TxOut& out, TimeNs now);
   // The next new packet (a READ response first), window and CC allowing.
   // Flattened: build_data and what it calls are inlined into the path most
   // packets take (42 of about 1120 instructions per packet were calls).
-  [[gnu::flatten]] uint32_t produce_new(uint8_t* buf, uint32_t cap, TimeNs now);
+  [[gnu::flatten]] uint32_t produce_new(TxOut& out, TimeNs now);
   // `blame` false: the loss is not its path's fault (PathSet::on_lost).
   void mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame = true);
   void queue_retransmit(TxRecord& r);
@@ -712,9 +719,7 @@ class Connection {
   std::unique_ptr<PeerCongestion> own_peer_;
   PeerCongestion* peer_;
   bool waiting_for_peer_ = false;  // on peer_'s list of waiters
-  TimeNs srtt_ = 0, rttvar_ = 0, rto_;
-  TimeNs rto_floor_ = 0;  // the least RTO after a spurious timeout (fades)
-  TimeNs min_rtt_ = 0;    // smallest RTT sample on any entropy
+  RttEstimator rtt_;               // over every entropy
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received, or the last read timeout
@@ -748,22 +753,7 @@ class Connection {
   TimeNs credit_heard_at_ = 0;
   Timer credit_timer_;
   // ... the receiver's half.
-  CreditPacer* pacer_ = nullptr;
-  TxPayloadRef* ext_out_ = nullptr;  // set_external_payload
-  uint32_t peer_target_ = 0;         // what the peer asked for, cumulative
-  uint32_t peer_granted_ = 0;        // what we granted it, cumulative
-  // Granted and not (yet) arrived as credited data, floored at 0: at
-  // cc.credit_unused_cap_bytes the peer's turns stop (credit_capped_) until
-  // its data arrives, or it asks again after a backed-off wait (forgiven).
-  uint32_t peer_unused_ = 0;
-  uint32_t peer_arrived_since_forgiven_ = 0;
-  TimeNs credit_capped_at_ = 0;
-  TimeNs credited_arrival_at_ = 0;  // the peer's last credited data
-  uint8_t credit_forgiven_ = 0;     // in a row, without the cap's half arriving
-  bool credit_capped_ = false;
-  bool credit_due_ = false;    // a CREDIT is to go out
-  uint8_t credit_copies_ = 0;  // ... and again this many times (the last grant of a demand)
-  bool peer_credit_ = false;   // the peer asks for credit
+  CreditGrantor grantor_;
 
   // Receive state.
   ReceiveWindow rx_;

@@ -212,7 +212,7 @@ void Connection::on_spurious_timeout() {
   // the least for a while, and what that timeout queued for resending and
   // has not resent yet goes back in flight instead.
   ++stats_.spurious_timeouts;
-  rto_floor_ = std::max(rto_floor_, std::min(rto_, cfg_.rto_max_ns));
+  rtt_.on_spurious_timeout();
   peer_->cc().on_spurious_timeout();
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
@@ -300,15 +300,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
 
   if (sample != nullptr) {
     paths_.on_rtt(sample_entropy, rtt, now, late);
-    if (min_rtt_ == 0 || rtt < min_rtt_) min_rtt_ = rtt;
-    if (srtt_ == 0) {
-      srtt_ = rtt;
-      rttvar_ = rtt / 2;
-    } else {
-      const TimeNs diff = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
-      rttvar_ = rttvar_ - rttvar_ / 4 + diff / 4;
-      srtt_ = srtt_ - srtt_ / 8 + rtt / 8;
-    }
+    rtt_.sample(rtt);
   }
   AckEvent ev;
   ev.now = now;
@@ -322,11 +314,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
 
   if (progress) {
     rnr_retries_ = 0;
-    if (srtt_ != 0) {
-      rto_ = std::clamp<TimeNs>(srtt_ + 4 * rttvar_, std::max(cfg_.rto_min_ns, rto_floor_),
-                                cfg_.rto_max_ns);
-      rto_floor_ -= rto_floor_ / 64;  // a floor from a spurious timeout fades
-    }
+    rtt_.on_progress();
     arm_rto(now);
     release_read_responses();
     complete_sends();
@@ -374,9 +362,9 @@ void Connection::judge_loss(TxRecord& r, uint32_t thresh, TimeNs now) {
     mark_lost(r, LossKind::kInferred, now);
     return;
   }
-  if (!paths_.adaptive() || srtt_ == 0) return;
-  const TimeNs path_rtt = std::max<TimeNs>(srtt_, paths_.stats(r.entropy).srtt_ns);
-  if (latest_acked_sent_ > r.sent_at + path_rtt + 2 * rttvar_) {
+  if (!paths_.adaptive() || rtt_.srtt() == 0) return;
+  const TimeNs path_rtt = std::max<TimeNs>(rtt_.srtt(), paths_.stats(r.entropy).srtt_ns);
+  if (latest_acked_sent_ > r.sent_at + path_rtt + 2 * rtt_.rttvar()) {
     mark_lost(r, LossKind::kInferred, now);
   }
 }
@@ -434,11 +422,11 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
     case wire::NackCode::kExpNackErr:
       switch (static_cast<wire::BraidNackReason>(n.vendor_code)) {
         case wire::BraidNackReason::kRemoteAccess:
-          if (r.kind == TxKind::kRequest) fail_request(psn, WcStatus::kRemAccessErr);
+          if (r.kind == TxKind::kRequest) fail_request(r, WcStatus::kRemAccessErr);
           break;
         case wire::BraidNackReason::kInvalidRequest:
           if (r.kind == TxKind::kRequest) {
-            fail_request(psn, WcStatus::kRemInvReqErr);
+            fail_request(r, WcStatus::kRemInvReqErr);
           } else {
             set_error(WcStatus::kWrFlushErr);  // our READ response was refused
           }

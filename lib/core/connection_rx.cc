@@ -168,7 +168,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     }
   }
   const ReceiveWindow::Verdict v = rx_.check(psn);
-  if (peer_credit_ && pacer_ != nullptr) {
+  if (grantor_.paced()) {
     // What the receiver's link carried for this peer tells its pacer.
     const size_t ses = pkt.has_ses_response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
     const auto frame = static_cast<uint32_t>(wire::kL2L4Size + wire::kRequestSize + ses +
@@ -179,12 +179,12 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     if (pkt.req.pro.flags & wire::kReqFlagUnscheduled) {
       // Sent on a speculative allowance: it took the link's time that a
       // grant would have, so the next grant waits.
-      if (!pkt.trimmed) pacer_->on_unscheduled(cfg_.local_id, frame, now);
+      if (!pkt.trimmed) grantor_.pacer()->on_unscheduled(cfg_.local_id, frame, now);
     } else {
       if (pkt.trimmed || pkt.ip.ecn == wire::kEcnCe) {
-        pacer_->on_congestion(frame, pkt.trimmed, now);
+        grantor_.pacer()->on_congestion(frame, pkt.trimmed, now);
       }
-      if (v == ReceiveWindow::Verdict::kNew) on_credited_arrival(frame, now);
+      if (v == ReceiveWindow::Verdict::kNew) grantor_.on_arrival(frame, credit_cap(), now);
     }
   }
   if (pkt.trimmed) {

@@ -48,7 +48,7 @@ wire::SesOpcode ses_opcode(Opcode op) {
 bool Connection::control_due() const {
   if (!mac_known_) return false;
   if (nack_count_ > 0 || ack_due_ || cnp_due_ || ce_ack_count_ > 0 || retx_ack_copies_ > 0 ||
-      credit_due_ || credit_copies_ > 0 || close_answer_due_)
+      grantor_.due() || close_answer_due_)
     return true;
   if (credit_req_due_ && state_ == ConnectionState::kActive) return true;
   return state_ == ConnectionState::kActive && hole_acks_due_ > 0;
@@ -78,14 +78,10 @@ bool Connection::data_ready() const {
 
 uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   if (!mac_known_) return 0;
-  if (credit_due_ || credit_copies_ > 0) {
-    const uint32_t n = build_credit_ctrl(buf, cap, wire::CtrlType::kCredit, peer_granted_);
+  if (grantor_.due()) {
+    const uint32_t n = build_credit_ctrl(buf, cap, wire::CtrlType::kCredit, grantor_.granted());
     if (n > 0) {
-      if (credit_due_) {
-        credit_due_ = false;
-      } else {
-        --credit_copies_;
-      }
+      grantor_.sent();
       ++stats_.credits_sent;
     }
     return n;
@@ -124,12 +120,12 @@ uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   return build_hole_ack(buf, cap);
 }
 
-uint32_t Connection::produce_data_frame(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Connection::produce_data_frame(TxOut& out, TimeNs now) {
   if (!mac_known_ || state_ != ConnectionState::kActive) return 0;
-  if (peer_->cc().pacing_rate_bps() == 0) return produce_data(buf, cap, now);
+  if (peer_->cc().pacing_rate_bps() == 0) return produce_data(out, now);
   // One pacing clock for the peer's connections.
   if (peer_->pacing_holds(this, now)) return 0;
-  const uint32_t n = produce_data(buf, cap, now);
+  const uint32_t n = produce_data(out, now);
   if (n > 0) peer_->paced(n, now);
   return n;
 }
@@ -193,7 +189,7 @@ bool Connection::next_new_packet(TxRecord* r) {
   return true;
 }
 
-uint32_t Connection::produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
   // Lost responses first. Their queue entries stay where they are (requests
   // wait in front of them); once resent, an entry is skipped when popped.
   for (uint32_t i = 0; i < retx_count_; ++i) {
@@ -207,19 +203,19 @@ uint32_t Connection::produce_responses_only(uint8_t* buf, uint32_t cap, TimeNs n
       peer_->wait(this);
       return 0;
     }
-    const uint32_t n = build_data(buf, cap, r, true, now);
+    const uint32_t n = build_data(out, r, true, now);
     if (n == 0) return 0;
     r.queued_for_retx = false;
     ++stats_.retransmits;
     return n;
   }
-  return rr_tx_ != rr_tail_ ? produce_new(buf, cap, now) : 0;
+  return rr_tx_ != rr_tail_ ? produce_new(out, now) : 0;
 }
 
-uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
   // An RNR wait holds our requests back, not our answers to the peer's
   // READs (its READ would otherwise time out behind our wait).
-  if (now < tx_hold_until_) return produce_responses_only(buf, cap, now);
+  if (now < tx_hold_until_) return produce_responses_only(out, now);
   // Retransmissions first: they hold back completion of everything after them.
   while (retx_count_ > 0) {
     const uint32_t psn = retx_queue_[retx_head_];
@@ -236,7 +232,7 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
       return 0;
     }
     if (credit_holds(r, true)) return 0;
-    const uint32_t n = build_data(buf, cap, r, true, now);
+    const uint32_t n = build_data(out, r, true, now);
     if (n == 0) return 0;
     r.queued_for_retx = false;
     unqueue_retx_credit(r);
@@ -245,10 +241,10 @@ uint32_t Connection::produce_data(uint8_t* buf, uint32_t cap, TimeNs now) {
     ++stats_.retransmits;
     return n;
   }
-  return produce_new(buf, cap, now);
+  return produce_new(out, now);
 }
 
-uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return 0;
   if (!window_takes_full_packet()) {
     peer_->wait(this);
@@ -258,7 +254,7 @@ uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   // The caller's buffer may be too small for this packet; a buffer that
   // takes a full MTU takes any (no packet carries more).
   const size_t headers = wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + trailer();
-  if (cap < headers + cfg_.mtu && cap < headers + next_payload_len()) return 0;
+  if (out.cap < headers + cfg_.mtu && out.cap < headers + next_payload_len()) return 0;
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
@@ -273,10 +269,12 @@ uint32_t Connection::produce_new(uint8_t* buf, uint32_t cap, TimeNs now) {
   r.queued_for_retx = false;
   ++snd_nxt_;
   ++stats_.data_sent;
-  return build_data(buf, cap, r, false, now);
+  return build_data(out, r, false, now);
 }
 
-uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool retx, TimeNs now) {
+uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
+  uint8_t* const buf = out.buf;
+  uint32_t in_place = 0;  // payload bytes left where they lie
   const bool response = r.kind == TxKind::kReadResponse;
   const size_t ses_size = response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
   uint32_t payload_len = r.len;
@@ -299,7 +297,7 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     }
   }
   const size_t udp_payload = wire::kRequestSize + ses_size + payload_len + trailer();
-  if (wire::kL2L4Size + udp_payload > cap) return 0;
+  if (wire::kL2L4Size + udp_payload > out.cap) return 0;
   // Credit pays for the whole frame; without credit it goes unscheduled,
   // and says so.
   const bool unscheduled = credit_on_ && !response &&
@@ -335,8 +333,9 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     s.message_offset = r.offset;
     wire::encode_ses_response_data(ses_at, s);
     if (payload_len > 0) {
-      if (ext_out_ != nullptr && payload_by_reference() && payload_len >= kExternalPayloadMin) {
-        *ext_out_ = TxPayloadRef{read_src, payload_len};
+      if (out.in_place_ok && payload_by_reference() && payload_len >= kExternalPayloadMin) {
+        out.payload = read_src;
+        out.payload_len = in_place = payload_len;
       } else {
         std::memcpy(payload, read_src, payload_len);
       }
@@ -382,11 +381,12 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
     if (op == Opcode::kRead) read_progress_at_ = read_heard_at_ = now;
     if (r.len > 0) {
       const uint8_t* span =
-          ext_out_ != nullptr && payload_by_reference() && r.len >= kExternalPayloadMin
+          out.in_place_ok && payload_by_reference() && r.len >= kExternalPayloadMin
               ? sgl_span(w.wr.local, r.offset, r.len)
               : nullptr;
       if (span != nullptr) {
-        *ext_out_ = TxPayloadRef{span, r.len};
+        out.payload = span;
+        out.payload_len = in_place = r.len;
       } else {
         copy_from_sgl(w.wr.local, r.offset, payload, r.len);
       }
@@ -414,11 +414,12 @@ uint32_t Connection::build_data(uint8_t* buf, uint32_t cap, TxRecord& r, bool re
   r.state = TxState::kInFlight;
   ++r.tx_count;
   add_inflight(charge(r));
-  if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rto_);
+  if (!rto_timer_.armed()) wheel_->schedule(&rto_timer_, now + rtt_.rto());
   // The last new packet for now: if packets at the tail are lost, nothing
   // sent later will show it. A probe resends them after two RTTs (once).
-  if (!retx && idle_after && srtt_ > 0) wheel_->schedule(&probe_timer_, now + probe_timeout());
-  return frame_len;
+  if (!retx && idle_after && rtt_.srtt() > 0)
+    wheel_->schedule(&probe_timer_, now + probe_timeout());
+  return frame_len - in_place;  // the bytes in buf
 }
 
 void Connection::add_trailer(uint8_t* p, size_t body) const {
@@ -446,7 +447,7 @@ void Connection::mark_lost(TxRecord& r, LossKind why, TimeNs now, bool blame) {
   if (r.state != TxState::kInFlight) return;
   r.state = TxState::kLost;
   sub_inflight(charge(r));
-  paths_.on_lost(r.entropy, why, now, srtt_, blame);
+  paths_.on_lost(r.entropy, why, now, rtt_.srtt(), blame);
   switch (why) {
     case LossKind::kInferred:
       ++stats_.lost_inferred;

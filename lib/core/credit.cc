@@ -143,4 +143,80 @@ void CreditPacer::run(TimeNs now) {
   if (!active_.empty()) wheel_->schedule(&timer_, next_at_);
 }
 
+CreditGrantor::Request CreditGrantor::on_request(uint32_t demand, TimeNs rto, TimeNs rto_max,
+                                                 TimeNs now) {
+  Request out;
+  asked_ = true;
+  if (credit_after(demand, target_)) target_ = demand;
+  if (capped_) {
+    // The peer has not used what it holds (or some was lost, or given back
+    // at idle). One whose credited data still arrives is forgiven at once.
+    const bool alive = arrival_at_ != 0 && now - arrival_at_ < rto;
+    const TimeNs wait = std::min<TimeNs>(rto << std::min<uint8_t>(forgiven_, 16), rto_max);
+    if (!alive && now - capped_at_ < wait) {
+      due_ = true;  // our cumulative grant again: nothing new
+      return out;
+    }
+    if (!alive && forgiven_ < 255) ++forgiven_;
+    out.forgiven = true;
+    capped_ = false;
+    unused_ = 0;
+    arrived_since_forgiven_ = 0;
+  }
+  if (credit_after(target_, granted_)) {
+    if (pacer_ != nullptr) {
+      pacer_->want(id_, link_bps_, now);
+    } else {
+      out.granted = target_ - granted_;
+      granted_ = target_;  // nothing paces: grant it all
+      due_ = true;
+    }
+  } else {
+    due_ = true;  // all granted already: our CREDIT may have been lost
+  }
+  return out;
+}
+
+uint32_t CreditGrantor::grant(uint32_t max_bytes, uint32_t frame, uint32_t cap, bool* more,
+                              bool* capped, TimeNs now) {
+  *more = false;
+  *capped = false;
+  const int32_t want = static_cast<int32_t>(target_ - granted_);
+  if (want <= 0) return 0;
+  if (cap != 0 && unused_ >= cap) {
+    // Out of the turns until its data arrives or it asks again.
+    if (!capped_) {
+      capped_ = true;
+      capped_at_ = now;
+      *capped = true;
+    }
+    return 0;
+  }
+  // Whole packets: a turn's time on the link is what its packets take (a
+  // quantum that is not a multiple of them leaves a gap in one turn and a
+  // queue in another, the same turns for every sender).
+  const uint32_t packets = std::max<uint32_t>(1, (max_bytes + frame / 2) / frame);
+  const uint32_t g = std::min<uint32_t>(packets * frame, static_cast<uint32_t>(want));
+  granted_ += g;
+  unused_ += g;
+  *more = static_cast<uint32_t>(want) > g;
+  due_ = true;
+  // The grant that completes the peer's demand has no later one to repair
+  // it if lost: it goes out twice, the copy on the next entropy.
+  copies_ = *more ? 0 : 1;
+  return g;
+}
+
+void CreditGrantor::on_arrival(uint32_t frame, uint32_t cap, TimeNs now) {
+  arrival_at_ = now;
+  unused_ -= std::min(frame, unused_);
+  arrived_since_forgiven_ =
+      static_cast<uint32_t>(std::min<uint64_t>(uint64_t{arrived_since_forgiven_} + frame, cap));
+  if (arrived_since_forgiven_ >= cap / 2) forgiven_ = 0;
+  if (capped_ && unused_ < cap) {
+    capped_ = false;
+    if (credit_after(target_, granted_) && pacer_ != nullptr) pacer_->want(id_, link_bps_, now);
+  }
+}
+
 }  // namespace braid

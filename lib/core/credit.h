@@ -8,12 +8,12 @@
 //   is not wasted), and what it has asked for. Data and retransmissions are
 //   charged their whole frame. READ responses need none: the READ asked
 //   for them.
-// - The receiver's half (CreditPacer, one per endpoint: its link is shared
-//   by every connection on it): connections with demand take turns, a
-//   quantum each, at the link's rate. Data that arrives unscheduled (sent
-//   from a speculative allowance) pushes the next grant back by its own
-//   time on the link, so speculation and grants together fill the link and
-//   no more.
+// - The receiver's half: per connection (CreditGrantor) the peer's demand,
+//   what was granted and how much of it is unused; per endpoint
+//   (CreditPacer: its link is shared by every connection on it) the turns:
+//   connections with demand take turns, a quantum each, at the link's rate. Data that arrives
+//   unscheduled (sent from a speculative allowance) pushes the next grant back by its own time on
+//   the link, so speculation and grants together fill the link and no more.
 //
 // Counters on the wire are cumulative bytes modulo 2^32 (CREDIT and
 // CREDIT_REQ carry them in the CTRL payload), so a lost or duplicated
@@ -190,6 +190,74 @@ class CreditPacer {
   TimeNs booked_ = kNever;       // shared mode: this pacer's turn starts then
   uint32_t booked_turn_ = 0;     // ... and is this many bytes
   CreditPacerStats stats_;
+};
+
+// The receiver's half for one connection: the peer's cumulative demand (its
+// CREDIT_REQs), the cumulative grant (our CREDITs) and the grants not yet
+// used. A peer holding `cap` bytes of unused grants gets no more turns until
+// its data arrives, or until it asks again: at once while its credited data
+// still arrives, otherwise after a wait that doubles each time in a row up
+// to the RTO's ceiling (so a lost link that comes back recovers, and a liar
+// gets a cap's worth per rto_max at most).
+class CreditGrantor {
+ public:
+  // The pacer whose turns this connection takes, and its id there; without
+  // one every demand is granted at once.
+  void bind(CreditPacer* pacer, uint16_t id, uint64_t link_bps) {
+    pacer_ = pacer;
+    id_ = id;
+    link_bps_ = link_bps;
+  }
+  // The peer asks for credit, and a pacer shares the link: what arrives
+  // from it tells the pacer (on_unscheduled, on_congestion).
+  bool paced() const { return asked_ && pacer_ != nullptr; }
+  CreditPacer* pacer() const { return pacer_; }
+  uint16_t id() const { return id_; }
+
+  struct Request {
+    bool forgiven = false;  // the cap on unused grants was lifted
+    uint32_t granted = 0;   // granted at once (no pacer)
+  };
+  // A CREDIT_REQ naming the peer's cumulative demand.
+  Request on_request(uint32_t demand, TimeNs rto, TimeNs rto_max, TimeNs now);
+  // One of the pacer's turns: up to max_bytes, in whole frames of
+  // `frame` bytes, of what the peer asked for and was not granted. Returns
+  // the bytes granted; *more: demand is left; *capped: the peer holds
+  // `cap` unused (0: no cap) and just lost its turns.
+  uint32_t grant(uint32_t max_bytes, uint32_t frame, uint32_t cap, bool* more, bool* capped,
+                 TimeNs now);
+  // New credited data of `frame` bytes arrived from the peer.
+  void on_arrival(uint32_t frame, uint32_t cap, TimeNs now);
+
+  // A CREDIT (our cumulative grant) is to go out.
+  bool due() const { return due_ || copies_ > 0; }
+  // ... and went.
+  void sent() {
+    if (due_) {
+      due_ = false;
+    } else if (copies_ > 0) {
+      --copies_;
+    }
+  }
+  uint32_t granted() const { return granted_; }
+  uint32_t demand() const { return target_; }
+
+ private:
+  CreditPacer* pacer_ = nullptr;
+  uint16_t id_ = 0;
+  uint64_t link_bps_ = 0;
+  bool asked_ = false;    // the peer asks for credit
+  uint32_t target_ = 0;   // what the peer asked for, cumulative
+  uint32_t granted_ = 0;  // what we granted it, cumulative
+  // Granted and not (yet) arrived as credited data, floored at 0.
+  uint32_t unused_ = 0;
+  uint32_t arrived_since_forgiven_ = 0;
+  TimeNs capped_at_ = 0;
+  TimeNs arrival_at_ = 0;  // the peer's last credited data
+  uint8_t forgiven_ = 0;   // in a row, without the cap's half arriving
+  bool capped_ = false;
+  bool due_ = false;
+  uint8_t copies_ = 0;  // the CREDIT goes out again this many times
 };
 
 }  // namespace braid

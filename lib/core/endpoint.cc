@@ -229,6 +229,8 @@ void Endpoint::answer_unknown_close(TimeNs now) {
   t.write(a.frame.data(), pkt_.entropy, static_cast<uint32_t>(wire::kAckCcSize),
           static_cast<uint8_t>(wire::kDscpAck << 2));
   a.len = static_cast<uint32_t>(wire::kL2L4Size + wire::kAckCcSize);
+  a.dst_ip = pkt_.ip.src;
+  a.dst_pdc = pkt_.ctrl.spdcid;
 }
 
 uint32_t Endpoint::put_closing_frame(const Closing& r, const uint8_t* frame, uint32_t len,
@@ -243,12 +245,16 @@ uint32_t Endpoint::put_closing_frame(const Closing& r, const uint8_t* frame, uin
   return len;
 }
 
-uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
+uint32_t Endpoint::transmit_closing(TxOut& out, TimeNs now) {
+  uint8_t* const buf = out.buf;
+  const uint32_t cap = out.cap;
   if (!stateless_.empty()) {
     const Stateless& a = stateless_.back();
     if (cap < a.len) return 0;
     std::memcpy(buf, a.frame.data(), a.len);
     const uint32_t len = a.len;
+    out.dst_ip = a.dst_ip;
+    out.dst_pdc = a.dst_pdc;
     stateless_.pop_back();
     ++stats_.tx_frames;
     return len;
@@ -266,6 +272,8 @@ uint32_t Endpoint::transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now) {
     closing_due_.pop_back();
     r->queued = false;
     ++stats_.tx_frames;
+    out.dst_ip = r->remote_ip;
+    out.dst_pdc = r->remote_id;
     if (answer) {
       put_closing_frame(*r, r->answer_frame.data(), len, buf);
       erase_closing(id);
@@ -372,23 +380,25 @@ bool Endpoint::wants_to_send() {
   return !data_.empty();
 }
 
-uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef* ext) {
-  if (ext != nullptr) ext->len = 0;
+uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
+  out.payload_len = 0;
   // Control frames first: an ACK held behind another connection's data
   // delays the peer's window and its loss detection.
   for (size_t n = control_.size(); n > 0; --n) {
     const uint16_t id = control_.front();
     Connection& c = *conns_[id];
-    const uint32_t len = c.produce_control(buf, cap, now);
+    const uint32_t len = c.produce_control(out.buf, out.cap, now);
     control_.pop();
     if (c.control_due()) control_.push(id);  // more (NACKs, hole ACKs), or no room
     if (len > 0) {
       ++stats_.tx_frames;
+      out.dst_ip = c.config().remote_ip;
+      out.dst_pdc = c.config().remote_id;
       return len;
     }
   }
   if (!closing_due_.empty() || !stateless_.empty()) {
-    const uint32_t len = transmit_closing(buf, cap, now);
+    const uint32_t len = transmit_closing(out, now);
     if (len > 0) return len;
   }
   // Then data, up to data_quantum frames per connection in turn. One that
@@ -402,10 +412,10 @@ uint32_t Endpoint::transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef
       data_run_ = 0;
     }
     Connection& c = *conns_[id];
-    c.set_external_payload(ext);
-    const uint32_t len = c.produce_data_frame(buf, cap, now);
-    c.set_external_payload(nullptr);
+    const uint32_t len = c.produce_data_frame(out, now);
     if (len > 0) {
+      out.dst_ip = c.config().remote_ip;
+      out.dst_pdc = c.config().remote_id;
       if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
         data_.pop();
         data_.push(id);

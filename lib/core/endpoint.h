@@ -124,11 +124,16 @@ class Endpoint {
 
   // One received frame; drops are counted by reason.
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);
-  // Writes up to one frame into buf. Returns its length, 0 if nothing to send.
-  // With `ext`, a data frame may leave its payload where it is: ext->len
-  // bytes at ext->data follow the (length - ext->len) bytes written into
-  // buf (Connection::set_external_payload); ext->len is 0 otherwise.
-  uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now, TxPayloadRef* ext = nullptr);
+  // Builds up to one frame into out.buf and says where it goes (TxOut).
+  // Returns the bytes written there, 0 if nothing is to be sent; with
+  // out.in_place_ok a data frame's payload may stay where it lies
+  // (out.payload_len bytes at out.payload follow them).
+  uint32_t transmit(TxOut& out, TimeNs now);
+  // The same into buf, the whole frame copied there: its length.
+  uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
+    TxOut out{buf, cap};
+    return transmit(out, now);
+  }
   // Whether a connection has something to send (it may still turn out that
   // it cannot: transmit() then returns 0).
   bool wants_to_send();
@@ -176,7 +181,7 @@ class Endpoint {
   void queue_closing(Closing& r);
   bool on_closing_packet(uint16_t dst, uint16_t src);
   void answer_unknown_close(TimeNs now);
-  uint32_t transmit_closing(uint8_t* buf, uint32_t cap, TimeNs now);
+  uint32_t transmit_closing(TxOut& out, TimeNs now);
   // A closing record's frame into `buf`, sealed if the record has a key.
   uint32_t put_closing_frame(const Closing& r, const uint8_t* frame, uint32_t len, uint8_t* buf);
   void erase_closing(uint16_t id);
@@ -190,6 +195,8 @@ class Endpoint {
   struct Stateless {
     std::array<uint8_t, wire::kL2L4Size + wire::kAckCcSize> frame{};
     uint32_t len = 0;
+    uint32_t dst_ip = 0;
+    uint16_t dst_pdc = 0;
   };
 
   EndpointConfig cfg_;

@@ -332,12 +332,6 @@ uint32_t Engine::transmit() {
   return transmit_at(now());
 }
 
-bool Engine::to_self(const TxFrame& f) const {
-  constexpr uint32_t kIpDst = wire::kEthernetSize + 16;
-  return f.len >= kIpDst + 4 && wire::load_be16(f.data + 12) == wire::kEtherTypeIpv4 &&
-         wire::load_be32(f.data + kIpDst) == cfg_.ip;
-}
-
 uint32_t Engine::transmit_at(TimeNs t) {
   tx_held_back_ = false;
   // Frames a full TX ring handed back (tx_[0..tx_held_)) leave first, in
@@ -368,28 +362,27 @@ uint32_t Engine::transmit_at(TimeNs t) {
     uint16_t used = 0;
     while (used < k && local < max_local) {
       TxFrame& f = tx_[filled + used];
-      TxPayloadRef ext;
-      f.len = endpoint_.transmit(f.data, f.cap, t, tx_external_ ? &ext : nullptr);
+      TxOut out{f.data, f.cap, tx_external_};
+      f.len = endpoint_.transmit(out, t);
       if (f.len == 0) break;
-      f.len -= ext.len;  // the headers (ext.len is 0 unless the payload stayed in place)
-      const bool self = to_self(f);
+      const bool self = out.dst_ip == cfg_.ip;
       f.ext = nullptr;
       f.ext_len = 0;
-      if (ext.len > 0) {
+      if (out.payload_len > 0) {
         if (self) {
           // Delivered here, read as one frame: the payload goes in.
-          std::memcpy(f.data + f.len, ext.data, ext.len);
-          f.len += ext.len;
+          std::memcpy(f.data + f.len, out.payload, out.payload_len);
+          f.len += out.payload_len;
         } else {
-          f.ext = ext.data;
-          f.ext_len = ext.len;
+          f.ext = out.payload;
+          f.ext_len = out.payload_len;
           ++stats_.tx_external;
         }
       }
       if (self) {
         ++local;
-        uint16_t owner = 0;
-        if (group_ == nullptr || !steered_elsewhere(f.data, f.len, &owner)) {
+        const uint16_t owner = group_ == nullptr ? group_index_ : group_->owner(out.dst_pdc);
+        if (owner == group_index_) {
           endpoint_.receive(f.data, f.len, t);
           continue;  // the buffer is built again
         }

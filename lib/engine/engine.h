@@ -166,7 +166,6 @@ class Engine {
   void update_routes(TimeNs now);
   void forget_routes(uint16_t local_id);  // a connection going: its pending route too
   uint32_t transmit_at(TimeNs now);
-  bool to_self(const TxFrame& f) const;
   // In a group: the engine that owns the frame's connection, when it is
   // another one.
   bool steered_elsewhere(const uint8_t* data, uint32_t len, uint16_t* to) const;

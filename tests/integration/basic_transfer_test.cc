@@ -39,7 +39,7 @@ namespace braid::test {
 namespace {
 
 // Frames whose payload stays in registered memory (Endpoint::transmit with
-// a TxPayloadRef): the headers in the buffer followed by the referenced
+// TxOut::in_place_ok): the headers in the buffer followed by the referenced
 // bytes are the frame a copy would have built. Large payloads go that way,
 // small ones (under Connection::kExternalPayloadMin) and CRC-covered ones
 // are copied.
@@ -69,18 +69,20 @@ void external_payload_transfer(bool crc) {
   std::vector<uint8_t> buf(9216);
   for (int round = 0; round < 1000 && p.a_scq.size() < 2; ++round) {
     std::vector<Frame> ab;
-    TxPayloadRef ext;
+    TxOut out{buf.data(), static_cast<uint32_t>(buf.size()), true};
     uint32_t n;
-    while ((n = p.a.transmit(buf.data(), static_cast<uint32_t>(buf.size()), p.now, &ext)) > 0) {
-      ASSERT_LE(ext.len, n);
-      Frame f(buf.begin(), buf.begin() + (n - ext.len));
-      if (ext.len > 0) {
+    while ((n = p.a.transmit(out, p.now)) > 0) {
+      // Where it goes, told without parsing it.
+      EXPECT_EQ(out.dst_ip, p.b.config().ip);
+      EXPECT_EQ(out.dst_pdc, p.qb->config().local_id);
+      Frame f(buf.begin(), buf.begin() + n);
+      if (out.payload_len > 0) {
         ++in_place;
-        EXPECT_GE(ext.len, Connection::kExternalPayloadMin);
+        EXPECT_GE(out.payload_len, Connection::kExternalPayloadMin);
         // It points into the posted buffer, not at a copy.
-        EXPECT_GE(ext.data, src.data());
-        EXPECT_LE(ext.data + ext.len, src.data() + src.size());
-        f.insert(f.end(), ext.data, ext.data + ext.len);
+        EXPECT_GE(out.payload, src.data());
+        EXPECT_LE(out.payload + out.payload_len, src.data() + src.size());
+        f.insert(f.end(), out.payload, out.payload + out.payload_len);
       } else if (n > wire::kL2L4Size + 100) {
         ++copied_data;
       }
