@@ -13,6 +13,7 @@
 #include "core/path_set.h"
 #include "core/ready_queue.h"
 #include "core/receive_window.h"
+#include "core/rtt.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
 #include "core/types.h"
@@ -832,6 +833,51 @@ TEST(MemoryRegionKeys, AreUnpredictableButResolveExactly) {
   uint8_t* p = nullptr;
   EXPECT_EQ(t.resolve(gone, reinterpret_cast<uintptr_t>(buf.data()), 1, kAccessRemoteWrite, 0, &p),
             AccessError::kBadKey);
+}
+
+TEST(RttEstimator, SmoothsSamplesAndTakesTheRtoFromThemOnlyOnProgress) {
+  RttEstimator e(2'000'000, 10'000, 1'000'000);
+  EXPECT_EQ(e.rto(), 2'000'000);  // the initial RTO until progress
+  e.sample(100'000);
+  EXPECT_EQ(e.srtt(), 100'000);
+  EXPECT_EQ(e.rttvar(), 50'000);
+  EXPECT_EQ(e.rto(), 2'000'000);
+  e.on_progress();
+  EXPECT_EQ(e.rto(), 300'000);  // srtt + 4 rttvar
+  e.sample(20'000);
+  EXPECT_EQ(e.min_rtt(), 20'000);
+  EXPECT_EQ(e.srtt(), 100'000 - 100'000 / 8 + 20'000 / 8);
+  EXPECT_EQ(e.rttvar(), 50'000 - 50'000 / 4 + 80'000 / 4);
+  for (int i = 0; i < 200; ++i) e.sample(1'000);
+  e.on_progress();
+  EXPECT_EQ(e.rto(), 10'000);  // never below the least
+  for (int i = 0; i < 20; ++i) e.back_off();
+  EXPECT_EQ(e.rto(), 1'000'000);  // nor above the ceiling
+}
+
+TEST(RttEstimator, ASpuriousTimeoutRaisesTheFloorWhichThenFades) {
+  RttEstimator e(400'000, 10'000, 1'000'000);
+  for (int i = 0; i < 50; ++i) e.sample(10'000);
+  e.back_off();  // 800 us
+  e.on_spurious_timeout();
+  e.on_progress();
+  EXPECT_EQ(e.rto(), 800'000);  // the samples say far less: the floor holds
+  TimeNs last = e.rto();
+  for (int i = 0; i < 500; ++i) {
+    e.on_progress();
+    EXPECT_LE(e.rto(), last);
+    last = e.rto();
+  }
+  EXPECT_LT(e.rto(), 10'000 + 800'000 / 1000);  // faded to the samples' RTO
+}
+
+TEST(RttEstimator, ALowerCeilingTakesEffectAtOnce) {
+  RttEstimator e(2'000'000, 10'000, 50'000'000);
+  e.set_max(500'000);
+  EXPECT_EQ(e.rto(), 500'000);
+  e.set_max(1'000);  // never below the least
+  EXPECT_EQ(e.rto_max(), 10'000);
+  EXPECT_EQ(e.rto(), 10'000);
 }
 
 }  // namespace

@@ -1,7 +1,9 @@
 // Receiver-driven credit's two halves alone (lib/core/credit.h): the
 // sender's accounting (speculative allowance, cumulative grants, what it
-// asks for) and the receiver's pacer (turns at the link's rate, unscheduled
-// data and congestion pushing grants back, no banked turns).
+// asks for), the receiver's per-connection grants (demand, whole frames,
+// the cap on unused grants and its forgiveness) and its pacer (turns at
+// the link's rate, unscheduled data and congestion pushing grants back, no
+// banked turns).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -257,6 +259,117 @@ TEST(CreditPacer, PacersSharingAClockGrantTheLinksRateTogether) {
     b.run_until(t);
   }
   EXPECT_GE(a.pacer.stats().granted_bytes - before, 400'000u - 16'000u);
+}
+
+TEST(CreditGrantor, WithoutAPacerGrantsTheWholeDemandAtOnceAndRepeatsWhenNothingIsNew) {
+  CreditGrantor g;
+  EXPECT_FALSE(g.due());
+  CreditGrantor::Request r = g.on_request(10000, 1000, 100000, 0);
+  EXPECT_EQ(r.granted, 10000u);
+  EXPECT_EQ(g.granted(), 10000u);
+  EXPECT_FALSE(g.paced());  // no pacer shares a link
+  ASSERT_TRUE(g.due());
+  g.sent();
+  EXPECT_FALSE(g.due());
+  // The same demand, or an older one overtaken: our grant goes again (it
+  // may have been lost), nothing more is granted.
+  for (uint32_t demand : {10000u, 8000u}) {
+    r = g.on_request(demand, 1000, 100000, 10);
+    EXPECT_EQ(r.granted, 0u);
+    EXPECT_TRUE(g.due());
+    g.sent();
+  }
+  r = g.on_request(15000, 1000, 100000, 20);
+  EXPECT_EQ(r.granted, 5000u);
+  EXPECT_EQ(g.granted(), 15000u);
+}
+
+// A pacer whose turns nobody takes: the grantor's turns are taken by hand.
+struct IdlePacer {
+  static uint32_t none(void*, uint16_t, uint32_t, bool* more, TimeNs) {
+    *more = false;
+    return 0;
+  }
+  IdlePacer() { pacer.reserve_ids(16); }
+  TimingWheel wheel;
+  CreditPacer pacer{CreditPacerConfig{8'000'000'000}, &wheel, &none, nullptr};
+};
+
+TEST(CreditGrantor, ATurnGrantsWholeFramesOfTheDemandAndTheLastGrantGoesTwice) {
+  IdlePacer p;
+  CreditGrantor g;
+  g.bind(&p.pacer, 3, 0);
+  EXPECT_EQ(g.on_request(10000, 1000, 100000, 0).granted, 0u);  // the pacer's turns grant
+  EXPECT_TRUE(g.paced());
+  bool more = false, capped = false;
+  // 4000 bytes a turn is one 4096-byte frame (rounded to the nearest).
+  EXPECT_EQ(g.grant(4000, 4096, 0, &more, &capped, 0), 4096u);
+  EXPECT_TRUE(more);
+  EXPECT_FALSE(capped);
+  ASSERT_TRUE(g.due());
+  g.sent();
+  EXPECT_FALSE(g.due());                                        // more will follow: no copy
+  EXPECT_EQ(g.grant(8192, 4096, 0, &more, &capped, 1), 5904u);  // what is left of the demand
+  EXPECT_FALSE(more);
+  g.sent();
+  EXPECT_TRUE(g.due());  // the demand's last grant has no later one to repair it
+  g.sent();
+  EXPECT_FALSE(g.due());
+  EXPECT_EQ(g.grant(8192, 4096, 0, &more, &capped, 2), 0u);  // nothing asked
+  EXPECT_EQ(g.granted(), 10000u);
+}
+
+TEST(CreditGrantor, APeerHoldingTheCapUnusedGetsNoTurnsUntilItsDataArrives) {
+  IdlePacer p;
+  CreditGrantor g;
+  g.bind(&p.pacer, 3, 0);
+  g.on_request(100000, 1000, 100000, 0);
+  bool more = false, capped = false;
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 0), 8192u);
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 1), 0u);  // 8192 unused: capped
+  EXPECT_TRUE(capped);
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 2), 0u);
+  EXPECT_FALSE(capped);         // counted once
+  g.on_arrival(4096, 8192, 3);  // half of it arrived: below the cap again
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 4), 8192u);
+}
+
+TEST(CreditGrantor, ACappedPeerWhoseDataStoppedIsForgivenOnlyAfterAWaitThatDoubles) {
+  IdlePacer p;
+  CreditGrantor g;
+  g.bind(&p.pacer, 3, 0);
+  const TimeNs rto = 1000, rto_max = 100000;
+  g.on_request(100000, rto, rto_max, 0);
+  bool more = false, capped = false;
+  g.grant(8192, 4096, 8192, &more, &capped, 0);
+  g.grant(8192, 4096, 8192, &more, &capped, 10);
+  ASSERT_TRUE(capped);  // at 10
+  // Nothing of it arrives. Asking again within one RTO of the cap: refused
+  // (our grant repeated), not forgiven.
+  EXPECT_FALSE(g.on_request(100000, rto, rto_max, 500).forgiven);
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 600), 0u);
+  // After the wait: forgiven, and turns grant again.
+  EXPECT_TRUE(g.on_request(100000, rto, rto_max, 1010).forgiven);
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 1020), 8192u);
+  EXPECT_EQ(g.grant(8192, 4096, 8192, &more, &capped, 1030), 0u);
+  ASSERT_TRUE(capped);  // capped again at 1030, still nothing arriving
+  // The second time in a row the wait is two RTOs.
+  EXPECT_FALSE(g.on_request(100000, rto, rto_max, 1030 + 1500).forgiven);
+  EXPECT_TRUE(g.on_request(100000, rto, rto_max, 1030 + 2000).forgiven);
+}
+
+TEST(CreditGrantor, ACappedPeerWhoseDataStillArrivesIsForgivenAtOnce) {
+  IdlePacer p;
+  CreditGrantor g;
+  g.bind(&p.pacer, 3, 0);
+  g.on_request(100000, 1000, 100000, 0);
+  bool more = false, capped = false;
+  g.grant(16384, 4096, 16384, &more, &capped, 0);
+  g.on_arrival(4096, 16384, 5);  // some arrives: 12288 unused, below the cap
+  g.grant(8192, 4096, 16384, &more, &capped, 6);
+  g.grant(8192, 4096, 16384, &more, &capped, 7);
+  ASSERT_TRUE(capped);
+  EXPECT_TRUE(g.on_request(100000, 1000, 100000, 8).forgiven);  // arrived within an RTO
 }
 
 }  // namespace
