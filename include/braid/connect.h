@@ -100,6 +100,32 @@ int braid_exchange_barrier(int fd);
 /* Closes the connection and forgets its settings. */
 void braid_exchange_close(int fd);
 
+/* Non-blocking use, for a caller that must return between the steps of a
+ * set-up and call again (NCCL's connect and accept). Sockets are
+ * non-blocking, with TCP_NODELAY and keepalive; addresses and ports are in
+ * network byte order; the errno values are returned, not set.
+ *
+ * Listens on bind_ip (0: any) and port (0: a free one), with a backlog for
+ * many peers; the bound address and port in *ip_out and *port_out. */
+int braid_exchange_listen_nb(uint32_t bind_ip, uint16_t port, int* fd_out, uint32_t* ip_out,
+                             uint16_t* port_out);
+/* A peer waiting on a listening socket: 0 and *fd_out, EAGAIN when none is
+ * waiting yet, or an errno value. */
+int braid_exchange_accept_nb(int listen_fd, int* fd_out);
+/* Starts connecting to ip:port: 0 and *fd_out (connected or in progress),
+ * or an errno value. */
+int braid_exchange_connect_start(uint32_t ip, uint16_t port, int* fd_out);
+/* 0 once the connection started on fd is made, EAGAIN while it is under
+ * way, or the errno value it failed with. */
+int braid_exchange_connect_done(int fd);
+/* Moves len bytes, resuming at *off (0 at first, advanced by what moved):
+ * 1 once all have, 0 to call again later, -1 when the peer is gone. */
+int braid_exchange_send_some(int fd, const void* buf, size_t len, size_t* off);
+int braid_exchange_recv_some(int fd, void* buf, size_t len, size_t* off);
+/* 1 when the peer closed its end (its process exited), 0 otherwise. Reads
+ * nothing: a byte waiting stays there. */
+int braid_exchange_peer_closed(int fd);
+
 /* The message codec, for tests and tools that carry it over other channels.
  * encode: EINVAL when a field exceeds its width. decode: EPROTO unless msg is
  * exactly one well-formed message. */

@@ -469,4 +469,95 @@ void braid_exchange_close(int fd) {
   close(fd);
 }
 
+int braid_exchange_listen_nb(uint32_t bind_ip, uint16_t port, int* fd_out, uint32_t* ip_out,
+                             uint16_t* port_out) {
+  if (!fd_out) return EINVAL;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = bind_ip;
+  a.sin_port = port;
+  socklen_t len = sizeof a;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd, 128) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const int err = errno;
+    close(fd);
+    return err;
+  }
+  if (ip_out) *ip_out = a.sin_addr.s_addr;
+  if (port_out) *port_out = a.sin_port;
+  *fd_out = fd;
+  return 0;
+}
+
+int braid_exchange_accept_nb(int listen_fd, int* fd_out) {
+  if (!fd_out) return EINVAL;
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd >= 0) {
+      configure_socket(fd);
+      *fd_out = fd;
+      return 0;
+    }
+    const int err = errno;
+    if (err == EINTR || err == ECONNABORTED) continue;  // that one went: look again
+    return err == EWOULDBLOCK ? EAGAIN : err;
+  }
+}
+
+int braid_exchange_connect_start(uint32_t ip, uint16_t port, int* fd_out) {
+  if (!fd_out) return EINVAL;
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno;
+  configure_socket(fd);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = ip;
+  a.sin_port = port;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 && errno != EINPROGRESS) {
+    const int err = errno;
+    close(fd);
+    return err;
+  }
+  *fd_out = fd;
+  return 0;
+}
+
+int braid_exchange_connect_done(int fd) {
+  pollfd pfd{fd, POLLOUT, 0};
+  const int n = poll(&pfd, 1, 0);
+  if (n < 0) return errno == EINTR ? EAGAIN : errno;
+  if (n == 0) return EAGAIN;
+  int err = 0;
+  socklen_t len = sizeof err;
+  if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) return errno;
+  return err;
+}
+
+int braid_exchange_send_some(int fd, const void* buf, size_t len, size_t* off) {
+  while (*off < len) {
+    const ssize_t n = send(fd, static_cast<const char*>(buf) + *off, len - *off, MSG_NOSIGNAL);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    *off += static_cast<size_t>(n);
+  }
+  return 1;
+}
+
+int braid_exchange_recv_some(int fd, void* buf, size_t len, size_t* off) {
+  while (*off < len) {
+    const ssize_t n = recv(fd, static_cast<char*>(buf) + *off, len - *off, 0);
+    if (n == 0) return -1;
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+    *off += static_cast<size_t>(n);
+  }
+  return 1;
+}
+
+int braid_exchange_peer_closed(int fd) {
+  char b;
+  const ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) ? 1 : 0;
+}
+
 }  // extern "C"

@@ -1,10 +1,12 @@
 // The TCP exchange of QP information (include/braid/connect.h): perftest's
-// message format, round trips over loopback, malformed input and timeouts.
+// message format, round trips over loopback, malformed input and timeouts,
+// and the non-blocking steps a caller resumes (NCCL's connect and accept).
 #include "braid/connect.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -397,6 +399,85 @@ TEST(Exchange, RejectsBadArguments) {
   EXPECT_EQ(EBADF, braid_exchange_set_timeout(-1, 0));
   braid_conn_info info{};
   EXPECT_EQ(EINVAL, braid_exchange_info(-1, &info, &info, -1));
+}
+
+// Waits (poll, bounded) until fd is ready for `events`; false on timeout.
+bool ready(int fd, short events) {
+  pollfd p{fd, events, 0};
+  return poll(&p, 1, kLongMs) == 1;
+}
+
+TEST(ExchangeNonBlocking, ListenConnectAcceptAndResumableTransfersBothWays) {
+  int lfd = -1;
+  uint32_t ip = 0;
+  uint16_t port = 0;
+  ASSERT_EQ(0, braid_exchange_listen_nb(htonl(INADDR_LOOPBACK), 0, &lfd, &ip, &port));
+  EXPECT_EQ(ip, htonl(INADDR_LOOPBACK));
+  EXPECT_NE(port, 0);  // a free port was chosen
+  int sfd = -1;
+  EXPECT_EQ(EAGAIN, braid_exchange_accept_nb(lfd, &sfd));  // nobody yet
+  int cfd = -1;
+  ASSERT_EQ(0, braid_exchange_connect_start(ip, port, &cfd));
+  ASSERT_TRUE(ready(lfd, POLLIN));
+  ASSERT_EQ(0, braid_exchange_accept_nb(lfd, &sfd));
+  ASSERT_TRUE(ready(cfd, POLLOUT));
+  ASSERT_EQ(0, braid_exchange_connect_done(cfd));
+
+  // More than the socket buffers take at once: the transfers resume where
+  // they stopped, each side's calls interleaved in one thread.
+  std::vector<uint8_t> out(8 << 20), in(out.size());
+  std::mt19937 rng(7);
+  for (auto& b : out) b = static_cast<uint8_t>(rng());
+  size_t sent = 0, got = 0;
+  int s = 0, r = 0, calls = 0;
+  while (s != 1 || r != 1) {
+    if (s != 1) s = braid_exchange_send_some(cfd, out.data(), out.size(), &sent);
+    if (r != 1) r = braid_exchange_recv_some(sfd, in.data(), in.size(), &got);
+    ASSERT_GE(s, 0);
+    ASSERT_GE(r, 0);
+    ++calls;
+    // Until one of them can go on: the receiver has bytes, or the sender room.
+    pollfd p[2] = {{sfd, POLLIN, 0}, {cfd, static_cast<short>(s != 1 ? POLLOUT : 0), 0}};
+    if (r != 1) {
+      ASSERT_GT(poll(p, 2, kLongMs), 0);
+    }
+  }
+  EXPECT_GT(calls, 1);  // it did not all go in one call
+  EXPECT_EQ(out, in);
+  uint8_t answer = 42, back = 0;
+  size_t off = 0;
+  ASSERT_EQ(1, braid_exchange_send_some(sfd, &answer, 1, &off));
+  off = 0;
+  ASSERT_TRUE(ready(cfd, POLLIN));
+  ASSERT_EQ(1, braid_exchange_recv_some(cfd, &back, 1, &off));
+  EXPECT_EQ(back, 42);
+
+  // A byte waiting is not a close, and the peek leaves it there.
+  off = 0;
+  ASSERT_EQ(1, braid_exchange_send_some(cfd, &answer, 1, &off));
+  ASSERT_TRUE(ready(sfd, POLLIN));
+  EXPECT_EQ(0, braid_exchange_peer_closed(sfd));
+  close(cfd);
+  ASSERT_TRUE(ready(sfd, POLLIN));
+  off = 0;
+  back = 0;
+  ASSERT_EQ(1, braid_exchange_recv_some(sfd, &back, 1, &off));
+  EXPECT_EQ(back, 42);
+  EXPECT_EQ(1, braid_exchange_peer_closed(sfd));
+  off = 0;
+  EXPECT_EQ(-1, braid_exchange_recv_some(sfd, &back, 1, &off));  // the peer is gone
+  close(sfd);
+  close(lfd);
+}
+
+TEST(ExchangeNonBlocking, AConnectionNobodyAcceptsFailsWithItsError) {
+  int cfd = -1;
+  ASSERT_EQ(0, braid_exchange_connect_start(htonl(INADDR_LOOPBACK), htons(free_port()), &cfd));
+  ASSERT_TRUE(ready(cfd, POLLOUT));
+  EXPECT_EQ(ECONNREFUSED, braid_exchange_connect_done(cfd));
+  close(cfd);
+  EXPECT_EQ(EINVAL, braid_exchange_listen_nb(0, 0, nullptr, nullptr, nullptr));
+  EXPECT_EQ(EINVAL, braid_exchange_connect_start(0, 0, nullptr));
 }
 
 }  // namespace
