@@ -4,11 +4,24 @@
 #include <map>
 #include <stdexcept>
 
-#include "fabric/switch_rules.h"
+#include "model/switch_rules.h"
 #include "wire/byte_order.h"
 #include "wire/frame.h"
 
 namespace braid::fabric {
+
+// The switch rules and queue discipline shared with the software switch and
+// the two-host simulator (sim/model).
+using model::ClassQueue;
+using model::ecmp_key;
+using model::is_priority;
+using model::kIpOff;
+using model::kUdpOff;
+using model::mark_ce;
+using model::mix;
+using model::trim_frame;
+using model::wred_probability;
+
 namespace {
 
 bool later(const auto& x, const auto& y) {
@@ -187,7 +200,8 @@ int Fabric::route(int node, const uint8_t* f) const {
     int best = kNone;
     for (size_t i = 0; i < g.size(); ++i) {
       const int p = g[(key + i) % g.size()];  // from the hashed member on: ties go its way
-      if (ports_[p].up && (best == kNone || ports_[p].queued_bytes < ports_[best].queued_bytes)) {
+      if (ports_[p].up &&
+          (best == kNone || ports_[p].queue.queued_bytes() < ports_[best].queue.queued_bytes())) {
         best = p;
       }
     }
@@ -260,21 +274,6 @@ void Fabric::schedule_host_timer(int host) {
 }
 
 // Appends a frame to one of a port's two FIFOs.
-void Fabric::append(int port, uint32_t s, bool high) {
-  Port& p = ports_[port];
-  uint32_t& head = high ? p.hi_head : p.lo_head;
-  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
-  slot_next_[s] = kNil;
-  if (tail == kNil) {
-    head = s;
-  } else {
-    slot_next_[tail] = s;
-  }
-  tail = s;
-  p.queued_bytes += slot_len_[s];
-  if (high) p.hi_bytes += slot_len_[s];
-}
-
 // A host's NIC pulls frames from its endpoint when it can send: the host
 // never queues more than one frame per port (plane). With several planes a
 // frame leaves on the plane its entropy (UDP source port) hashes to, and
@@ -290,10 +289,10 @@ void Fabric::host_send(int host) {
     bool can_take = false;
     for (int port : nic) {
       Port& p = ports_[port];
-      if ((p.hi_head != kNil || p.lo_head != kNil) && !p.busy) start_tx(port);
-      const bool empty = p.hi_head == kNil && p.lo_head == kNil;
+      if (!p.queue.empty() && !p.busy) start_tx(port);
+      const bool empty = p.queue.empty();
       const bool paused_room =
-          p.paused && p.hi_head == kNil && (p.lo_head == kNil || p.lo_head == p.lo_tail);
+          p.paused && !p.queue.priority_waiting() && p.queue.data_at_most_one();
       if (!p.busy && (empty || paused_room)) can_take = true;
     }
     if (!can_take) return;
@@ -309,7 +308,7 @@ void Fabric::host_send(int host) {
     const int port = nic_port(nic, f);
     Port& p = ports_[port];
     const bool waits = p.busy || (!control && p.paused);
-    append(port, s, control);
+    p.queue.append(s, len, control, slot_next_.data());
     if (!p.busy) start_tx(port);
     // A frame that has to wait ends the pull: the NIC holds at most what
     // its ports can send next.
@@ -323,33 +322,30 @@ void Fabric::enqueue(int port, uint32_t s) {
   uint8_t* f = data(s);
   uint32_t len = slot_len_[s];
   const bool control = is_priority(f, cfg.trim_dscp);
-  bool high = control;
   // The priority class (ACKs, NACKs, trimmed headers) has a buffer of its
   // own, as big as the data class's: control never waits behind data, and a
   // data queue full of data does not drop it.
-  const uint64_t data_bytes = p.queued_bytes - p.hi_bytes;
-  const bool over =
-      control ? p.hi_bytes + len > cfg.buffer_bytes : data_bytes + len > cfg.buffer_bytes;
-  if (over && !(cfg.pfc && !control)) {
-    if (!cfg.trim || control || len <= cfg.trimmed_bytes ||
-        p.hi_bytes + cfg.trimmed_bytes > cfg.buffer_bytes) {
-      ++p.stats.dropped;
-      ++stats_.dropped;
-      stats_.bytes_lost += len;
-      free_slot(s);
-      return;
-    }
+  const ClassQueue::Verdict v =
+      p.queue.admit(control, len, cfg.buffer_bytes, cfg.trim, cfg.trimmed_bytes, cfg.pfc);
+  if (v == ClassQueue::Verdict::kDrop) {
+    ++p.stats.dropped;
+    ++stats_.dropped;
+    stats_.bytes_lost += len;
+    free_slot(s);
+    return;
+  }
+  if (v == ClassQueue::Verdict::kTrim) {
     // Trim: keep the headers, say so in the DSCP, send them ahead of data.
     len = trim_frame(f, cfg.trimmed_bytes, cfg.trim_dscp);
     slot_len_[s] = len;
     ++p.stats.trimmed;
     ++stats_.trimmed;
-    high = true;
   }
+  const bool high = v != ClassQueue::Verdict::kData;
   if (!cfg.ecn_at_dequeue && !high) maybe_mark_ce(port, s, cfg);
-  append(port, s, high);
+  p.queue.append(s, len, high, slot_next_.data());
   if (cfg.pfc && !high) pfc_account(slot_in_[s], len);
-  p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queued_bytes);
+  p.stats.peak_queue_bytes = std::max(p.stats.peak_queue_bytes, p.queue.queued_bytes());
   if (!p.busy) start_tx(port);
 }
 
@@ -359,7 +355,7 @@ void Fabric::maybe_mark_ce(int port, uint32_t s, const SwitchConfig& cfg) {
   uint8_t* f = data(s);
   const uint8_t tos = f[kIpOff + 1];
   if ((tos & 3) == wire::kEcnNotEct || (tos & 3) == wire::kEcnCe) return;
-  if (!wred_mark(p.queued_bytes, cfg)) return;
+  if (!wred_mark(p.queue.queued_bytes(), cfg)) return;
   mark_ce(f);
   ++p.stats.ecn_marked;
   ++stats_.ecn_marked;
@@ -367,17 +363,12 @@ void Fabric::maybe_mark_ce(int port, uint32_t s, const SwitchConfig& cfg) {
 
 void Fabric::start_tx(int port) {
   Port& p = ports_[port];
-  const bool high = p.hi_head != kNil;
+  bool high = false;
+  const uint32_t s = p.queue.head(&high);
   if (!high && p.paused) return;  // PFC: data waits; control goes
-  uint32_t& head = high ? p.hi_head : p.lo_head;
-  uint32_t& tail = high ? p.hi_tail : p.lo_tail;
-  if (head == kNil) return;
-  const uint32_t s = head;
-  head = slot_next_[s];
-  if (head == kNil) tail = kNil;
+  if (s == kNil) return;
   const uint32_t len = slot_len_[s];
-  p.queued_bytes -= len;
-  if (high) p.hi_bytes -= len;
+  p.queue.pop(high, len, slot_next_.data());
   const Node& n = nodes_[p.node];
   if (n.is_switch) {
     const SwitchConfig& cfg = switches_[n.sw].cfg;

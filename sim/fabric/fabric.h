@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/endpoint.h"
+#include "model/class_queue.h"
 
 namespace braid::fabric {
 
@@ -129,7 +130,7 @@ class Fabric {
   // A node's egress ports (a host's: one per plane).
   const std::vector<int>& ports_of(int node) const { return nodes_[node].ports; }
   const PortStats& port_stats(int port) const { return ports_[port].stats; }
-  uint64_t queue_bytes(int port) const { return ports_[port].queued_bytes; }
+  uint64_t queue_bytes(int port) const { return ports_[port].queue.queued_bytes(); }
   const FabricStats& stats() const { return stats_; }
   // The ECMP choice a switch makes for a frame (tests).
   int route(int node, const uint8_t* frame) const;
@@ -157,11 +158,8 @@ class Fabric {
     TimeNs paused_since = 0;
     uint64_t ingress_bytes = 0;
     bool pause_sent = false;
-    // Two FIFOs linked through the packet slots: priority (trimmed headers,
-    // ACKs) and data.
-    uint32_t hi_head = kNil, hi_tail = kNil, lo_head = kNil, lo_tail = kNil;
-    uint64_t queued_bytes = 0;  // both classes
-    uint64_t hi_bytes = 0;      // the priority class
+    // Priority (trimmed headers, ACKs) and data, linked through the slots.
+    model::ClassQueue queue;
     PortStats stats;
   };
   struct Node {
@@ -200,7 +198,6 @@ class Fabric {
   const uint8_t* data(uint32_t s) const { return &slots_[size_t{s} * slot_bytes_]; }
   void deliver(int port, uint32_t slot);
   void enqueue(int port, uint32_t slot);
-  void append(int port, uint32_t slot, bool high);
   void start_tx(int port);
   void maybe_mark_ce(int port, uint32_t slot, const SwitchConfig& cfg);
   void pfc_account(int in_port, int64_t delta);

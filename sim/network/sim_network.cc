@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "model/switch_rules.h"
 #include "wire/byte_order.h"
 #include "wire/frame.h"
 
@@ -62,14 +63,6 @@ namespace {
 uint32_t frame_dst_ip(const uint8_t* f, uint32_t len) {
   if (len < wire::kEthernetSize + wire::kIpv4Size) return 0;
   return wire::load_be32(f + wire::kEthernetSize + 16);
-}
-
-// Rewrites the IPv4 TOS byte and fixes the header checksum.
-void set_tos(uint8_t* f, uint8_t tos) {
-  uint8_t* ip = f + wire::kEthernetSize;
-  ip[1] = tos;
-  wire::store_be16(ip + 10, 0);
-  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
 }
 
 }  // namespace
@@ -135,21 +128,14 @@ void SimNetwork::enqueue(Link& l, int to, std::vector<uint8_t> f) {
     }
   }
   if (trim) {
-    f.resize(im.trimmed_size);
-    const uint16_t ip_len = static_cast<uint16_t>(f.size() - wire::kEthernetSize);
-    wire::store_be16(ip + 2, ip_len);
-    wire::store_be16(ip + wire::kIpv4Size + 4, static_cast<uint16_t>(ip_len - wire::kIpv4Size));
-    set_tos(f.data(), static_cast<uint8_t>((im.trim_dscp << 2) | (ip[1] & 3)));
+    f.resize(model::trim_frame(f.data(), im.trimmed_size, im.trim_dscp));
     ++l.stats.trimmed;
   }
-  if (p.cfg.ecn_kmin_bytes > 0 && (ip[1] & 3) != wire::kEcnNotEct &&
-      queued > p.cfg.ecn_kmin_bytes) {
-    const double span = std::max<double>(1, p.cfg.ecn_kmax_bytes - p.cfg.ecn_kmin_bytes);
-    const double prob = std::min(1.0, (queued - p.cfg.ecn_kmin_bytes) / span);
-    if (chance(prob)) {
-      set_tos(f.data(), static_cast<uint8_t>((ip[1] & 0xfc) | wire::kEcnCe));
-      ++l.stats.ecn_marked;
-    }
+  // WRED with a marking probability rising to 1 at kmax (the switches' rule).
+  if ((ip[1] & 3) != wire::kEcnNotEct &&
+      chance(model::wred_probability(queued, p.cfg.ecn_kmin_bytes, p.cfg.ecn_kmax_bytes, 1.0))) {
+    model::mark_ce(f.data());
+    ++l.stats.ecn_marked;
   }
   if (chance(im.corrupt)) {
     const size_t at = std::uniform_int_distribution<size_t>(0, f.size() - 1)(rng_);

@@ -6,12 +6,12 @@
 
 #include <fmt/format.h>
 
-#include "fabric/switch_rules.h"
+#include "model/switch_rules.h"
 
 namespace braid::sw {
 
-using fabric::kIpOff;
-using fabric::kUdpOff;
+using model::kIpOff;
+using model::kUdpOff;
 
 SoftSwitch::SoftSwitch(const SoftSwitchConfig& config)
     : cfg_(config), rng_(config.seed ^ 0x5eed5eedull) {
@@ -100,7 +100,7 @@ int SoftSwitch::port_of(const uint8_t* mac) const {
 }
 
 uint16_t SoftSwitch::core_link_of(const uint8_t* f) const {
-  const uint64_t key = fabric::ecmp_key(f, cfg_.seed);
+  const uint64_t key = model::ecmp_key(f, cfg_.seed);
   const uint16_t n = cfg_.core_links;
   const auto chosen = static_cast<uint16_t>(key % n);
   if (link_state(chosen) != LinkState::kDown) return chosen;
@@ -108,7 +108,7 @@ uint16_t SoftSwitch::core_link_of(const uint8_t* f) const {
   uint64_t up = 0;
   for (uint16_t k = 0; k < n; ++k) up += link_state(k) != LinkState::kDown ? 1 : 0;
   if (up == 0) return chosen;
-  uint64_t pick = fabric::mix(key) % up;
+  uint64_t pick = model::mix(key) % up;
   for (uint16_t k = 0; k < n; ++k) {
     if (link_state(k) != LinkState::kDown && pick-- == 0) return k;
   }
@@ -160,7 +160,7 @@ void SoftSwitch::receive(uint16_t port, const uint8_t* f, uint32_t len, TimeNs n
     return;
   }
   const size_t q = index(core_link_of(f), dst > port ? Dir::kToHigher : Dir::kToLower);
-  if (!fabric::is_priority(f, cfg_.trim_dscp)) flows_[q].insert(fabric::ecmp_key(f, 0));
+  if (!model::is_priority(f, cfg_.trim_dscp)) flows_[q].insert(model::ecmp_key(f, 0));
   if (!uplinks_.empty()) {
     core_q_[s] = static_cast<uint32_t>(q);
     enqueue(uplinks_[port], s, now);  // the host's link first
@@ -178,45 +178,35 @@ void SoftSwitch::enqueue(Queue& q, uint32_t s, TimeNs now) {
     return;
   }
   const bool ipv4 = is_ipv4(f, len);
-  bool high = ipv4 && fabric::is_priority(f, cfg_.trim_dscp);
-  if (!high && q.cfg.loss > 0 && draw(q.cfg.loss)) {
+  const bool control = ipv4 && model::is_priority(f, cfg_.trim_dscp);
+  if (!control && q.cfg.loss > 0 && draw(q.cfg.loss)) {
     ++q.stats.dropped;
     free_slot(s);
     return;
   }
-  const uint64_t data_bytes = q.stats.queued_bytes - q.hi_bytes;
-  const bool over =
-      high ? q.hi_bytes + len > q.cfg.buffer_bytes : data_bytes + len > q.cfg.buffer_bytes;
-  if (over) {
-    if (!q.cfg.trim || high || !ipv4 || len <= cfg_.trimmed_bytes ||
-        q.hi_bytes + cfg_.trimmed_bytes > q.cfg.buffer_bytes) {
-      ++q.stats.dropped;
-      free_slot(s);
-      return;
-    }
-    len = len_[s] = fabric::trim_frame(f, cfg_.trimmed_bytes, cfg_.trim_dscp);
-    ++q.stats.trimmed;
-    high = true;
+  const uint64_t data_bytes = q.fifo.data_bytes();
+  const model::ClassQueue::Verdict v =
+      q.fifo.admit(control, len, q.cfg.buffer_bytes, q.cfg.trim && ipv4, cfg_.trimmed_bytes);
+  if (v == model::ClassQueue::Verdict::kDrop) {
+    ++q.stats.dropped;
+    free_slot(s);
+    return;
   }
+  if (v == model::ClassQueue::Verdict::kTrim) {
+    len = len_[s] = model::trim_frame(f, cfg_.trimmed_bytes, cfg_.trim_dscp);
+    ++q.stats.trimmed;
+  }
+  const bool high = v != model::ClassQueue::Verdict::kData;
   if (!high) ++q.stats.depth_kib[std::min<uint64_t>(data_bytes >> 10, 4095)];
   if (!high && ipv4 &&
-      draw(fabric::wred_probability(q.stats.queued_bytes, q.cfg.ecn_kmin_bytes,
-                                    q.cfg.ecn_kmax_bytes, q.cfg.ecn_pmax)) &&
-      fabric::mark_ce(f)) {
+      draw(model::wred_probability(q.fifo.queued_bytes(), q.cfg.ecn_kmin_bytes,
+                                   q.cfg.ecn_kmax_bytes, q.cfg.ecn_pmax)) &&
+      model::mark_ce(f)) {
     ++q.stats.ecn_marked;
   }
   at_[s] = now;
-  next_[s] = kNil;
-  uint32_t& head = high ? q.hi_head : q.lo_head;
-  uint32_t& tail = high ? q.hi_tail : q.lo_tail;
-  if (tail == kNil) {
-    head = s;
-  } else {
-    next_[tail] = s;
-  }
-  tail = s;
-  q.stats.queued_bytes += len;
-  if (high) q.hi_bytes += len;
+  q.fifo.append(s, len, high, next_.data());
+  q.stats.queued_bytes = q.fifo.queued_bytes();
   q.stats.peak_bytes = std::max(q.stats.peak_bytes, q.stats.queued_bytes);
 }
 
@@ -227,18 +217,14 @@ TimeNs SoftSwitch::departure(const Queue& q, uint32_t s) const {
 }
 
 uint32_t SoftSwitch::dequeue(Queue& q, TimeNs now) {
-  const bool high = q.hi_head != kNil;
-  uint32_t& head = high ? q.hi_head : q.lo_head;
-  uint32_t& tail = high ? q.hi_tail : q.lo_tail;
-  const uint32_t s = head;
+  bool high = false;
+  const uint32_t s = q.fifo.head(&high);
   if (s == kNil) return kNil;
   const TimeNs dep = departure(q, s);
   if (dep > now) return kNil;
-  head = next_[s];
-  if (head == kNil) tail = kNil;
+  q.fifo.pop(high, len_[s], next_.data());
   q.busy_until = dep;
-  q.stats.queued_bytes -= len_[s];
-  if (high) q.hi_bytes -= len_[s];
+  q.stats.queued_bytes = q.fifo.queued_bytes();
   ++q.stats.packets;
   if (!high) {
     ++q.stats.data_packets;
@@ -279,7 +265,7 @@ uint32_t SoftSwitch::transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs 
     if (len <= cap) {
       const uint8_t* f = data(s);
       std::memcpy(buf, f, len);
-      if (is_ipv4(f, len) && !fabric::is_priority(f, cfg_.trim_dscp)) {
+      if (is_ipv4(f, len) && !model::is_priority(f, cfg_.trim_dscp)) {
         delivered_[in_[s]] += len;
       }
       free_slot(s);
@@ -295,7 +281,8 @@ uint32_t SoftSwitch::transmit(uint16_t port, uint8_t* buf, uint32_t cap, TimeNs 
 TimeNs SoftSwitch::next_due() const {
   TimeNs t = kNever;
   auto head_due = [&](const Queue& q) {
-    const uint32_t s = q.hi_head != kNil ? q.hi_head : q.lo_head;
+    bool high = false;
+    const uint32_t s = q.fifo.head(&high);
     if (s != kNil) t = std::min(t, departure(q, s));
   };
   for (const Queue& q : uplinks_) head_due(q);
@@ -306,16 +293,10 @@ TimeNs SoftSwitch::next_due() const {
 }
 
 void SoftSwitch::drop_all(Queue& q) {
-  for (uint32_t* head : {&q.hi_head, &q.lo_head}) {
-    while (*head != kNil) {
-      const uint32_t s = *head;
-      *head = next_[s];
-      ++q.stats.dropped;
-      free_slot(s);
-    }
-  }
-  q.hi_tail = q.lo_tail = kNil;
-  q.hi_bytes = 0;
+  q.fifo.clear(next_.data(), [&](uint32_t s) {
+    ++q.stats.dropped;
+    free_slot(s);
+  });
   q.stats.queued_bytes = 0;
 }
 

@@ -12,7 +12,7 @@
 // WRED ECN marking, drop-tail or trimming, random loss, and a state (up;
 // down: routing stops using it; blackhole: routing keeps using it and it
 // drops everything). What is done to a frame (hash, marking, trimming) is
-// the fabric simulator's (fabric/switch_rules.h).
+// the fabric simulator's (model/switch_rules.h, model/class_queue.h).
 //
 // Fed with frames and time, it says which frame leaves which port when: the
 // DPDK app (apps/braid_switch) polls ports and copies frames in and out;
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "core/types.h"
+#include "model/class_queue.h"
 
 namespace braid::sw {
 
@@ -166,10 +167,8 @@ class SoftSwitch {
   struct Queue {
     QueueConfig cfg;
     LinkState state = LinkState::kUp;
-    uint32_t hi_head = kNil, hi_tail = kNil;  // priority: control, trimmed
-    uint32_t lo_head = kNil, lo_tail = kNil;  // data
-    uint64_t hi_bytes = 0;
-    TimeNs busy_until = 0;  // the link has sent everything before this
+    model::ClassQueue fifo;  // priority (control, trimmed) and data
+    TimeNs busy_until = 0;   // the link has sent everything before this
     QueueStats stats;
   };
   uint8_t* data(uint32_t s) { return pool_.data() + size_t{s} * slot_bytes_; }

@@ -6,7 +6,7 @@
 
 #include <vector>
 
-#include "fabric/switch_rules.h"
+#include "model/switch_rules.h"
 #include "wire/byte_order.h"
 #include "wire/frame.h"
 
@@ -24,7 +24,7 @@ Frame udp_frame(uint8_t from, uint8_t to, uint16_t src_port, uint32_t len,
   std::copy(dst_mac, dst_mac + 6, f.begin());
   std::copy(src_mac, src_mac + 6, f.begin() + 6);
   wire::store_be16(f.data() + 12, 0x0800);
-  uint8_t* ip = f.data() + fabric::kIpOff;
+  uint8_t* ip = f.data() + model::kIpOff;
   ip[0] = 0x45;
   ip[1] = tos;
   wire::store_be16(ip + 2, static_cast<uint16_t>(len - wire::kEthernetSize));
@@ -33,10 +33,10 @@ Frame udp_frame(uint8_t from, uint8_t to, uint16_t src_port, uint32_t len,
   wire::store_be32(ip + 12, 0xc6120000u | from);
   wire::store_be32(ip + 16, 0xc6120000u | to);
   wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
-  uint8_t* udp = f.data() + fabric::kUdpOff;
+  uint8_t* udp = f.data() + model::kUdpOff;
   wire::store_be16(udp, src_port);
   wire::store_be16(udp + 2, wire::kUetUdpPort);
-  wire::store_be16(udp + 4, static_cast<uint16_t>(len - fabric::kUdpOff));
+  wire::store_be16(udp + 4, static_cast<uint16_t>(len - model::kUdpOff));
   return f;
 }
 
@@ -232,10 +232,10 @@ TEST(SoftSwitch, WredMarksEcnCapableDataAboveKminAndNeverControl) {
   ASSERT_EQ(out.size(), 36u);
   // Strict priority: the ACK first, unmarked.
   EXPECT_EQ(out[0].size(), 100u);
-  EXPECT_EQ(out[0][fabric::kIpOff + 1] & 3, 1);
+  EXPECT_EQ(out[0][model::kIpOff + 1] & 3, 1);
   int marked = 0;
   for (size_t i = 1; i < out.size(); ++i) {
-    const uint8_t ecn = out[i][fabric::kIpOff + 1] & 3;
+    const uint8_t ecn = out[i][model::kIpOff + 1] & 3;
     if (i <= 10) {
       EXPECT_EQ(ecn, wire::kEcnEct0) << i;  // met < 10 KB
     } else if (i > 20 && i <= 30) {
@@ -245,7 +245,7 @@ TEST(SoftSwitch, WredMarksEcnCapableDataAboveKminAndNeverControl) {
     }
     marked += ecn == wire::kEcnCe;
     // Still a valid IPv4 header.
-    EXPECT_EQ(wire::ipv4_checksum(out[i].data() + fabric::kIpOff, wire::kIpv4Size), 0u) << i;
+    EXPECT_EQ(wire::ipv4_checksum(out[i].data() + model::kIpOff, wire::kIpv4Size), 0u) << i;
   }
   EXPECT_EQ(static_cast<uint64_t>(marked), s.egress_stats(1).ecn_marked);
   EXPECT_GT(marked, 10);
@@ -273,11 +273,11 @@ TEST(SoftSwitch, AFullQueueTrimsToTheHeadersOrDrops) {
     // The trimmed headers go first, in the priority class.
     for (int i = 0; i < 3; ++i) {
       ASSERT_EQ(out[i].size(), c.trimmed_bytes);
-      const uint8_t* ip = out[i].data() + fabric::kIpOff;
+      const uint8_t* ip = out[i].data() + model::kIpOff;
       EXPECT_EQ(ip[1] >> 2, c.trim_dscp);
       EXPECT_EQ(wire::load_be16(ip + 2), c.trimmed_bytes - wire::kEthernetSize);
-      EXPECT_EQ(wire::load_be16(out[i].data() + fabric::kUdpOff + 4),
-                c.trimmed_bytes - fabric::kUdpOff);
+      EXPECT_EQ(wire::load_be16(out[i].data() + model::kUdpOff + 4),
+                c.trimmed_bytes - model::kUdpOff);
       EXPECT_EQ(wire::ipv4_checksum(ip, wire::kIpv4Size), 0u);
     }
     for (int i = 3; i < 8; ++i) EXPECT_EQ(out[i].size(), 1000u);

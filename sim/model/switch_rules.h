@@ -1,6 +1,7 @@
-// What a switch does to a frame, shared by the fabric simulator (fabric.h)
-// and the software switch on the DPDK datapath (switch/soft_switch.h), so
-// both mark, trim and hash alike: the ECMP hash of the 5-tuple, WRED's
+// What a switch does to a frame, shared by the fabric simulator (fabric.h),
+// the software switch on the DPDK datapath (switch/soft_switch.h) and the
+// two-host simulator (network/sim_network.h), so all mark, trim and hash
+// alike: the ECMP hash of the 5-tuple, WRED's
 // marking probability, and UET-style trimming (cut to the headers, say so
 // in the DSCP). Frames are Ethernet + IPv4 (+ UDP).
 #pragma once
@@ -11,7 +12,7 @@
 #include "wire/byte_order.h"
 #include "wire/frame.h"
 
-namespace braid::fabric {
+namespace braid::model {
 
 inline constexpr uint32_t kIpOff = wire::kEthernetSize;
 inline constexpr uint32_t kUdpOff = wire::kEthernetSize + wire::kIpv4Size;
@@ -79,4 +80,4 @@ inline uint32_t trim_frame(uint8_t* f, uint32_t keep, uint8_t trim_dscp) {
   return keep;
 }
 
-}  // namespace braid::fabric
+}  // namespace braid::model
