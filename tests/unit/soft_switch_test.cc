@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "model/class_queue.h"
 #include "model/switch_rules.h"
 #include "wire/byte_order.h"
 #include "wire/frame.h"
@@ -330,6 +331,66 @@ TEST(SoftSwitch, LossDropsAboutItsShareOfDataAndNoControl) {
   EXPECT_GT(dropped, 800u);
   EXPECT_LT(dropped, 1200u);
   EXPECT_EQ(out.size(), 8000u - dropped);
+}
+
+// The queue discipline every modelled switch port uses (model/class_queue.h).
+TEST(ClassQueue, EachClassHasItsBufferAndAFullDataClassTrimsOrDrops) {
+  using model::ClassQueue;
+  using V = ClassQueue::Verdict;
+  std::vector<uint32_t> next(16);
+  ClassQueue q;
+  const uint64_t buffer = 10000;
+  for (uint32_t s = 0; s < 2; ++s) {
+    ASSERT_EQ(q.admit(false, 4000, buffer, true, 100), V::kData);
+    q.append(s, 4000, false, next.data());
+  }
+  EXPECT_EQ(q.data_bytes(), 8000u);
+  // The data class is full for 4000 more: trimmed (its headers fit the
+  // priority class), or dropped without trimming; lossless takes it.
+  EXPECT_EQ(q.admit(false, 4000, buffer, true, 100), V::kTrim);
+  EXPECT_EQ(q.admit(false, 4000, buffer, false, 100), V::kDrop);
+  EXPECT_EQ(q.admit(false, 4000, buffer, true, 100, true), V::kData);
+  EXPECT_EQ(q.admit(false, 80, buffer, true, 100), V::kData);  // still fits
+  // A frame no longer than the trimmed size is not trimmed: dropped.
+  EXPECT_EQ(q.admit(false, 2100, buffer, true, 2100), V::kDrop);
+  // Control has a buffer of its own: data does not crowd it out.
+  ASSERT_EQ(q.admit(true, 9000, buffer, true, 100), V::kPriority);
+  q.append(2, 9000, true, next.data());
+  EXPECT_EQ(q.admit(true, 2000, buffer, true, 100), V::kDrop);  // nor is it ever trimmed
+  // Trimmed headers that no longer fit the priority class: dropped.
+  EXPECT_EQ(q.admit(false, 4000, buffer, true, 1001), V::kDrop);
+  EXPECT_EQ(q.admit(false, 4000, buffer, true, 1000), V::kTrim);
+  EXPECT_EQ(q.queued_bytes(), 17000u);
+  EXPECT_EQ(q.priority_bytes(), 9000u);
+}
+
+TEST(ClassQueue, ThePriorityClassLeavesFirstAndEachClassInOrder) {
+  using model::ClassQueue;
+  std::vector<uint32_t> next(16);
+  ClassQueue q;
+  EXPECT_TRUE(q.empty());
+  EXPECT_TRUE(q.data_at_most_one());
+  for (uint32_t s : {3u, 4u, 5u}) q.append(s, 100, false, next.data());
+  q.append(7, 10, true, next.data());
+  q.append(8, 10, true, next.data());
+  EXPECT_FALSE(q.data_at_most_one());
+  std::vector<uint32_t> order;
+  bool priority = false;
+  for (uint32_t s = q.head(&priority); s != ClassQueue::kNil; s = q.head(&priority)) {
+    order.push_back(s);
+    q.pop(priority, priority ? 10 : 100, next.data());
+  }
+  EXPECT_EQ(order, (std::vector<uint32_t>{7, 8, 3, 4, 5}));
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.queued_bytes(), 0u);
+  // Emptied at once (a link going down): every frame given back, in order.
+  q.append(1, 100, false, next.data());
+  q.append(2, 10, true, next.data());
+  std::vector<uint32_t> dropped;
+  q.clear(next.data(), [&](uint32_t s) { dropped.push_back(s); });
+  EXPECT_EQ(dropped, (std::vector<uint32_t>{2, 1}));
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.queued_bytes(), 0u);
 }
 
 }  // namespace
