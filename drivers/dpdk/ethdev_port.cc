@@ -480,22 +480,7 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   Eal::InterruptsRun handshakes;
 
   uint16_t port = 0;
-  if (!config.name.empty()) {
-    if (rte_eth_dev_get_port_by_name(config.name.c_str(), &port) != 0) {
-      return fail("no DPDK port named '" + config.name +
-                  "'; available ports: " + available_ports());
-    }
-  } else if (config.port_id) {
-    port = *config.port_id;
-    if (!rte_eth_dev_is_valid_port(port)) {
-      return fail("no DPDK port with id " + std::to_string(port) +
-                  "; available ports: " + available_ports());
-    }
-  } else {
-    return fail("no port given: set EthdevPortConfig::name or port_id; available ports: " +
-                available_ports());
-  }
-
+  if (std::string why = find_port(config, &port); !why.empty()) return fail(why);
   std::unique_ptr<EthdevPort> p(new EthdevPort());
   p->port_id_ = port;
   char name[RTE_ETH_NAME_MAX_LEN] = {};
@@ -511,6 +496,39 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   const std::string label = port_label(port, p->name_, p->driver_);
   if (std::string why = missing_single_file_segments(info); !why.empty()) return fail(why);
 
+  // The steps: frame and buffer sizes, queues and pools, start and link.
+  uint32_t ethdev_mtu = 0;
+  std::string why = p->size_frames(config, info, label, &ethdev_mtu);
+  if (why.empty()) why = p->open_queues(config, info, label, ethdev_mtu);
+  if (why.empty()) why = p->start(config, info, label);
+  if (!why.empty()) return fail(why);
+  return p;
+}
+
+std::string EthdevPort::find_port(const EthdevPortConfig& config, uint16_t* port_out) {
+  uint16_t port = 0;
+  if (!config.name.empty()) {
+    if (rte_eth_dev_get_port_by_name(config.name.c_str(), &port) != 0) {
+      return std::string("no DPDK port named '" + config.name +
+                         "'; available ports: " + available_ports());
+    }
+  } else if (config.port_id) {
+    port = *config.port_id;
+    if (!rte_eth_dev_is_valid_port(port)) {
+      return std::string("no DPDK port with id " + std::to_string(port) +
+                         "; available ports: " + available_ports());
+    }
+  } else {
+    return std::string("no port given: set EthdevPortConfig::name or port_id; available ports: " +
+                       available_ports());
+  }
+
+  *port_out = port;
+  return {};
+}
+
+std::string EthdevPort::size_frames(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                                    const std::string& label, uint32_t* ethdev_mtu_out) {
   // Frame size the MTU implies, with the PMD's own overhead when it states
   // one (VLAN tags, for instance), as ethdev computes it.
   uint32_t overhead = kDefaultFrameOverhead;
@@ -519,9 +537,9 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   }
   if (config.mtu < info.min_mtu ||
       (config.mtu > info.max_mtu && !jumbo_beyond_reported_limit(info, 0, label).applies)) {
-    return fail("MTU " + std::to_string(config.mtu) + " is outside what " + label + " allows (" +
-                std::to_string(info.min_mtu) + ".." + std::to_string(info.max_mtu) +
-                "): use an MTU in that range");
+    return std::string("MTU " + std::to_string(config.mtu) + " is outside what " + label +
+                       " allows (" + std::to_string(info.min_mtu) + ".." +
+                       std::to_string(info.max_mtu) + "): use an MTU in that range");
   }
   const uint32_t frame = config.mtu + overhead;
   // The MTU ethdev is told; Braid sizes its frames to config.mtu.
@@ -529,31 +547,32 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   if (frame > info.max_rx_pktlen) {
     const JumboCheck jumbo = jumbo_beyond_reported_limit(info, frame, label);
     if (!jumbo.applies) {
-      return fail("MTU " + std::to_string(config.mtu) + " needs frames of " +
-                  std::to_string(frame) + " B but " + label + " accepts at most " +
-                  std::to_string(info.max_rx_pktlen) + " B: use an MTU up to " +
-                  std::to_string(info.max_rx_pktlen - overhead));
+      return std::string("MTU " + std::to_string(config.mtu) + " needs frames of " +
+                         std::to_string(frame) + " B but " + label + " accepts at most " +
+                         std::to_string(info.max_rx_pktlen) + " B: use an MTU up to " +
+                         std::to_string(info.max_rx_pktlen - overhead));
     }
-    if (!jumbo.error.empty()) return fail(jumbo.error);
+    if (!jumbo.error.empty()) return std::string(jumbo.error);
     ethdev_mtu = std::min<uint32_t>(info.max_mtu, info.max_rx_pktlen - overhead);
   }
   if (config.mbuf_data_room != 0 && config.mbuf_data_room < frame) {
-    return fail("RX buffer smaller than the MTU on " + label + ": an mbuf holds " +
-                std::to_string(config.mbuf_data_room) + " B but MTU " + std::to_string(config.mtu) +
-                " needs frames of " + std::to_string(frame) + " B: set mbuf_data_room >= " +
-                std::to_string(frame) + " (or 0 to size it from the MTU), or lower the MTU");
+    return std::string("RX buffer smaller than the MTU on " + label + ": an mbuf holds " +
+                       std::to_string(config.mbuf_data_room) + " B but MTU " +
+                       std::to_string(config.mtu) + " needs frames of " + std::to_string(frame) +
+                       " B: set mbuf_data_room >= " + std::to_string(frame) +
+                       " (or 0 to size it from the MTU), or lower the MTU");
   }
   uint32_t room = config.mbuf_data_room;
   if (room == 0) room = std::max(kMinDataRoom, (frame + 1023) / 1024 * 1024);
   room = std::max(room, info.min_rx_bufsize);
-  if (is_driver(p->driver_, "net_af_packet") && config.mbuf_data_room == 0) {
+  if (is_driver(driver_, "net_af_packet") && config.mbuf_data_room == 0) {
     // AF_PACKET copies a whole ring frame (framesz less its 32-byte header)
     // into one mbuf and refuses smaller ones.
     const uint32_t framesz =
         static_cast<uint32_t>(std::strtoul(devarg(info, "framesz", "2048").c_str(), nullptr, 10));
     room = std::max(room, (framesz + 1023) / 1024 * 1024);
   }
-  if (is_driver(p->driver_, "net_af_xdp")) {
+  if (is_driver(driver_, "net_af_xdp")) {
     // DPDK 22.11's AF_XDP receives into the mbufs themselves: each is one
     // UMEM chunk, and the kernel puts its own 256 B of XDP headroom in the
     // chunk after the mempool header, the mbuf and its headroom, and drops
@@ -561,35 +580,43 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     // an MTU of 2000 or 3000 lost every full-size frame with mbufs sized
     // for the frame alone.
     const std::string why = af_xdp_sizes(config, frame, info.min_rx_bufsize, label, &room);
-    if (!why.empty()) return fail(why);
+    if (!why.empty()) return std::string(why);
   }
   if (room + RTE_PKTMBUF_HEADROOM > UINT16_MAX) {
-    return fail("MTU " + std::to_string(config.mtu) + " needs mbufs of " + std::to_string(room) +
-                " B, more than an mbuf can hold (" +
-                std::to_string(UINT16_MAX - RTE_PKTMBUF_HEADROOM) + " B): lower the MTU");
+    return std::string("MTU " + std::to_string(config.mtu) + " needs mbufs of " +
+                       std::to_string(room) + " B, more than an mbuf can hold (" +
+                       std::to_string(UINT16_MAX - RTE_PKTMBUF_HEADROOM) + " B): lower the MTU");
   }
-  p->mtu_ = config.mtu;
-  p->data_room_ = room;
+  mtu_ = config.mtu;
+  data_room_ = room;
 
+  *ethdev_mtu_out = ethdev_mtu;
+  return {};
+}
+
+std::string EthdevPort::open_queues(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                                    const std::string& label, uint32_t ethdev_mtu) {
+  const uint16_t port = port_id_;
   const uint16_t most_queues = std::min(info.max_rx_queues, info.max_tx_queues);
   if (config.queues == 0 || config.queues > most_queues) {
-    return fail(std::to_string(config.queues) + " queue pair(s) asked of " + label +
-                ", which has " + std::to_string(most_queues) + ": ask for 1 to " +
-                std::to_string(most_queues) +
-                (is_driver(p->driver_, "net_memif") || is_driver(p->driver_, "net_vhost") ||
-                         is_driver(p->driver_, "net_virtio_user")
-                     ? " (or give the vdev more queues)"
-                     : ""));
+    return std::string(std::to_string(config.queues) + " queue pair(s) asked of " + label +
+                       ", which has " + std::to_string(most_queues) + ": ask for 1 to " +
+                       std::to_string(most_queues) +
+                       (is_driver(driver_, "net_memif") || is_driver(driver_, "net_vhost") ||
+                                is_driver(driver_, "net_virtio_user")
+                            ? " (or give the vdev more queues)"
+                            : ""));
   }
-  p->queues_.resize(config.queues);
+  queues_.resize(config.queues);
 
   uint16_t rxd = config.rx_descriptors;
   uint16_t txd = config.tx_descriptors;
   if (int ret = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd); ret != 0) {
-    return fail("rte_eth_dev_adjust_nb_rx_tx_desc(" + label + ") failed: " + rte_strerror(-ret));
+    return std::string("rte_eth_dev_adjust_nb_rx_tx_desc(" + label +
+                       ") failed: " + rte_strerror(-ret));
   }
-  p->rx_descriptors_ = rxd;
-  p->tx_descriptors_ = txd;
+  rx_descriptors_ = rxd;
+  tx_descriptors_ = txd;
 
   // Both rings full, a burst in each direction in the engine's hands, and
   // as much again for frames a same-process peer (ring PMD) still holds.
@@ -601,68 +628,74 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
       "braid_p" + std::to_string(port) + "_" + std::to_string(pool_serial++);
   int socket = rte_eth_dev_socket_id(port);
   if (socket < 0) socket = SOCKET_ID_ANY;
-  p->rx_offloads_ = info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
-  p->tx_offloads_ =
+  rx_offloads_ = info.rx_offload_capa & RTE_ETH_RX_OFFLOAD_IPV4_CKSUM;
+  tx_offloads_ =
       info.tx_offload_capa & (RTE_ETH_TX_OFFLOAD_IPV4_CKSUM | RTE_ETH_TX_OFFLOAD_MULTI_SEGS);
   PortSetup want;
   want.port = port;
-  want.name = p->name_;
+  want.name = name_;
   want.mbufs = mbufs;
-  want.elt_room = room + RTE_PKTMBUF_HEADROOM;
+  want.elt_room = data_room_ + RTE_PKTMBUF_HEADROOM;
   want.ethdev_mtu = ethdev_mtu;
   want.rxd = rxd;
   want.txd = txd;
   want.queues = config.queues;
-  want.rx_offloads = p->rx_offloads_;
-  want.tx_offloads = p->tx_offloads_;
+  want.rx_offloads = rx_offloads_;
+  want.tx_offloads = tx_offloads_;
   bool busy = false;
-  std::optional<PortSetup> had = reserve_port(port, p->name_, info, &busy);
+  std::optional<PortSetup> had = reserve_port(port, name_, info, &busy);
   if (busy) {
-    return fail(label +
-                " is open already (another EthdevPort runs on it in this process): close "
-                "that one first, or share it");
+    return std::string(label +
+                       " is open already (another EthdevPort runs on it in this process): close "
+                       "that one first, or share it");
   }
-  p->reserved_ = true;
+  reserved_ = true;
   if (had && had->same_queues(want)) {
     // Set up by an earlier open: start it again as it is.
-    for (uint16_t q = 0; q < config.queues; ++q) p->queues_[q].pool = had->pools[q];
-    p->setup_kept_ = true;
+    for (uint16_t q = 0; q < config.queues; ++q) queues_[q].pool = had->pools[q];
+    setup_kept_ = true;
   } else {
     std::vector<rte_mempool*> pools;
     std::string why =
         set_up_queues(want, cache, socket, pool_name, label, config.mtu, info, &pools);
-    for (size_t q = 0; q < pools.size(); ++q) p->queues_[q].pool = pools[q];
-    if (!why.empty()) return fail(why);
+    for (size_t q = 0; q < pools.size(); ++q) queues_[q].pool = pools[q];
+    if (!why.empty()) return std::string(why);
     // The old queues' pools, if any, go once their buffers are back.
     want.pools = pools;
     commit_setup(want);
-    p->setup_kept_ = true;
+    setup_kept_ = true;
     free_whole_orphans();
   }
 
   // External payloads where the PMD copies frames out within tx_burst and
   // takes chains: memif in copy mode (its zero-copy mode hands our mbufs'
   // memory to the peer, which cannot reach the application's).
-  if (config.tx_external && is_driver(p->driver_, "net_memif") &&
-      devarg(info, "zero-copy") != "yes" && (p->tx_offloads_ & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)) {
+  if (config.tx_external && is_driver(driver_, "net_memif") && devarg(info, "zero-copy") != "yes" &&
+      (tx_offloads_ & RTE_ETH_TX_OFFLOAD_MULTI_SEGS)) {
     for (uint16_t q = 0; q < config.queues; ++q) {
       const std::string name = "braid_x" + std::to_string(port) + "_" +
                                std::to_string(pool_serial++) + "q" + std::to_string(q);
       // Each carries the shared info of the buffer it is attached to.
       const auto priv = static_cast<uint16_t>(
           RTE_ALIGN_CEIL(sizeof(rte_mbuf_ext_shared_info), RTE_MBUF_PRIV_ALIGN));
-      p->queues_[q].ext_pool =
+      queues_[q].ext_pool =
           rte_pktmbuf_pool_create(name.c_str(), round_pool_size(2u * txd + 2u * kMaxBurst),
                                   std::min<uint32_t>(kMempoolCache, txd), priv, 0, socket);
-      if (p->queues_[q].ext_pool == nullptr) {
-        return fail("cannot allocate the mbufs that carry payloads in place for " + label + ": " +
-                    rte_strerror(rte_errno) +
-                    ": give the EAL more memory, or set tx_external false");
+      if (queues_[q].ext_pool == nullptr) {
+        return std::string("cannot allocate the mbufs that carry payloads in place for " + label +
+                           ": " + rte_strerror(rte_errno) +
+                           ": give the EAL more memory, or set tx_external false");
       }
     }
-    p->tx_external_ = true;
+    tx_external_ = true;
   }
 
+  return {};
+}
+
+std::string EthdevPort::start(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                              const std::string& label) {
+  const uint16_t port = port_id_;
   // A memif client connects at start and does not retry by itself: a server
   // that is not listening yet (its socket file made a moment before its
   // listen) is retried within the link wait.
@@ -674,11 +707,11 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     const int ret = rte_eth_dev_start(port);
     if (ret == 0) break;
     if (!retries || std::chrono::steady_clock::now() >= deadline) {
-      return fail(start_failure(ret, info, label));
+      return std::string(start_failure(ret, info, label));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  p->started_ = true;
+  started_ = true;
 
   // Frames for other MACs are not ours; promiscuous only when asked (a
   // capture, or a peer that does not know our MAC). Not every PMD has the
@@ -686,15 +719,16 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
   const int promisc =
       config.promiscuous ? rte_eth_promiscuous_enable(port) : rte_eth_promiscuous_disable(port);
   if (promisc != 0 && (config.promiscuous || promisc != -ENOTSUP)) {
-    return fail("cannot turn promiscuous mode " + std::string(config.promiscuous ? "on" : "off") +
-                " on " + label + ": " + rte_strerror(-promisc));
+    return std::string("cannot turn promiscuous mode " +
+                       std::string(config.promiscuous ? "on" : "off") + " on " + label + ": " +
+                       rte_strerror(-promisc));
   }
 
   rte_ether_addr addr{};
   if (int ret = rte_eth_macaddr_get(port, &addr); ret != 0) {
-    return fail("rte_eth_macaddr_get(" + label + ") failed: " + rte_strerror(-ret));
+    return std::string("rte_eth_macaddr_get(" + label + ") failed: " + rte_strerror(-ret));
   }
-  std::memcpy(p->mac_.data(), addr.addr_bytes, p->mac_.size());
+  std::memcpy(mac_.data(), addr.addr_bytes, mac_.size());
 
   // Links come up asynchronously (memif and vhost after a handshake); wait a
   // bounded time rather than return a port that silently drops.
@@ -703,13 +737,13 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
     // a loaded host) is started again: stop and start reconnect the client.
     constexpr auto kHandshakeGiveUp = std::chrono::milliseconds(500);
     auto attempt = std::chrono::steady_clock::now();
-    while (!p->link_up() && std::chrono::steady_clock::now() < deadline) {
+    while (!link_up() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       const auto now = std::chrono::steady_clock::now();
-      if (retries && !p->link_up() && now - attempt >= kHandshakeGiveUp && now < deadline) {
-        ++p->reconnects_;
+      if (retries && !link_up() && now - attempt >= kHandshakeGiveUp && now < deadline) {
+        ++reconnects_;
         Eal::run_on_interrupt_thread([](void* q) { rte_eth_dev_stop(*static_cast<uint16_t*>(q)); },
-                                     &p->port_id_);
+                                     &port_id_);
         Eal::drain_interrupts();
         while (rte_eth_dev_start(port) != 0 && std::chrono::steady_clock::now() < deadline) {
           std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -717,12 +751,12 @@ std::unique_ptr<EthdevPort> EthdevPort::open(const EthdevPortConfig& config, std
         attempt = std::chrono::steady_clock::now();
       }
     }
-    if (!p->link_up()) {
-      return fail("link of " + label + " still down " + std::to_string(config.link_wait_ms) +
-                  " ms after start: " + link_down_hint(info));
+    if (!link_up()) {
+      return std::string("link of " + label + " still down " + std::to_string(config.link_wait_ms) +
+                         " ms after start: " + link_down_hint(info));
     }
   }
-  return p;
+  return {};
 }
 
 EthdevPort::~EthdevPort() {

@@ -15,6 +15,7 @@
 #include "engine/packet_io.h"
 
 struct rte_mempool;
+struct rte_eth_dev_info;
 
 namespace braid::dpdk {
 
@@ -117,6 +118,21 @@ class EthdevPort final : public PacketIo {
  private:
   EthdevPort() = default;
   void release_pool();
+  // open()'s steps; each returns what went wrong ("" when all went well).
+  // The port named by config (its name, or its id).
+  static std::string find_port(const EthdevPortConfig& config, uint16_t* port);
+  // Checks the MTU against the PMD's limits and sizes frames and mbufs
+  // (mtu_, data_room_); *ethdev_mtu: the MTU ethdev is told.
+  std::string size_frames(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                          const std::string& label, uint32_t* ethdev_mtu);
+  // Queue pairs, descriptors, pools (kept from an earlier open of the port
+  // when they fit), and the pools for payloads sent in place.
+  std::string open_queues(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                          const std::string& label, uint32_t ethdev_mtu);
+  // Starts the port (a memif client retried), sets promiscuous mode, reads
+  // the MAC and waits for the link.
+  std::string start(const EthdevPortConfig& config, const rte_eth_dev_info& info,
+                    const std::string& label);
 
   uint16_t port_id_ = 0;
   bool started_ = false;
