@@ -311,13 +311,8 @@ class JsonConfig : public CLI::Config {
   }
 };
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  Options o;
-  CLI::App app{
-      "Braid's protocol core on a simulated datacenter fabric: scenarios side by side for "
-      "transport profiles (docs/fabric-results.md)"};
+// The command line (and --config's JSON keys).
+void add_options(CLI::App& app, Options& o) {
   app.add_option("--scenario", o.scenario,
                  "permutation, incast, single (one flow alone), all-to-all, allreduce (ring), "
                  "halving-doubling (allreduce), victim (a flow into a host under the same edge as "
@@ -449,6 +444,191 @@ int main(int argc, char** argv) {
   app.add_option("--entropy-flows", o.entropy_flows,
                  "flows whose entropies --entropy-series writes")
       ->capture_default_str();
+}
+
+// The files the options ask for, each with its header line.
+struct Outputs {
+  explicit Outputs(const Options& o) {
+    if (!o.csv.empty()) {
+      csv = std::make_unique<std::ofstream>(o.csv);
+      *csv << "profile,flow,src,dst,bytes,start_ns,end_ns,fct_us,goodput_pct,ok,retransmits,"
+              "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acked,status\n";
+    }
+    if (!o.json.empty()) json = std::make_unique<std::ofstream>(o.json);
+    if (!o.timeseries.empty()) {
+      timeseries = std::make_unique<std::ofstream>(o.timeseries);
+      *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
+                  << (has_victim(o.scenario) ? ",victim_bytes" : "") << "\n";
+    }
+    if (!o.flow_series.empty()) {
+      flow_series = std::make_unique<std::ofstream>(o.flow_series);
+      *flow_series << "profile,time_us,flow,bytes\n";
+    }
+    if (!o.entropy_series.empty()) {
+      entropy_series = std::make_unique<std::ofstream>(o.entropy_series);
+      *entropy_series
+          << "profile,time_us,flow,entropy,udp_src_port,state,sent,acked,ecn_marked,lost,"
+             "srtt_us,core_link\n";
+    }
+  }
+  std::unique_ptr<std::ofstream> csv, json, timeseries, flow_series, entropy_series;
+};
+
+// Runs one profile's experiment until its flows end or the time limit, in
+// slices of virtual time, with a progress line on stderr every few seconds
+// of wall time for long runs. True when every flow ended; *wall: seconds.
+bool run_experiment(Experiment& x, const Options& o, const std::string& name, double* wall) {
+  const auto wall0 = std::chrono::steady_clock::now();
+  // In slices of virtual time, with a progress line on stderr every few
+  // seconds of wall time for long runs.
+  const auto limit = static_cast<TimeNs>(o.time_limit_ms * 1e6);
+  constexpr TimeNs kSlice = 200'000;
+  auto last_report = wall0;
+  bool all = false;
+  for (TimeNs t = kSlice;; t += kSlice) {
+    all = x.run(std::min(t, limit));
+    if (all || t >= limit) break;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_report > std::chrono::seconds(5)) {
+      last_report = now;
+      size_t ended = 0;
+      for (const FlowResult& r : x.results()) ended += r.end != braid::kNever ? 1 : 0;
+      fmt::print(stderr, "  {}: {:.2f} ms of virtual time, {} of {} flows done, {:.1f} s\n", name,
+                 x.fabric().now() / 1e6, ended, x.results().size(),
+                 std::chrono::duration<double>(now - wall0).count());
+    }
+  }
+  const double wall_s =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  *wall = wall_s;
+  return all;
+}
+
+// One profile's line of the table, its notes, and its lines in the files.
+// Returns 1 if a flow failed or did not end, else 0.
+int report(const std::string& name, Experiment& x, const Summary& s, double wall, bool all,
+           const Options& o, uint64_t bytes, int victim, Outputs& out) {
+  int status = 0;
+  auto& csv = out.csv;
+  auto& json = out.json;
+  auto& timeseries = out.timeseries;
+  auto& flow_series = out.flow_series;
+  auto& entropy_series = out.entropy_series;
+  fmt::print(
+      "{:<12} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.1f} {:>7.1f} {:>6.3f} {:>8} "
+      "{:>8} {:>8} {:>9.1f} {:>10.2f}\n",
+      name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
+      s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
+      s.peak_queue_bytes / 1000.0, wall);
+  if (json) {
+    *json << fmt::format(
+        "{{\"scenario\":\"{}\",\"profile\":\"{}\",\"hosts\":{},\"bytes\":{},\"flows\":{},"
+        "\"completed\":{},\"failed\":{},\"fct_mean_us\":{:.3f},\"fct_p50_us\":{:.3f},"
+        "\"fct_p99_us\":{:.3f},\"fct_max_us\":{:.3f},\"goodput_mean_pct\":{:.3f},"
+        "\"goodput_min_pct\":{:.3f},\"jain\":{:.4f},\"retransmits\":{},\"timeouts\":{},"
+        "\"trimmed\":{},\"ecn_marked\":{},\"dropped\":{},\"bytes_lost\":{},"
+        "\"peak_queue_bytes\":{},\"pauses\":{},\"paused_us\":{:.3f},\"last_end_us\":{:.3f},"
+        "\"events\":{},\"wall_s\":{:.3f}}}\n",
+        o.scenario, name, x.hosts(), bytes, s.flows, s.completed, s.failed, s.fct_mean_us,
+        s.fct_p50_us, s.fct_p99_us, s.fct_max_us, s.goodput_mean_pct, s.goodput_min_pct, s.jain,
+        s.retransmits, s.timeouts, s.fabric_trimmed, s.fabric_ecn, s.fabric_dropped, s.bytes_lost,
+        s.peak_queue_bytes, s.pauses, s.paused_ns / 1000.0, s.last_end / 1000.0, s.events, wall);
+  }
+  if (o.scenario == "allreduce" || o.scenario == "halving-doubling") {
+    // The collective ends with its last step; algorithm bandwidth as
+    // collective libraries report it (the buffer's size over that time).
+    fmt::print(
+        "  {}: allreduce of {} B over {} ranks in {:.1f} us: {:.2f} GB/s algorithm "
+        "bandwidth ({} steps)\n",
+        name, bytes, x.hosts(), s.last_end / 1000.0,
+        s.last_end > 0 ? static_cast<double>(bytes) / static_cast<double>(s.last_end) : 0,
+        x.results().empty() ? 0 : x.results().size() / x.hosts());
+  }
+  if (s.pauses > 0) {
+    fmt::print("  {}: {} PFC pauses, {:.1f} us paused (summed over ports), {} bytes lost\n", name,
+               s.pauses, s.paused_ns / 1000.0, s.bytes_lost);
+  }
+  if (victim >= 0) {
+    const FlowResult& v = x.results()[victim];
+    fmt::print("  {}: victim flow {} -> {}: FCT {:.1f} us\n", name, v.spec.src, v.spec.dst,
+               v.fct() / 1000.0);
+  }
+  if (timeseries) {
+    for (const Experiment::Sample& smp : x.samples()) {
+      uint64_t total = 0;
+      for (uint64_t b : smp.flow_bytes) total += b;
+      *timeseries << fmt::format("{},{:.3f},{}", name, smp.at / 1000.0, total);
+      for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
+      if (victim >= 0) *timeseries << "," << smp.flow_bytes[victim];
+      *timeseries << "\n";
+    }
+  }
+  if (flow_series) {
+    for (const Experiment::Sample& smp : x.samples()) {
+      for (size_t i = 0; i < smp.flow_bytes.size(); ++i) {
+        *flow_series << fmt::format("{},{:.3f},{},{}\n", name, smp.at / 1000.0, i,
+                                    smp.flow_bytes[i]);
+      }
+    }
+  }
+  if (entropy_series) {
+    // A top-tier link is two ports, one per direction: core_links[i] and
+    // the next.
+    const std::vector<int>& core = x.topology().core_links;
+    for (const Experiment::Sample& smp : x.samples()) {
+      for (const Experiment::EntropySample& e : smp.entropies) {
+        int link = -1;
+        for (int p : e.ports) {
+          for (size_t i = 0; i < core.size() && link < 0; ++i) {
+            if (p == core[i] || p == core[i] + 1) link = static_cast<int>(i);
+          }
+        }
+        *entropy_series << fmt::format("{},{:.3f},{},{},{},{},{},{},{},{},{:.3f},{}\n", name,
+                                       smp.at / 1000.0, e.flow, e.index, e.udp_src_port,
+                                       static_cast<int>(e.state), e.sent, e.acked, e.ecn_marked,
+                                       e.lost, e.srtt_ns / 1000.0, link);
+      }
+    }
+  }
+  if (!all || s.failed > 0) {
+    fmt::print("  {}: {} of {} flows completed, {} failed within {} ms of virtual time\n", name,
+               s.completed, s.flows, s.failed, o.time_limit_ms);
+    std::map<std::string, int> why;
+    for (const FlowResult& r : x.results()) {
+      if (r.end != braid::kNever && !r.ok) ++why[braid::wc_status_name(r.status)];
+    }
+    for (const auto& [status, n] : why) fmt::print("    {} x {}\n", n, status);
+    status = 1;
+  }
+  if (csv) {
+    const auto& rs = x.results();
+    for (size_t i = 0; i < rs.size(); ++i) {
+      const FlowResult& r = rs[i];
+      const double fct_us = r.end == braid::kNever ? 0 : r.fct() / 1000.0;
+      const double gput =
+          fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / (o.gbps * o.planes) * 100 : 0;
+      *csv << fmt::format("{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{},{}\n", name, i,
+                          r.spec.src, r.spec.dst, r.spec.bytes, r.spec.start,
+                          r.end == braid::kNever ? -1 : static_cast<int64_t>(r.end), fct_us, gput,
+                          r.ok ? 1 : 0, r.sender.retransmits, r.sender.timeouts,
+                          r.sender.lost_inferred, r.sender.lost_nacked, r.receiver.trimmed_received,
+                          r.ecn_acked,
+                          r.end == braid::kNever ? "unfinished" : braid::wc_status_name(r.status));
+    }
+  }
+  fmt::print("  {}: {} events in {:.2f} s of wall time ({:.2f} M/s), {:.3f} ms of virtual time\n",
+             name, s.events, wall, s.events / wall / 1e6, x.fabric().now() / 1e6);
+  return status;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "Braid's protocol core on a simulated datacenter fabric: scenarios side by side for "
+      "transport profiles (docs/fabric-results.md)"};
+  add_options(app, o);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ConfigError& e) {
@@ -469,31 +649,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "braid_fabric: bad --size '{}': {}\n", o.size, e.what());
     return 2;
   }
-  std::unique_ptr<std::ofstream> csv;
-  if (!o.csv.empty()) {
-    csv = std::make_unique<std::ofstream>(o.csv);
-    *csv << "profile,flow,src,dst,bytes,start_ns,end_ns,fct_us,goodput_pct,ok,retransmits,"
-            "timeouts,lost_inferred,lost_nacked,trimmed_received,ecn_acked,status\n";
-  }
-  std::unique_ptr<std::ofstream> json;
-  if (!o.json.empty()) json = std::make_unique<std::ofstream>(o.json);
-  std::unique_ptr<std::ofstream> timeseries;
-  if (!o.timeseries.empty()) {
-    timeseries = std::make_unique<std::ofstream>(o.timeseries);
-    *timeseries << "profile,time_us,delivered_bytes,queue_host0,queue_core_up,queue_core_down"
-                << (has_victim(o.scenario) ? ",victim_bytes" : "") << "\n";
-  }
-  std::unique_ptr<std::ofstream> flow_series;
-  if (!o.flow_series.empty()) {
-    flow_series = std::make_unique<std::ofstream>(o.flow_series);
-    *flow_series << "profile,time_us,flow,bytes\n";
-  }
-  std::unique_ptr<std::ofstream> entropy_series;
-  if (!o.entropy_series.empty()) {
-    entropy_series = std::make_unique<std::ofstream>(o.entropy_series);
-    *entropy_series << "profile,time_us,flow,entropy,udp_src_port,state,sent,acked,ecn_marked,lost,"
-                       "srtt_us,core_link\n";
-  }
+  Outputs out(o);
   TopologyConfig topo = topology_of(o);
   fmt::print("braid_fabric: {} ({}), {} of {} B per flow, seed {}\n", o.scenario, topo.describe(),
              o.scenario == "incast" ? fmt::format("{} senders", o.incast_senders) : "flows", bytes,
@@ -531,8 +687,8 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "braid_fabric: {}\n", e.what());
       return 2;
     }
-    if (entropy_series) x.watch_entropies(o.entropy_flows);
-    if (!o.timeseries.empty() || entropy_series || flow_series) {
+    if (out.entropy_series) x.watch_entropies(o.entropy_flows);
+    if (!o.timeseries.empty() || out.entropy_series || out.flow_series) {
       // Watched: the port into host 0 (the incast's receiver) and a
       // top-tier link (--watch-core, the first by default), both ways.
       const Fabric& f = x.fabric();
@@ -545,133 +701,10 @@ int main(int argc, char** argv) {
       }
       x.sample_every(static_cast<TimeNs>(o.sample_us * 1000), ports);
     }
-    const auto wall0 = std::chrono::steady_clock::now();
-    // In slices of virtual time, with a progress line on stderr every few
-    // seconds of wall time for long runs.
-    const auto limit = static_cast<TimeNs>(o.time_limit_ms * 1e6);
-    constexpr TimeNs kSlice = 200'000;
-    auto last_report = wall0;
-    bool all = false;
-    for (TimeNs t = kSlice;; t += kSlice) {
-      all = x.run(std::min(t, limit));
-      if (all || t >= limit) break;
-      const auto now = std::chrono::steady_clock::now();
-      if (now - last_report > std::chrono::seconds(5)) {
-        last_report = now;
-        size_t ended = 0;
-        for (const FlowResult& r : x.results()) ended += r.end != braid::kNever ? 1 : 0;
-        fmt::print(stderr, "  {}: {:.2f} ms of virtual time, {} of {} flows done, {:.1f} s\n", name,
-                   x.fabric().now() / 1e6, ended, x.results().size(),
-                   std::chrono::duration<double>(now - wall0).count());
-      }
-    }
-    const double wall =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+    double wall = 0;
+    const bool all = run_experiment(x, o, name, &wall);
     const Summary s = x.summarize(wall);
-    fmt::print(
-        "{:<12} {:>6} {:>9.1f} {:>9.1f} {:>9.1f} {:>9.1f} {:>7.1f} {:>7.1f} {:>6.3f} {:>8} "
-        "{:>8} {:>8} {:>9.1f} {:>10.2f}\n",
-        name, s.completed, s.fct_mean_us, s.fct_p50_us, s.fct_p99_us, s.fct_max_us,
-        s.goodput_mean_pct, s.goodput_min_pct, s.jain, s.retransmits, s.timeouts, s.fabric_trimmed,
-        s.peak_queue_bytes / 1000.0, wall);
-    if (json) {
-      *json << fmt::format(
-          "{{\"scenario\":\"{}\",\"profile\":\"{}\",\"hosts\":{},\"bytes\":{},\"flows\":{},"
-          "\"completed\":{},\"failed\":{},\"fct_mean_us\":{:.3f},\"fct_p50_us\":{:.3f},"
-          "\"fct_p99_us\":{:.3f},\"fct_max_us\":{:.3f},\"goodput_mean_pct\":{:.3f},"
-          "\"goodput_min_pct\":{:.3f},\"jain\":{:.4f},\"retransmits\":{},\"timeouts\":{},"
-          "\"trimmed\":{},\"ecn_marked\":{},\"dropped\":{},\"bytes_lost\":{},"
-          "\"peak_queue_bytes\":{},\"pauses\":{},\"paused_us\":{:.3f},\"last_end_us\":{:.3f},"
-          "\"events\":{},\"wall_s\":{:.3f}}}\n",
-          o.scenario, name, x.hosts(), bytes, s.flows, s.completed, s.failed, s.fct_mean_us,
-          s.fct_p50_us, s.fct_p99_us, s.fct_max_us, s.goodput_mean_pct, s.goodput_min_pct, s.jain,
-          s.retransmits, s.timeouts, s.fabric_trimmed, s.fabric_ecn, s.fabric_dropped, s.bytes_lost,
-          s.peak_queue_bytes, s.pauses, s.paused_ns / 1000.0, s.last_end / 1000.0, s.events, wall);
-    }
-    if (o.scenario == "allreduce" || o.scenario == "halving-doubling") {
-      // The collective ends with its last step; algorithm bandwidth as
-      // collective libraries report it (the buffer's size over that time).
-      fmt::print(
-          "  {}: allreduce of {} B over {} ranks in {:.1f} us: {:.2f} GB/s algorithm "
-          "bandwidth ({} steps)\n",
-          name, bytes, x.hosts(), s.last_end / 1000.0,
-          s.last_end > 0 ? static_cast<double>(bytes) / static_cast<double>(s.last_end) : 0,
-          x.results().empty() ? 0 : x.results().size() / x.hosts());
-    }
-    if (s.pauses > 0) {
-      fmt::print("  {}: {} PFC pauses, {:.1f} us paused (summed over ports), {} bytes lost\n", name,
-                 s.pauses, s.paused_ns / 1000.0, s.bytes_lost);
-    }
-    if (victim >= 0) {
-      const FlowResult& v = x.results()[victim];
-      fmt::print("  {}: victim flow {} -> {}: FCT {:.1f} us\n", name, v.spec.src, v.spec.dst,
-                 v.fct() / 1000.0);
-    }
-    if (timeseries) {
-      for (const Experiment::Sample& smp : x.samples()) {
-        uint64_t total = 0;
-        for (uint64_t b : smp.flow_bytes) total += b;
-        *timeseries << fmt::format("{},{:.3f},{}", name, smp.at / 1000.0, total);
-        for (uint64_t q : smp.queue_bytes) *timeseries << "," << q;
-        if (victim >= 0) *timeseries << "," << smp.flow_bytes[victim];
-        *timeseries << "\n";
-      }
-    }
-    if (flow_series) {
-      for (const Experiment::Sample& smp : x.samples()) {
-        for (size_t i = 0; i < smp.flow_bytes.size(); ++i) {
-          *flow_series << fmt::format("{},{:.3f},{},{}\n", name, smp.at / 1000.0, i,
-                                      smp.flow_bytes[i]);
-        }
-      }
-    }
-    if (entropy_series) {
-      // A top-tier link is two ports, one per direction: core_links[i] and
-      // the next.
-      const std::vector<int>& core = x.topology().core_links;
-      for (const Experiment::Sample& smp : x.samples()) {
-        for (const Experiment::EntropySample& e : smp.entropies) {
-          int link = -1;
-          for (int p : e.ports) {
-            for (size_t i = 0; i < core.size() && link < 0; ++i) {
-              if (p == core[i] || p == core[i] + 1) link = static_cast<int>(i);
-            }
-          }
-          *entropy_series << fmt::format("{},{:.3f},{},{},{},{},{},{},{},{},{:.3f},{}\n", name,
-                                         smp.at / 1000.0, e.flow, e.index, e.udp_src_port,
-                                         static_cast<int>(e.state), e.sent, e.acked, e.ecn_marked,
-                                         e.lost, e.srtt_ns / 1000.0, link);
-        }
-      }
-    }
-    if (!all || s.failed > 0) {
-      fmt::print("  {}: {} of {} flows completed, {} failed within {} ms of virtual time\n", name,
-                 s.completed, s.flows, s.failed, o.time_limit_ms);
-      std::map<std::string, int> why;
-      for (const FlowResult& r : x.results()) {
-        if (r.end != braid::kNever && !r.ok) ++why[braid::wc_status_name(r.status)];
-      }
-      for (const auto& [status, n] : why) fmt::print("    {} x {}\n", n, status);
-      status = 1;
-    }
-    if (csv) {
-      const auto& rs = x.results();
-      for (size_t i = 0; i < rs.size(); ++i) {
-        const FlowResult& r = rs[i];
-        const double fct_us = r.end == braid::kNever ? 0 : r.fct() / 1000.0;
-        const double gput =
-            fct_us > 0 ? r.spec.bytes * 8 / (fct_us * 1000) / (o.gbps * o.planes) * 100 : 0;
-        *csv << fmt::format(
-            "{},{},{},{},{},{},{},{:.3f},{:.2f},{},{},{},{},{},{},{},{}\n", name, i, r.spec.src,
-            r.spec.dst, r.spec.bytes, r.spec.start,
-            r.end == braid::kNever ? -1 : static_cast<int64_t>(r.end), fct_us, gput, r.ok ? 1 : 0,
-            r.sender.retransmits, r.sender.timeouts, r.sender.lost_inferred, r.sender.lost_nacked,
-            r.receiver.trimmed_received, r.ecn_acked,
-            r.end == braid::kNever ? "unfinished" : braid::wc_status_name(r.status));
-      }
-    }
-    fmt::print("  {}: {} events in {:.2f} s of wall time ({:.2f} M/s), {:.3f} ms of virtual time\n",
-               name, s.events, wall, s.events / wall / 1e6, x.fabric().now() / 1e6);
+    status |= report(name, x, s, wall, all, o, bytes, victim, out);
   }
   return status;
 }
