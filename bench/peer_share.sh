@@ -22,6 +22,15 @@ qps=${QPS:-4}
 seeds=${SEEDS:-1 2 3 4 5}
 rounds=${ROUNDS:-3}
 rate=${RATE_MBPS:-300}
+# CREDIT=1: receiver-driven credit as well (the simulator's nscc-credit profile;
+# perftest's --credit on the wire).
+credit=${CREDIT:-0}
+sim_profile=nscc
+wire_credit=()
+if [[ $credit == 1 ]]; then
+  sim_profile=nscc-credit
+  wire_credit=(--credit)
+fi
 what=("$@")
 [[ ${#what[@]} -eq 0 ]] && what=(sim wire)
 source scripts/lib/build.sh
@@ -34,7 +43,7 @@ sim_case() { # sim_case <scope> <qps> <seed>: "bytes_A bytes_B" by the first com
   local scope=$1 q=$2 seed=$3 tmp flows=()
   tmp=$(mktemp -d /tmp/peer_share.XXXXXX)
   for ((i = 0; i < q; ++i)); do flows+=(--flow "8 0 $((8 * 1024 * 1024 / q)) 0 -1 $i"); done
-  "$build_dir/apps/braid_fabric" -k 4 --scenario flows "${flows[@]}" --flow "9 0 8M" --profile nscc \
+  "$build_dir/apps/braid_fabric" -k 4 --scenario flows "${flows[@]}" --flow "9 0 8M" --profile "$sim_profile" \
     --cc-scope "$scope" --seed "$seed" --flow-series "$tmp/series.csv" --sample-us 10 \
     --csv "$tmp/flows.csv" >/dev/null
   # The first flow's end (us), then every flow's bytes at the last sample
@@ -49,7 +58,7 @@ sim_case() { # sim_case <scope> <qps> <seed>: "bytes_A bytes_B" by the first com
 
 if [[ " ${what[*]} " == *" sim "* ]]; then
   braid_need peer_share "$build_dir/apps/braid_fabric"
-  echo "simulator: host A $qps QPs, host B 1, seeds $seeds"
+  echo "simulator ($sim_profile): host A $qps QPs, host B 1, seeds $seeds"
   echo "| case | Jain per seed | median |"
   echo "|---|---|---|"
   for c in "peer $qps" "connection $qps" "peer 1"; do
@@ -68,12 +77,13 @@ if [[ " ${what[*]} " == *" wire "* ]]; then
       set -- $c
       line=$(scripts/switch-fabric.sh --pairs 2 --links 1 --pair-args "0:-q $2" --expect-fair 0 \
         --switch "--core-rate-mbps $rate --core-ecn 3000,30000,1 --set '@$((rate * 200)) stats clear' --set '@$((rate * 700)) stats'" \
-        braid_write_bw -s 65536 -D 5 --cc nscc --cc-scope "$1" --link-mbps "$rate" --base-rtt-us 200 2>&1 |
+        braid_write_bw -s 65536 -D 5 --cc nscc "${wire_credit[@]}" --cc-scope "$1" --link-mbps "$rate" \
+        --base-rtt-us 200 2>&1 |
         sed -n 's/.*in the switch.s window: \([0-9]*\) \([0-9]*\),.*/\1 \2/p')
       got[$c]+="$(jain <<<"${line:-0 0}") "
     done
   done
-  echo "wire: host A $qps QPs, host B 1, core link $rate Mb/s, $rounds rounds"
+  echo "wire (nscc${wire_credit[*]:+, credit}): host A $qps QPs, host B 1, core link $rate Mb/s, $rounds rounds"
   echo "| case | Jain per round | median |"
   echo "|---|---|---|"
   for c in "peer $qps" "qp $qps" "peer 1"; do

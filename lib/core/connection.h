@@ -272,7 +272,15 @@ class Connection {
   // receives on (its turns are the endpoint's), and one of its turns: take
   // up to max_bytes of the peer's demand as credit. Returns what was
   // granted; *more says whether demand is left.
-  void set_credit_pacer(CreditPacer* p) { grantor_.bind(p, cfg_.local_id, cfg_.cc.link_bps); }
+  // With a peer shared with other connections, the pacer's turns are the
+  // peer's (PeerCongestion::take_turn), else this connection's own.
+  void set_credit_pacer(CreditPacer* p) {
+    if (own_peer_) {
+      grantor_.bind(p, cfg_.local_id, cfg_.cc.link_bps);
+      return;
+    }
+    grantor_.bind(p, peer_->turn_id(), cfg_.cc.link_bps, &Connection::join_peer_turns, this);
+  }
   uint32_t grant_credit(uint32_t max_bytes, bool* more, TimeNs now);
   // cc.credit_unused_cap_bytes, and at least two of the peer's BDPs (the
   // link's rate times the base RTT) so that the cap never limits a flow.
@@ -476,6 +484,10 @@ class Connection {
   }
   void on_probe(TimeNs now);
   friend class PeerCongestion;  // wakes its waiters (poke)
+  static void join_peer_turns(void* c) {
+    auto* x = static_cast<Connection*>(c);
+    x->peer_->want_turns(x);
+  }
   void poke() {
     if (credit_on_) credit_check();
     // What this connection did may have opened the window the others wait for.
@@ -719,6 +731,7 @@ class Connection {
   std::unique_ptr<PeerCongestion> own_peer_;
   PeerCongestion* peer_;
   bool waiting_for_peer_ = false;  // on peer_'s list of waiters
+  bool wants_peer_turns_ = false;  // on peer_'s list of credit demand
   RttEstimator rtt_;               // over every entropy
   uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived

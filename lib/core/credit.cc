@@ -165,7 +165,7 @@ CreditGrantor::Request CreditGrantor::on_request(uint32_t demand, TimeNs rto, Ti
   }
   if (credit_after(target_, granted_)) {
     if (pacer_ != nullptr) {
-      pacer_->want(id_, link_bps_, now);
+      want(now);
     } else {
       out.granted = target_ - granted_;
       granted_ = target_;  // nothing paces: grant it all
@@ -215,7 +215,7 @@ void CreditGrantor::on_arrival(uint32_t frame, uint32_t cap, TimeNs now) {
   if (arrived_since_forgiven_ >= cap / 2) forgiven_ = 0;
   if (capped_ && unused_ < cap) {
     capped_ = false;
-    if (credit_after(target_, granted_) && pacer_ != nullptr) pacer_->want(id_, link_bps_, now);
+    if (credit_after(target_, granted_) && pacer_ != nullptr) want(now);
   }
 }
 

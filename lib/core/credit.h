@@ -202,11 +202,16 @@ class CreditPacer {
 class CreditGrantor {
  public:
   // The pacer whose turns this connection takes, and its id there; without
-  // one every demand is granted at once.
-  void bind(CreditPacer* pacer, uint16_t id, uint64_t link_bps) {
+  // one every demand is granted at once. `join(ctx)`, if given, runs each
+  // time before the pacer is told of demand: where turns are a group's
+  // (a peer's connections), the connection joins the group's list first.
+  void bind(CreditPacer* pacer, uint16_t id, uint64_t link_bps, void (*join)(void*) = nullptr,
+            void* ctx = nullptr) {
     pacer_ = pacer;
     id_ = id;
     link_bps_ = link_bps;
+    join_ = join;
+    ctx_ = ctx;
   }
   // The peer asks for credit, and a pacer shares the link: what arrives
   // from it tells the pacer (on_unscheduled, on_congestion).
@@ -243,9 +248,17 @@ class CreditGrantor {
   uint32_t demand() const { return target_; }
 
  private:
+  // Demand waits for the pacer's turns.
+  void want(TimeNs now) {
+    if (join_ != nullptr) join_(ctx_);
+    pacer_->want(id_, link_bps_, now);
+  }
+
   CreditPacer* pacer_ = nullptr;
   uint16_t id_ = 0;
   uint64_t link_bps_ = 0;
+  void (*join_)(void*) = nullptr;
+  void* ctx_ = nullptr;
   bool asked_ = false;    // the peer asks for credit
   uint32_t target_ = 0;   // what the peer asked for, cumulative
   uint32_t granted_ = 0;  // what we granted it, cumulative

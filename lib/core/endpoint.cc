@@ -29,8 +29,14 @@ Endpoint::~Endpoint() {
 
 uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more,
                                TimeNs now) {
-  Connection* c = static_cast<Endpoint*>(owner)->connection(id);
+  auto* ep = static_cast<Endpoint*>(owner);
   *more = false;
+  if (ep->cfg_.cc_per_peer) {
+    // The turn is a peer's: it passes it to its connections in turn.
+    PeerCongestion* p = id < ep->turn_owner_.size() ? ep->turn_owner_[id] : nullptr;
+    return p == nullptr ? 0 : p->take_turn(max_bytes, more, now);
+  }
+  Connection* c = ep->connection(id);
   return c == nullptr ? 0 : c->grant_credit(max_bytes, more, now);
 }
 
@@ -49,7 +55,7 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   if (conns_.size() <= cfg.local_id) conns_.resize(size_t{cfg.local_id} + 1);
   control_.reserve_ids(conns_.size());
   data_.reserve_ids(conns_.size());
-  pacer_.reserve_ids(conns_.size());
+  pacer_.reserve_ids(std::max(conns_.size(), turn_owner_.size()));
   Connection* c = (conns_[cfg.local_id] = std::make_unique<Connection>(
                        cfg, memory_, send_cq, recv_cq, &wheel_, peer_for(cfg)))
                       .get();
@@ -71,7 +77,15 @@ PeerCongestion* Endpoint::peer_for(const ConnectionConfig& cfg) {
     if (p.ip == cfg.remote_ip && p.cc->fits(cfg.cc, packet)) return p.cc.get();
   }
   peers_.push_back(Peer{cfg.remote_ip, std::make_unique<PeerCongestion>(cfg.cc, packet, &wheel_)});
-  return peers_.back().cc.get();
+  PeerCongestion* p = peers_.back().cc.get();
+  // The lowest free turn id (control path: a linear look is fine).
+  const auto free = std::find(turn_owner_.begin(), turn_owner_.end(), nullptr);
+  const auto id = static_cast<uint16_t>(free - turn_owner_.begin());
+  if (free == turn_owner_.end()) turn_owner_.push_back(nullptr);
+  turn_owner_[id] = p;
+  p->set_turn_id(id);
+  pacer_.reserve_ids(std::max(conns_.size(), turn_owner_.size()));
+  return p;
 }
 
 void Endpoint::destroy_connection(uint16_t local_id) {
@@ -81,10 +95,13 @@ void Endpoint::destroy_connection(uint16_t local_id) {
   conns_[local_id].reset();
   control_.remove(local_id);
   data_.remove(local_id);
-  pacer_.remove(local_id);
+  if (!cfg_.cc_per_peer) pacer_.remove(local_id);
   for (size_t i = 0; i < peers_.size(); ++i) {
     if (peers_[i].cc.get() != shared) continue;
     if (peers_[i].cc->members() == 0) {
+      const uint16_t turn = peers_[i].cc->turn_id();
+      pacer_.remove(turn);
+      turn_owner_[turn] = nullptr;
       peers_[i] = std::move(peers_.back());
       peers_.pop_back();
     } else {

@@ -212,6 +212,9 @@ class Endpoint {
   };
   std::vector<Peer> peers_;
   PeerCongestion* peer_for(const ConnectionConfig& cfg);
+  // The peers' ids among the credit pacer's turns (cc_per_peer): the peer
+  // each id names, nullptr when free.
+  std::vector<PeerCongestion*> turn_owner_;
   std::vector<std::unique_ptr<Connection>> conns_;
   ReadyQueue control_;        // connections with an ACK or NACK due
   ReadyQueue data_;           // connections that may have data to send

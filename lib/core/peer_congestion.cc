@@ -7,7 +7,12 @@
 namespace braid {
 
 PeerCongestion::PeerCongestion(const CcConfig& cfg, uint32_t packet_bytes, TimingWheel* wheel)
-    : cfg_(cfg), packet_bytes_(packet_bytes), wheel_(wheel), cc_(cfg, packet_bytes) {
+    : cfg_(cfg),
+      packet_bytes_(packet_bytes),
+      wheel_(wheel),
+      cc_(cfg, packet_bytes),
+      waiters_(&Connection::waiting_for_peer_),
+      credit_(&Connection::wants_peer_turns_) {
   pace_timer_.fn = &PeerCongestion::pace_thunk;
   pace_timer_.owner = this;
 }
@@ -16,39 +21,84 @@ PeerCongestion::~PeerCongestion() {
   wheel_->cancel(&pace_timer_);
 }
 
+void PeerCongestion::Ring::grow(size_t members) {
+  if (slots.size() >= members) return;
+  // Room for every member, in order from the head (joining is not the fast
+  // path: it allocates when the ring doubles).
+  std::vector<Connection*> ring(std::max<size_t>(2 * slots.size(), 4));
+  for (size_t i = 0; i < count; ++i) ring[i] = slots[(head + i) % slots.size()];
+  slots.swap(ring);
+  head = 0;
+}
+
+void PeerCongestion::Ring::push(Connection* c) {
+  if (c->*flag) return;
+  c->*flag = true;
+  slots[(head + count) % slots.size()] = c;
+  ++count;
+}
+
+Connection* PeerCongestion::Ring::pop() {
+  Connection* c = slots[head];
+  head = (head + 1) % slots.size();
+  --count;
+  c->*flag = false;
+  return c;
+}
+
+void PeerCongestion::Ring::remove(Connection* c) {
+  if (!(c->*flag)) return;
+  size_t kept = 0;
+  for (size_t i = 0; i < count; ++i) {
+    Connection* x = slots[(head + i) % slots.size()];
+    if (x != c) slots[(head + kept++) % slots.size()] = x;
+  }
+  count = kept;
+  c->*flag = false;
+}
+
 void PeerCongestion::join(Connection*) {
   ++members_;
-  if (waiters_.size() < members_) {
-    // Room for every member, in order from the head (joining is not the
-    // fast path: it allocates when the ring doubles).
-    std::vector<Connection*> ring(std::max<size_t>(2 * waiters_.size(), 4));
-    for (size_t i = 0; i < count_; ++i) ring[i] = waiters_[(head_ + i) % waiters_.size()];
-    waiters_.swap(ring);
-    head_ = 0;
-  }
+  waiters_.grow(members_);
+  credit_.grow(members_);
 }
 
 void PeerCongestion::leave(Connection* c) {
-  remove_waiter(c);
+  waiters_.remove(c);
+  credit_.remove(c);
   --members_;
 }
 
-void PeerCongestion::remove_waiter(Connection* c) {
-  if (!c->waiting_for_peer_) return;
-  size_t kept = 0;
-  for (size_t i = 0; i < count_; ++i) {
-    Connection* x = waiters_[(head_ + i) % waiters_.size()];
-    if (x != c) waiters_[(head_ + kept++) % waiters_.size()] = x;
-  }
-  count_ = kept;
-  c->waiting_for_peer_ = false;
+void PeerCongestion::wait(Connection* c) {
+  waiters_.push(c);
 }
 
-void PeerCongestion::wait(Connection* c) {
-  if (c->waiting_for_peer_) return;
-  c->waiting_for_peer_ = true;
-  waiters_[(head_ + count_) % waiters_.size()] = c;
-  ++count_;
+void PeerCongestion::want_turns(Connection* c) {
+  credit_.push(c);
+}
+
+uint32_t PeerCongestion::take_turn(uint32_t max_bytes, bool* more, TimeNs now) {
+  uint32_t granted = 0;
+  if (credit_.count == 1) {
+    // One member with demand takes the turn, as a connection of its own would.
+    Connection* c = credit_.pop();
+    bool again = false;
+    granted = c->grant_credit(max_bytes, &again, now);
+    if (again) credit_.push(c);
+  } else {
+    // Several share it out a packet at a time, in turn: the peer gets one
+    // turn's bytes however many QPs it has, and its QPs equal parts of it.
+    // A member that takes nothing (capped, in error) leaves the list, as a
+    // connection leaves the pacer's: its next demand brings it back.
+    while (credit_.count > 0 && granted < max_bytes) {
+      Connection* c = credit_.pop();
+      bool again = false;
+      granted += c->grant_credit(1, &again, now);  // one packet (Connection::grant_credit)
+      if (again) credit_.push(c);
+    }
+  }
+  *more = credit_.count > 0;
+  return granted;
 }
 
 bool PeerCongestion::pacing_holds(Connection* c, TimeNs now) {
@@ -88,11 +138,8 @@ void PeerCongestion::wake() {
   // taken again waits anew, behind the others.
   size_t queued = 0;
   waking_ = true;
-  for (size_t n = count_; n > 0 && queued < room; --n) {
-    Connection* c = waiters_[head_];
-    head_ = (head_ + 1) % waiters_.size();
-    --count_;
-    c->waiting_for_peer_ = false;
+  for (size_t n = waiters_.count; n > 0 && queued < room; --n) {
+    Connection* c = waiters_.pop();
     c->poke();
     if (c->data_queued()) ++queued;
   }

@@ -5,6 +5,11 @@
 // two hosts (a collective library stripes a transfer over them) then take
 // one host's share of a bottleneck, not one share each.
 //
+// As the receiving end of receiver-driven credit, the peer also takes the
+// turns of the endpoint's credit pacer as one (its turn id there), and
+// passes each turn to its connections that have demand, in turn: a host
+// with four QPs to this one gets one host's turns, not four.
+//
 // A connection whose data waits for the shared window or the pacing clock
 // waits here; a window opening (an ACK or a loss on any of them) or the
 // pacing timer wakes as many of them, in the order they came, as the window
@@ -70,8 +75,19 @@ class PeerCongestion {
   // Wakes waiters the window has room for (when the pacing timer is not
   // armed). Cheap when nobody waits.
   void wake_if_open() {
-    if (count_ > 0 && !waking_) wake();
+    if (waiters_.count > 0 && !waking_) wake();
   }
+
+  // Receiver-driven credit: the peer's id among the pacer's turns.
+  void set_turn_id(uint16_t id) { turn_id_ = id; }
+  uint16_t turn_id() const { return turn_id_; }
+  // `c` has credit demand the pacer's turns serve (at most once in the list).
+  void want_turns(Connection* c);
+  // One turn of the pacer, up to max_bytes: a lone member with demand takes
+  // it as a connection of its own would (Connection::grant_credit); several
+  // share it a packet at a time, in turn (the last may take a packet beyond
+  // max_bytes). Returns what was granted; *more: a member still has demand.
+  uint32_t take_turn(uint32_t max_bytes, bool* more, TimeNs now);
 
   // The notification point: whether a CE-marked packet from this peer
   // gets a CNP now (at most one per `interval` for all the members).
@@ -82,9 +98,21 @@ class PeerCongestion {
   }
 
  private:
+  // Members in first-come order, at most once each (`flag`: whether one is
+  // in): a ring with room for every member, grown as they join.
+  struct Ring {
+    explicit Ring(bool Connection::*f) : flag(f) {}
+    bool Connection::*flag;
+    std::vector<Connection*> slots;
+    size_t head = 0, count = 0;
+    void grow(size_t members);
+    void push(Connection* c);
+    Connection* pop();
+    void remove(Connection* c);
+  };
   static void pace_thunk(Timer* t, TimeNs now);
   void wake();
-  void remove_waiter(Connection* c);
+  void remove_waiter(Connection* c) { waiters_.remove(c); }
 
   CcConfig cfg_;
   uint32_t packet_bytes_;
@@ -95,10 +123,10 @@ class PeerCongestion {
   TimeNs next_send_at_ = 0;
   Timer pace_timer_;
   TimeNs next_cnp_at_ = 0;
-  // Waiters, first come first woken: a ring with room for every member.
-  std::vector<Connection*> waiters_;
-  size_t head_ = 0, count_ = 0;
+  Ring waiters_;  // first come first woken
   bool waking_ = false;
+  Ring credit_;  // members with credit demand, in turn
+  uint16_t turn_id_ = 0;
 };
 
 }  // namespace braid

@@ -352,8 +352,8 @@ TEST(FabricWorkloads, FlowsOfOneHostPairShareAConnectionUnlessOnAnotherQp) {
 // (up to the last sample before the first flow ended): host 8 sends 8 MB
 // over four QPs, host 9 8 MB over one. Both are in another pod: a host
 // nearer host 0 has a smaller largest window in this profile (htsim's).
-double host_share_jain(bool cc_per_peer) {
-  ExperimentConfig c = small_fat_tree("nscc");
+double host_share_jain(bool cc_per_peer, const char* profile = "nscc") {
+  ExperimentConfig c = small_fat_tree(profile);
   c.profile.cc_per_peer = cc_per_peer;
   Experiment x(c);
   for (uint16_t q = 0; q < 4; ++q) x.add_flow(FlowSpec{8, 0, 2u << 20, 0, kNone, q});
@@ -384,6 +384,14 @@ TEST(FabricWorkloads, AHostsQpsToOnePeerTakeOneHostsShareOfItsLink) {
   // four QPs four shares (0.818).
   EXPECT_GE(host_share_jain(true), 0.95);
   EXPECT_LT(host_share_jain(false), 0.9);
+}
+
+TEST(FabricWorkloads, WithReceiverCreditAHostsQpsTakeOneHostsTurns) {
+  // The receiver's credit pacer gives its turns to peers, each passing them
+  // to its QPs in turn (0.999 when written); turns per QP gave host A four
+  // turns to host B's one (0.735), and still do per QP.
+  EXPECT_GE(host_share_jain(true, "nscc-credit"), 0.95);
+  EXPECT_LT(host_share_jain(false, "nscc-credit"), 0.9);
 }
 
 TEST(FabricWorkloads, TimeSeriesOfDeliveredBytesAndQueues) {
