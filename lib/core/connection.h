@@ -180,6 +180,23 @@ struct SendRequest {
 
 enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
 
+// A received packet asked for an ACK at once: counted (a statistic), and
+// flagged until the owner takes the flag (the engine then holds its
+// transmit step a moment, so the ACK leaves with the application's answer).
+struct AckAsked {
+  uint64_t count = 0;
+  bool pending = false;
+  void note() {
+    ++count;
+    pending = true;
+  }
+  bool take() {
+    const bool was = pending;
+    pending = false;
+    return was;
+  }
+};
+
 // One frame to build (into buf, at most cap bytes), and what its builder
 // says of it besides the length, so that whoever sends it parses nothing
 // of it again: a payload left where it lies (registered memory) instead of
@@ -320,9 +337,9 @@ class Connection {
   // to error (the rest flush), so no byte of it is read or written after.
   // False when no outstanding request uses the key.
   bool revoke_local_key(uint32_t lkey);
-  // Counts the ACKs received packets asked for at once (the endpoint's
-  // statistic; the engine sends them with the application's answer).
-  void set_immediate_ack_counter(uint64_t* counter) { immediate_acks_ = counter; }
+  // Where it tells its owner that a received packet asked for an ACK at once
+  // (AckAsked).
+  void set_ack_asked(AckAsked* signal) { ack_asked_ = signal; }
   // Closing (Endpoint::close_connection). Whether the peer may still wait
   // for this end's acknowledgement of what it sent: data arrived from it,
   // and it has not said it closes itself.
@@ -701,7 +718,7 @@ class Connection {
   ConnectionState state_ = ConnectionState::kActive;
   bool mac_known_ = true;
   ConnectionStats stats_;
-  uint64_t* immediate_acks_ = nullptr;
+  AckAsked* ack_asked_ = nullptr;
 
   // Transmit state.
   std::vector<TxRecord> tx_;

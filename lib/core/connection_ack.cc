@@ -12,7 +12,7 @@ namespace braid {
 
 void Connection::schedule_ack(bool immediate, TimeNs now) {
   if (immediate || unacked_packets_ >= cfg_.ack_every) {
-    if (immediate && immediate_acks_ != nullptr) ++*immediate_acks_;
+    if (immediate && ack_asked_ != nullptr) ack_asked_->note();
     ack_due_ = true;
     return;
   }

@@ -63,7 +63,7 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
     destroy_connection(cfg.local_id);
     return nullptr;
   }
-  c->set_immediate_ack_counter(&stats_.immediate_acks);
+  c->set_ack_asked(&ack_asked_);
   c->set_ready_queues(&control_, &data_);
   c->set_credit_pacer(&pacer_);
   return c;

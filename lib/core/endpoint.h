@@ -76,7 +76,6 @@ struct EndpointConfig {
 struct EndpointStats {
   uint64_t rx_frames = 0;
   uint64_t tx_frames = 0;
-  uint64_t immediate_acks = 0;           // ACKs received packets asked for at once
   uint64_t closes_sent = 0;              // CTRL CLOSEs of closed connections (and repeats)
   uint64_t closes_answered = 0;          // ... the peer answered (or closed as well)
   uint64_t closes_unanswered = 0;        // ... given up on
@@ -146,6 +145,11 @@ class Endpoint {
   const EndpointConfig& config() const { return cfg_; }
   const EndpointStats& stats() const { return stats_; }
   const CreditPacer& credit_pacer() const { return pacer_; }
+  // ACKs received packets asked for at once (a statistic), and whether one
+  // was asked since the flag was last taken (the engine's signal to hold
+  // its transmit step for the application's answer).
+  uint64_t immediate_acks() const { return ack_asked_.count; }
+  bool take_ack_asked() { return ack_asked_.take(); }
 
  private:
   static uint32_t grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, bool* more, TimeNs now);
@@ -222,6 +226,7 @@ class Endpoint {
   uint32_t data_run_ = 0;     // frames it has sent in its turn
   CreditPacer pacer_;
   EndpointStats stats_;
+  AckAsked ack_asked_;
   wire::ParsedPacket pkt_;                         // scratch
   std::vector<uint8_t> open_buf_;                  // sealed packets decrypted (auth on)
   std::vector<std::unique_ptr<Closing>> closing_;  // by local id

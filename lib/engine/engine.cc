@@ -259,7 +259,7 @@ void Engine::update_routes(TimeNs now) {
 uint32_t Engine::poll_at(TimeNs t, TimeNs ack_hold_ns) {
   ++stats_.polls;
   uint32_t moved = 0;
-  const uint64_t acks_asked = endpoint_.stats().immediate_acks;
+  endpoint_.take_ack_asked();  // what was asked before this poll is not its to answer
   const bool after_gap = last_poll_ != kNever && t > last_poll_ && t - last_poll_ >= cfg_.stall_ns;
   if (after_gap) {
     ++stats_.poll_gaps;
@@ -287,7 +287,7 @@ uint32_t Engine::poll_at(TimeNs t, TimeNs ack_hold_ns) {
   // the answer instead of a burst of its own. Sent alone, it would let the
   // peer's application see its completion before the answer, and wait for
   // it without polling.
-  if (endpoint_.stats().immediate_acks != acks_asked && !tx_held_back_ && ack_hold_ns != kAckNow) {
+  if (endpoint_.take_ack_asked() && !tx_held_back_ && ack_hold_ns != kAckNow) {
     tx_held_back_ = true;
     tx_hold_until_ = t + ack_hold_ns;
     return moved;
