@@ -179,7 +179,12 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     if (pkt.req.pro.flags & wire::kReqFlagUnscheduled) {
       // Sent on a speculative allowance: it took the link's time that a
       // grant would have, so the next grant waits.
-      if (!pkt.trimmed) grantor_.pacer()->on_unscheduled(grantor_.id(), frame, now);
+      if (!pkt.trimmed) {
+        // The peer's other connections waiting for its turns are not
+        // alone behind it (their grants would meet this data).
+        grantor_.pacer()->on_unscheduled(grantor_.id(), frame, now,
+                                         !own_peer_ && peer_->others_want_turns(this));
+      }
     } else {
       if (pkt.trimmed || pkt.ip.ecn == wire::kEcnCe) {
         grantor_.pacer()->on_congestion(frame, pkt.trimmed, now);

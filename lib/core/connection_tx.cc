@@ -126,7 +126,8 @@ uint32_t Connection::produce_data_frame(TxOut& out, TimeNs now) {
   // One pacing clock for the peer's connections.
   if (peer_->pacing_holds(this, now)) return 0;
   const uint32_t n = produce_data(out, now);
-  if (n > 0) peer_->paced(n, now);
+  // The whole frame: with its payload left in place, n is its headers alone.
+  if (n > 0) peer_->paced(n + out.payload_len, now);
   return n;
 }
 

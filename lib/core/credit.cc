@@ -41,9 +41,9 @@ void CreditPacer::want(uint16_t id, uint64_t link_bps, TimeNs now) {
   }
 }
 
-void CreditPacer::on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now) {
+void CreditPacer::on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now, bool others) {
   stats_.unscheduled_bytes += frame_bytes;
-  if (active_.size() <= (active_.contains(id) ? 1u : 0u)) return;
+  if (!others && active_.size() <= (active_.contains(id) ? 1u : 0u)) return;
   push_next(now, time_of(frame_bytes));
   // (Shared: the turns booked later move; this pacer's booked one stays.)
   if (shared_ == nullptr && timer_.armed() && timer_.deadline < next_at_) {

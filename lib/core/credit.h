@@ -140,7 +140,9 @@ class CreditPacer {
   // place, so the next grant waits for its time. A lone sender's
   // speculation covers the round trip before its first grant arrives: its
   // grants collide with nothing, and holding them back would leave a gap.
-  void on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now);
+  // `others`: other connections wait behind `id` (its group's, when turns
+  // are a group's): it is not alone then.
+  void on_unscheduled(uint16_t id, uint32_t frame_bytes, TimeNs now, bool others = false);
   // Credited data arrived marked ECN-CE, or trimmed: a queue stands before
   // this link (grants and speculation overlapped, or other traffic shares
   // it). The next grant waits a quarter of a marked packet's time, a whole

@@ -77,6 +77,10 @@ void PeerCongestion::want_turns(Connection* c) {
   credit_.push(c);
 }
 
+bool PeerCongestion::others_want_turns(const Connection* c) const {
+  return credit_.count > (c->wants_peer_turns_ ? 1u : 0u);
+}
+
 uint32_t PeerCongestion::take_turn(uint32_t max_bytes, bool* more, TimeNs now) {
   uint32_t granted = 0;
   if (credit_.count == 1) {

@@ -83,6 +83,8 @@ class PeerCongestion {
   uint16_t turn_id() const { return turn_id_; }
   // `c` has credit demand the pacer's turns serve (at most once in the list).
   void want_turns(Connection* c);
+  // Members other than `c` wait for the peer's turns.
+  bool others_want_turns(const Connection* c) const;
   // One turn of the pacer, up to max_bytes: a lone member with demand takes
   // it as a connection of its own would (Connection::grant_credit); several
   // share it a packet at a time, in turn (the last may take a packet beyond

@@ -182,6 +182,18 @@ TEST(CreditPacer, ALoneSendersSpeculationDoesNotHoldItsGrantsBack) {
   EXPECT_EQ(h.pacer.stats().unscheduled_bytes, 40000u);
 }
 
+TEST(CreditPacer, ASendersSpeculationHoldsBackTheGrantsOfOthersBehindIt) {
+  // A group's turns (a peer's QPs): one member's speculative data takes
+  // the link's time that the grants of the others behind it would.
+  Harness h(8'000'000'000);
+  h.demand = {{1, 16000}};
+  h.pacer.want(1, 0, 0);  // granted at once: 8000 B, next at 8 us
+  h.pacer.on_unscheduled(1, 40000, 0, true);
+  h.run_until(100'000);
+  ASSERT_EQ(h.log.size(), 2u);
+  EXPECT_GE(h.log[1].at, 48'000u);  // 8 us of grant and 40 us of speculation
+}
+
 TEST(CreditPacer, FewSendersTakeLargerTurns) {
   Harness h(8'000'000'000, 8000, 8);
   h.demand = {{1, 1'000'000}};
