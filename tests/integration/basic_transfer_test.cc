@@ -113,8 +113,8 @@ void external_payload_transfer(bool crc) {
 
 // Pacing counts a frame whole whether its payload is copied or left in
 // place: the same paced WRITE leaves as many frames in the same time both
-// ways. (Counting the headers alone, frames left in place went about 50
-// times too fast.)
+// ways. (Counting the headers alone let frames left in place go about 8
+// times too fast: 252 in the millisecond against 31, the window their bound.)
 uint32_t paced_frames(bool in_place) {
   ConnectionConfig cc;
   cc.mtu = 4096;
