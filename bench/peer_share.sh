@@ -3,7 +3,7 @@
 # (default 4), host B over one, into a shared bottleneck; Jain's index over
 # the two hosts' bytes, congestion state per peer (the default) against one
 # per QP, and one QP each as the reference.
-#   bench/peer_share.sh [sim|wire]...      (default: both)
+#   bench/peer_share.sh [sim|wire|incast]...      (default: sim and wire)
 # sim:  braid_fabric, k=4 fat tree at 100 Gb/s, NSCC (htsim's profile),
 #       hosts 8 (A) and 9 (B) into host 0, 8 MB each, SEEDS (default 1..5);
 #       the bytes placed by the first completion (--flow-series).
@@ -13,6 +13,11 @@
 #       ROUNDS rounds (default 3) of the three cases alternated; the bytes
 #       each server received in the switch's mid-run window (from frame
 #       200 x RATE_MBPS to 700 x RATE_MBPS).
+# incast: the NCCL plugin's ranks on braid_switch (scripts/nccl-ranks.sh
+#       --mode incast): ranks 1 (A) and 2 (B) into rank 0, one receiver
+#       for both, through one core link at RATE_MBPS; rank 0 counts each
+#       rank's bytes from 1 s in to 0.5 s before the end of a 5 s run. The
+#       case where a receiver's credit pacer is shared (CREDIT=1).
 # Five processes share two cores on the wire: at 1000 Mb/s single runs
 # swing widely (one QP each has given Jain 0.61 to 1.00 here); read the
 # medians.
@@ -66,6 +71,29 @@ if [[ " ${what[*]} " == *" sim "* ]]; then
     js=()
     for s in $seeds; do js+=("$(sim_case "$1" "$2" "$s" | jain)"); done
     echo "| $2 QPs against 1, state per $1 | ${js[*]} | $(printf '%s\n' "${js[@]}" | median) |"
+  done
+fi
+
+if [[ " ${what[*]} " == *" incast "* ]]; then
+  braid_need peer_share "$build_dir/apps/nccl/braid_nccl_bench" "$build_dir/apps/braid_switch"
+  declare -A inc=()
+  for ((r = 0; r < rounds; ++r)); do
+    for c in "peer $qps" "qp $qps" "peer 1"; do
+      set -- $c
+      j=$(BRAID_BUILD_DIR="$build_dir" RANKS_SWITCH_ARGS="--core-rate-mbps $rate --core-ecn 3000,30000,1" \
+        BRAID_IBV_CC=nscc BRAID_IBV_CC_SCOPE="$1" BRAID_IBV_CREDIT="$credit" \
+        BRAID_IBV_LINK_MBPS="$rate" BRAID_IBV_BASE_RTT_US=200 \
+        scripts/nccl-ranks.sh --path switch --ranks 3 --mode incast --comms "$2" --seconds 5 2>&1 |
+        sed -n 's/^Jain over the sending ranks: \([0-9.]*\)/\1/p')
+      inc[$c]+="${j:-0} "
+    done
+  done
+  echo "incast (NCCL ranks, nscc${wire_credit[*]:+, credit}): rank A $qps comms, rank B 1, into one receiver, core link $rate Mb/s, $rounds rounds"
+  echo "| case | Jain per round | median |"
+  echo "|---|---|---|"
+  for c in "peer $qps" "qp $qps" "peer 1"; do
+    set -- $c
+    echo "| $2 comms against 1, state per $1 | ${inc[$c]}| $(tr ' ' '\n' <<<"${inc[$c]}" | grep . | median) |"
   done
 fi
 

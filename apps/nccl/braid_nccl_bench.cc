@@ -4,7 +4,7 @@
 // per rank; ranks swap their listen handles through a directory.
 //
 //   braid_nccl_bench --rank R --size N --store DIR [--plugin braid] [--api 0|8|10]
-//                    --mode check | bw | allreduce | die [--min-bytes 1] [--max-bytes 64M]
+//                    --mode check | bw | allreduce | die | incast [--min-bytes 1] [--max-bytes 64M]
 //
 // check (2 ranks): set-up from several threads at once, every size with
 //   tags, a posted size larger than what is sent, grouped receives, 32
@@ -55,6 +55,9 @@ struct Options {
   int threads = 4;
   int max_iters = 200;
   double timeout_s = 60;
+  int comms = 1;           // incast: rank 1's comms to rank 0
+  double seconds = 4.0;    // incast: how long the senders send
+  double expect_jain = 0;  // incast: fail below this Jain's index
 };
 Options g_opt;
 
@@ -516,6 +519,96 @@ void reload_mode(const Options& o, void* lib) {
   std::printf("comms, dlclose, dlopen and init again, three times, each pair working: ok\n");
 }
 
+// Incast: every rank but 0 streams 1 MiB messages to rank 0 for --seconds,
+// rank 1 over --comms comms (several QPs from one host, as a collective
+// library opens), the others over one. Rank 0 counts what each rank
+// delivered between one second in and half a second before the end (its
+// own clock) and prints Jain's index over the ranks: with its peers
+// sharing fairly, rank 1's comms take one rank's share between them.
+void incast_mode() {
+  if (g_opt.size < 3) fail("--mode incast takes 3 ranks or more");
+  const size_t msg = std::min<uint64_t>(g_opt.max_bytes, 1u << 20);
+  constexpr int kInFlight = 8;  // requests per comm
+  struct Stream {
+    Link k;
+    void* mh = nullptr;
+    int rank = 0;
+    std::vector<void*> reqs;
+  };
+  std::vector<Stream> streams;
+  const auto comms_of = [](int r) { return r == 1 ? g_opt.comms : 1; };
+  for (int r = 1; r < g_opt.size; ++r) {
+    if (g_opt.rank != 0 && g_opt.rank != r) continue;
+    for (int c = 0; c < comms_of(r); ++c) {
+      Stream st;
+      st.rank = r;
+      st.k = link(fmt::format("inc{}.{}", r, c), g_opt.rank == 0 ? r : 0, 0);
+      streams.push_back(std::move(st));
+    }
+  }
+  std::vector<uint8_t> buf(msg * kInFlight);
+  for (Stream& st : streams) {
+    st.mh = g_net.reg(g_opt.rank == 0 ? st.k.recv : st.k.send, buf.data(), buf.size());
+  }
+  std::vector<uint64_t> bytes(static_cast<size_t>(g_opt.size), 0);
+  barrier("incast");
+  const auto t0 = Clock::now();
+  const auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(s));
+  };
+  const auto from = at(1.0), until = at(g_opt.seconds - 0.5), end = at(g_opt.seconds);
+  for (auto now = Clock::now(); now < end; now = Clock::now()) {
+    for (Stream& st : streams) {
+      // Keep kInFlight requests posted; take the oldest when it is done.
+      while (static_cast<int>(st.reqs.size()) < kInFlight) {
+        void* data = buf.data() + msg * st.reqs.size();
+        int tag = 0;
+        size_t size = msg;
+        void* r = g_opt.rank == 0 ? g_net.irecv(st.k.recv, 1, &data, &size, &tag, &st.mh)
+                                  : g_net.isend(st.k.send, data, msg, 0, st.mh);
+        if (r == nullptr) break;  // no descriptor yet (sender): later
+        st.reqs.push_back(r);
+      }
+      if (st.reqs.empty()) continue;
+      int done = 0, got = 0;
+      if (g_net.test(st.reqs.front(), &done, &got) != ncclSuccess) fail("test failed in incast");
+      if (!done) continue;
+      st.reqs.erase(st.reqs.begin());
+      if (g_opt.rank == 0 && now >= from && now < until) bytes[static_cast<size_t>(st.rank)] += got;
+    }
+  }
+  if (g_opt.rank != 0) {
+    for (Stream& st : streams) {
+      for (void* r : st.reqs) wait(r);  // each has the receiver's descriptor
+      st.reqs.clear();
+    }
+  }
+  barrier("incast-end");
+  if (g_opt.rank == 0) {
+    double sum = 0, sq = 0;
+    std::printf("incast into rank 0, rank 1 over %d comms, %.1f s; bytes in the window:",
+                g_opt.comms, g_opt.seconds);
+    for (int r = 1; r < g_opt.size; ++r) {
+      const auto b = static_cast<double>(bytes[static_cast<size_t>(r)]);
+      std::printf(" rank%d=%llu", r,
+                  static_cast<unsigned long long>(bytes[static_cast<size_t>(r)]));
+      sum += b;
+      sq += b * b;
+    }
+    const double jain = sq > 0 ? sum * sum / ((g_opt.size - 1) * sq) : 0;
+    std::printf("\nJain over the sending ranks: %.3f\n", jain);
+    if (sum == 0) fail("nothing arrived in the window");
+    if (jain < g_opt.expect_jain) {
+      fail(fmt::format("Jain's index {:.3f} is below --expect-jain {:.3f}", jain,
+                       g_opt.expect_jain));
+    }
+  }
+  for (Stream& st : streams) {
+    g_net.dereg(g_opt.rank == 0 ? st.k.recv : st.k.send, st.mh);
+    unlink(st.k);
+  }
+}
+
 void bw_mode() {
   if (g_opt.size != 2) fail("--mode bw takes 2 ranks");
   const int peer = 1 - g_opt.rank;
@@ -740,7 +833,12 @@ int main(int argc, char** argv) {
   app.add_option("--api", o.api, "plugin interface version: 0 newest found, 7, 8 or 10")
       ->check(CLI::IsMember({0, 7, 8, 10}));
   app.add_option("--mode", o.mode)
-      ->check(CLI::IsMember({"check", "bw", "allreduce", "die", "reload"}));
+      ->check(CLI::IsMember({"check", "bw", "allreduce", "die", "reload", "incast"}));
+  app.add_option("--comms", o.comms, "incast: rank 1's comms to rank 0")->check(CLI::Range(1, 64));
+  app.add_option("--seconds", o.seconds, "incast: how long the senders send")
+      ->check(CLI::Range(2.0, 600.0));
+  app.add_option("--expect-jain", o.expect_jain,
+                 "incast: fail when Jain's index over the sending ranks is below this");
   app.add_option("--min-bytes", min_b);
   app.add_option("--max-bytes", max_b);
   app.add_option("--threads", o.threads, "check: threads setting up comms at once")
@@ -763,6 +861,7 @@ int main(int argc, char** argv) {
     if (o.mode == "bw") bw_mode();
     if (o.mode == "allreduce") allreduce_mode();
     if (o.mode == "die") die_mode();
+    if (o.mode == "incast") incast_mode();
     if (o.mode == "reload") reload_mode(o, lib);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rank %d: FAILED: %s\n", o.rank, e.what());

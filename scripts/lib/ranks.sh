@@ -68,7 +68,11 @@ ranks_start() {
       for ((r = 0; r < ranks; r++)); do
         ports+=(--port "net_memif$r,role=server,id=0,socket=$dir/p$r.sock,socket-abstract=no")
       done
-      "$switch_bin" --lcore 0 --idle-yield 16 --links 1 "${ports[@]}" >"$dir/switch.log" 2>&1 &
+      # RANKS_SWITCH_ARGS: more arguments for the switch (a core link's rate,
+      # ECN), e.g. "--core-rate-mbps 300 --core-ecn 3000,30000,1".
+      # shellcheck disable=SC2086
+      "$switch_bin" --lcore 0 --idle-yield 16 --links 1 ${RANKS_SWITCH_ARGS:-} "${ports[@]}" \
+        >"$dir/switch.log" 2>&1 &
       infra_pids+=($!)
       for _ in $(seq 1 400); do
         grep -q "ready" "$dir/switch.log" 2>/dev/null && break
