@@ -41,6 +41,19 @@ what=("$@")
 source scripts/lib/build.sh
 build_dir="${BRAID_BUILD_DIR:-build/release}"
 
+# rounds_table <unit> <name of an associative array>: the three cases'
+# Jain per round ("scope qps" -> "j j ..."), and each one's median.
+rounds_table() {
+  local unit=$1 c
+  local -n per=$2
+  echo "| case | Jain per round | median |"
+  echo "|---|---|---|"
+  for c in "peer $qps" "qp $qps" "peer 1"; do
+    set -- $c
+    echo "| $2 $unit against 1, state per $1 | ${per[$c]}| $(tr ' ' '\n' <<<"${per[$c]}" | grep . | median) |"
+  done
+}
+
 jain() { awk '{ a = $1; b = $2; printf "%.3f", (a + b) * (a + b) / (2 * (a * a + b * b)) }'; }
 median() { sort -n | awk '{ x[NR] = $1 } END { printf "%.3f", NR ? x[int((NR + 1) / 2)] : 0 }'; }
 
@@ -89,12 +102,7 @@ if [[ " ${what[*]} " == *" incast "* ]]; then
     done
   done
   echo "incast (NCCL ranks, nscc${wire_credit[*]:+, credit}): rank A $qps comms, rank B 1, into one receiver, core link $rate Mb/s, $rounds rounds"
-  echo "| case | Jain per round | median |"
-  echo "|---|---|---|"
-  for c in "peer $qps" "qp $qps" "peer 1"; do
-    set -- $c
-    echo "| $2 comms against 1, state per $1 | ${inc[$c]}| $(tr ' ' '\n' <<<"${inc[$c]}" | grep . | median) |"
-  done
+  rounds_table comms inc
 fi
 
 if [[ " ${what[*]} " == *" wire "* ]]; then
@@ -112,10 +120,5 @@ if [[ " ${what[*]} " == *" wire "* ]]; then
     done
   done
   echo "wire (nscc${wire_credit[*]:+, credit}): host A $qps QPs, host B 1, core link $rate Mb/s, $rounds rounds"
-  echo "| case | Jain per round | median |"
-  echo "|---|---|---|"
-  for c in "peer $qps" "qp $qps" "peer 1"; do
-    set -- $c
-    echo "| $2 QPs against 1, state per $1 | ${got[$c]}| $(tr ' ' '\n' <<<"${got[$c]}" | grep . | median) |"
-  done
+  rounds_table QPs got
 fi
