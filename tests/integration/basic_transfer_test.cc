@@ -123,12 +123,9 @@ uint32_t paced_frames(bool in_place) {
   DirectPair p(cc);
   std::vector<uint8_t> src(4 << 20), dst(4 << 20, 0);
   const uint32_t rkey = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
-  SendRequest wr;
-  wr.opcode = Opcode::kWrite;
-  wr.local = sgl_of(src.data(), static_cast<uint32_t>(src.size()));
-  wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
-  wr.rkey = rkey;
-  EXPECT_EQ(p.qa->post_send(wr), PostError::kOk);
+  EXPECT_EQ(p.qa->post_send(request(1, Opcode::kWrite, src.data(),
+                                    static_cast<uint32_t>(src.size()), dst.data(), rkey)),
+            PostError::kOk);
   std::vector<uint8_t> buf(9216);
   uint32_t frames = 0;
   // 1 ms of virtual time, looked at every microsecond; nothing is delivered
