@@ -22,8 +22,34 @@ uint32_t window_of(const ConnectionConfig& c) {
   return std::min<uint32_t>(pow2_at_least(c.window_packets, 128), 16384);
 }
 
-bool consumes_receive(Opcode op) {
-  return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
+// The settings as the connection keeps them: clamped to what the wire and
+// the rings can carry.
+ConnectionConfig normalized(ConnectionConfig c) {
+  c.window_packets = window_of(c);
+  // Messages are named by 16-bit ids on the wire and receives by 31-bit
+  // numbers: the queues must stay well inside both.
+  c.sq_depth = std::min<uint32_t>(pow2_at_least(c.sq_depth, 1), 32768);
+  c.rq_depth = std::min<uint32_t>(pow2_at_least(c.rq_depth, 1), 1u << 20);
+  c.max_rd_atomic = std::max<uint32_t>(c.max_rd_atomic, 1);
+  c.max_dest_rd_atomic = std::min<uint32_t>(c.max_dest_rd_atomic, 256);
+  c.mtu = std::clamp<uint32_t>(c.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
+  c.ack_every = std::max<uint32_t>(c.ack_every, 1);
+  return c;
+}
+
+QpConfig qp_config(const ConnectionConfig& c) {
+  QpConfig q;
+  q.qp_num = c.qp_num;
+  q.pd = c.pd;
+  q.mtu = c.mtu;
+  q.sq_depth = c.sq_depth;
+  q.rq_depth = c.rq_depth;
+  q.max_rd_atomic = c.max_rd_atomic;
+  q.max_dest_rd_atomic = c.max_dest_rd_atomic;
+  q.remote_access = c.remote_access;
+  q.max_tails = c.window_packets;
+  q.grow_rings = c.grow_rings;
+  return q;
 }
 
 }  // namespace
@@ -47,12 +73,10 @@ uint32_t direction_job_id(uint32_t start_psn, uint16_t src_id, uint16_t dst_id, 
 Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
                        CompletionQueue* send_cq, CompletionQueue* recv_cq, TimingWheel* wheel,
                        PeerCongestion* peer)
-    : cfg_(cfg),
-      mrs_(mrs),
-      send_cq_(send_cq),
-      recv_cq_(recv_cq),
+    : cfg_(normalized(cfg)),
       wheel_(wheel),
       frame_(cfg.local_mac, cfg.remote_mac, cfg.local_ip, cfg.remote_ip, cfg.udp_port),
+      qp_(qp_config(cfg_), &stats_, mrs, send_cq, recv_cq),
       paths_(cfg.entropy),
       own_peer_(
           peer != nullptr
@@ -62,15 +86,6 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
       peer_(peer != nullptr ? peer : own_peer_.get()),
       rtt_(cfg.rto_initial_ns, cfg.rto_min_ns, cfg.rto_max_ns),
       rx_(window_of(cfg), cfg.rx_psn) {
-  cfg_.window_packets = window_of(cfg);
-  // Messages are named by 16-bit ids on the wire and receives by 31-bit
-  // numbers: the queues must stay well inside both.
-  cfg_.sq_depth = std::min<uint32_t>(pow2_at_least(cfg.sq_depth, 1), 32768);
-  cfg_.rq_depth = std::min<uint32_t>(pow2_at_least(cfg.rq_depth, 1), 1u << 20);
-  cfg_.max_rd_atomic = std::max<uint32_t>(cfg.max_rd_atomic, 1);
-  cfg_.max_dest_rd_atomic = std::min<uint32_t>(cfg.max_dest_rd_atomic, 256);
-  cfg_.mtu = std::clamp<uint32_t>(cfg.mtu, 64, 16384 - 1);  // SES payload_length is 14 bits
-  cfg_.ack_every = std::max<uint32_t>(cfg.ack_every, 1);
   mac_known_ = !cfg.await_remote_mac;
   decode_opts_.udp_port = cfg.udp_port;
   decode_opts_.crc_trailer = false;
@@ -78,7 +93,6 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
 
   const uint32_t records =
       cfg_.grow_rings ? std::min(cfg_.window_packets, kInitialTxRecords) : cfg_.window_packets;
-  const uint32_t entries = cfg_.grow_rings ? kInitialQueueEntries : ~0u;
   tx_.resize(records);
   tx_mask_ = records - 1;
   // Twice the records: entries of packets acknowledged while queued linger
@@ -95,16 +109,6 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
     rx_key_ = key_for(false, cfg_.rx_psn);
     derive_keys(false);
   }
-  sq_.resize(std::min(cfg_.sq_depth, entries));
-  sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
-  // The responder's queues: the READs it accepts.
-  const uint32_t rd = pow2_at_least(cfg_.max_dest_rd_atomic, 1);
-  rr_.resize(rd);
-  rr_mask_ = rd - 1;
-  reads_.resize(rd);
-  rq_.resize(std::min(cfg_.rq_depth, entries));
-  rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
-
   peer_->join(this);
   rto_timer_.fn = &Connection::rto_thunk;
   rto_timer_.owner = this;
@@ -152,9 +156,7 @@ Connection::~Connection() {
 
 size_t Connection::memory_footprint() const {
   return sizeof(*this) + tx_.capacity() * sizeof(TxRecord) +
-         retx_queue_.capacity() * sizeof(uint32_t) + sq_.capacity() * sizeof(SendWqe) +
-         rq_.capacity() * sizeof(RecvWqe) + rr_.capacity() * sizeof(ReadResponse) +
-         reads_.capacity() * sizeof(PendingRead) + tails_.capacity() * sizeof(DeferredTail) +
+         retx_queue_.capacity() * sizeof(uint32_t) + qp_.memory_footprint() +
          paths_.memory_footprint() + rx_.window() / 8;
 }
 
@@ -166,11 +168,11 @@ void Connection::set_remote_mac(const wire::MacAddr& mac) {
 }
 
 bool Connection::set_send_psn(uint32_t psn) {
-  if (sq_tail_ != 0) return false;
+  if (qp_.posted_any()) return false;
   // A responder answered READs before RTS (InfiniBand allows it in RTR):
   // its PSN space has started and the requester follows it (learned from
   // the first response), so it continues where it is.
-  if (rr_tail_ != 0) return true;
+  if (qp_.answered_reads()) return true;
   if (snd_nxt_ != cfg_.tx_psn) return false;
   cfg_.tx_psn = psn;
   snd_una_ = snd_nxt_ = psn;
@@ -220,13 +222,14 @@ void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs 
 
 PostError Connection::post_send(const SendRequest& wr) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
-  if (sq_tail_ - sq_head_ >= cfg_.sq_depth) return PostError::kQueueFull;
-  if (wr.local.num > kMaxSge) return PostError::kInvalid;
-  const uint64_t length = wr.local.total_length();
-  if (length > 0xffffffffu) return PostError::kInvalid;  // SES request_length is 32 bits
+  // From idle, a burst may start on the speculative allowance.
+  const bool idle =
+      snd_una_ == snd_nxt_ && qp_.all_segmented() && retx_count_ == 0;
+  uint64_t length = 0;
+  const PostError e = qp_.post_send(wr, &length);
+  if (e != PostError::kOk) return e;
   if (credit_on_) {
-    // From idle, a burst may start on the speculative allowance.
-    if (snd_una_ == snd_nxt_ && sq_tx_ == sq_tail_ && retx_count_ == 0 && rr_tx_ == rr_tail_) {
+    if (idle) {
       unsent_credit_ = retx_credit_ = 0;
       credit_.on_idle();
     }
@@ -234,105 +237,13 @@ PostError Connection::post_send(const SendRequest& wr) {
     const uint64_t packets = std::max<uint64_t>(1, (payload + cfg_.mtu - 1) / cfg_.mtu);
     unsent_credit_ += payload + packets * credit_header();
   }
-  if (sq_tail_ - sq_head_ >= sq_.size())
-    grow_ring(sq_, &sq_mask_, sq_head_, sq_tail_, 2 * sq_.size());
-  sq_[sq_tail_ & sq_mask_].start(wr, length, sq_tail_,
-                                 consumes_receive(wr.opcode) ? next_rsn_++ : 0);
-  ++sq_tail_;
   poke();
   return PostError::kOk;
 }
 
 PostError Connection::post_recv(uint64_t wr_id, const SgList& sgl) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
-  if (rq_tail_ - rq_head_ >= cfg_.rq_depth) return PostError::kQueueFull;
-  if (sgl.num > kMaxSge) return PostError::kInvalid;
-  if (rq_tail_ - rq_head_ >= rq_.size())
-    grow_ring(rq_, &rq_mask_, rq_head_, rq_tail_, 2 * rq_.size());
-  rq_[rq_tail_ & rq_mask_].start(wr_id, sgl);
-  ++rq_tail_;
-  return PostError::kOk;
-}
-
-void Connection::push_send_completion(SendWqe& w, WcStatus status) {
-  if (!w.wr.signaled && status == WcStatus::kSuccess) return;
-  WorkCompletion wc;
-  wc.wr_id = w.wr.wr_id;
-  wc.status = status;
-  wc.qp_num = cfg_.qp_num;
-  switch (w.wr.opcode) {
-    case Opcode::kWrite:
-    case Opcode::kWriteImm:
-      wc.opcode = WcOpcode::kRdmaWrite;
-      break;
-    case Opcode::kSend:
-    case Opcode::kSendImm:
-      wc.opcode = WcOpcode::kSend;
-      break;
-    case Opcode::kRead:
-      wc.opcode = WcOpcode::kRdmaRead;
-      wc.byte_len = static_cast<uint32_t>(w.length);
-      break;
-  }
-  if (!send_cq_->push(wc)) set_error(WcStatus::kWrFlushErr);  // CQ overrun
-}
-
-void Connection::complete_sends() {
-  while (sq_head_ != sq_tx_) {
-    SendWqe& w = sq_[sq_head_ & sq_mask_];
-    if (w.failed) {
-      set_error(w.fail_status);
-      return;
-    }
-    if (w.wr.opcode == Opcode::kRead) {
-      if (!w.segmented || !w.read_done) break;
-      --reads_outstanding_;
-    } else if (!w.segmented || !psn_lt(w.last_psn, snd_una_)) {
-      break;
-    }
-    ++sq_head_;  // before the push: a full CQ moves us to the error state
-    push_send_completion(w, WcStatus::kSuccess);
-    if (state_ != ConnectionState::kActive) return;
-  }
-}
-
-void Connection::fail_request(const TxRecord& r, WcStatus status) {
-  SendWqe* w = wqe_for_msn(r.seq);
-  if (w == nullptr) {
-    set_error(status);
-    return;
-  }
-  if (!w->failed) {
-    w->failed = true;
-    w->fail_status = status;
-  }
-  complete_sends();
-}
-
-void Connection::complete_recvs() {
-  while (rq_head_ != rq_tail_) {
-    RecvWqe& w = rq_[rq_head_ & rq_mask_];
-    if (!w.eom_seen || psn_lt(rx_.cack(), w.eom_psn)) break;
-    WorkCompletion wc;
-    wc.wr_id = w.wr_id;
-    wc.status = w.status;
-    wc.opcode = w.rdma_imm ? WcOpcode::kRecvRdmaWithImm : WcOpcode::kRecv;
-    wc.byte_len = w.byte_len;
-    wc.has_imm = w.has_imm;
-    wc.imm_data = w.imm;
-    wc.qp_num = cfg_.qp_num;
-    ++rq_head_;
-    if (!recv_cq_->push(wc)) {
-      set_error(WcStatus::kWrFlushErr);  // CQ overrun
-      return;
-    }
-  }
-}
-
-Connection::SendWqe* Connection::wqe_for_msn(uint32_t msn) {
-  if (msn - sq_head_ >= sq_tail_ - sq_head_) return nullptr;  // completed, or never posted
-  SendWqe& w = sq_[msn & sq_mask_];
-  return w.msn == msn && w.started ? &w : nullptr;
+  return qp_.post_recv(wr_id, sgl);
 }
 
 void Connection::set_error(WcStatus status) {
@@ -342,49 +253,7 @@ void Connection::set_error(WcStatus status) {
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
   wheel_->cancel(&probe_timer_);
-  bool error_given = false;
-  for (; sq_head_ != sq_tail_; ++sq_head_) {
-    SendWqe& w = sq_[sq_head_ & sq_mask_];
-    WcStatus s = WcStatus::kWrFlushErr;
-    if (!error_given) {
-      const bool done = w.wr.opcode == Opcode::kRead ? w.segmented && w.read_done
-                                                     : w.segmented && psn_lt(w.last_psn, snd_una_);
-      if (w.failed) {
-        s = w.fail_status;
-        error_given = true;
-      } else if (done) {
-        s = WcStatus::kSuccess;
-      } else {
-        s = status;
-        error_given = true;
-      }
-    } else if (w.failed && w.fail_status == WcStatus::kLocProtErr) {
-      s = w.fail_status;  // its region was deregistered: it says so (dereg_mr)
-    }
-    if (s == WcStatus::kSuccess) {
-      push_send_completion(w, s);  // a full CQ drops it: counted as overrun
-      continue;
-    }
-    WorkCompletion wc;
-    wc.wr_id = w.wr.wr_id;
-    wc.status = s;
-    wc.qp_num = cfg_.qp_num;
-    wc.opcode = w.wr.opcode == Opcode::kRead ? WcOpcode::kRdmaRead
-                : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
-                    ? WcOpcode::kSend
-                    : WcOpcode::kRdmaWrite;
-    send_cq_->push(wc);
-  }
-  sq_tx_ = sq_tail_;
-  for (; rq_head_ != rq_tail_; ++rq_head_) {
-    RecvWqe& w = rq_[rq_head_ & rq_mask_];
-    WorkCompletion wc;
-    wc.wr_id = w.wr_id;
-    wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
-    wc.opcode = WcOpcode::kRecv;
-    wc.qp_num = cfg_.qp_num;
-    recv_cq_->push(wc);
-  }
+  qp_.flush(status, snd_una_);
   sub_inflight(inflight_bytes_);
   peer_->forget(this);  // it sends no data again: it must not take a waiter's turn
   retx_count_ = 0;
@@ -395,33 +264,8 @@ void Connection::set_error(WcStatus status) {
   poke();
 }
 
-namespace {
-bool sgl_uses(const SgList& l, uint32_t lkey) {
-  for (uint8_t i = 0; i < l.num; ++i) {
-    if (l.sge[i].lkey == lkey && l.sge[i].length > 0) return true;
-  }
-  return false;
-}
-}  // namespace
-
 bool Connection::revoke_local_key(uint32_t lkey) {
-  if (lkey == 0) return false;
-  bool used = false;
-  for (uint32_t m = sq_head_; m != sq_tail_; ++m) {
-    SendWqe& w = sq_[m & sq_mask_];
-    if (!sgl_uses(w.wr.local, lkey)) continue;
-    used = true;
-    if (!w.failed) {
-      w.failed = true;
-      w.fail_status = WcStatus::kLocProtErr;
-    }
-  }
-  for (uint32_t r = rq_head_; r != rq_tail_; ++r) {
-    RecvWqe& w = rq_[r & rq_mask_];
-    if (!sgl_uses(w.sgl, lkey)) continue;
-    used = true;
-    w.status = WcStatus::kLocProtErr;
-  }
+  const bool used = qp_.revoke_local_key(lkey);
   if (used) set_error(WcStatus::kWrFlushErr);
   return used;
 }
@@ -429,7 +273,7 @@ bool Connection::revoke_local_key(uint32_t lkey) {
 void Connection::arm_rto(TimeNs now) {
   // An outstanding READ keeps the timer: its request is acknowledged, but
   // only its response data says the responder is still there.
-  if (snd_una_ == snd_nxt_ && reads_outstanding_ == 0) {
+  if (snd_una_ == snd_nxt_ && qp_.reads_outstanding() == 0) {
     wheel_->cancel(&rto_timer_);
     return;
   }
@@ -593,7 +437,7 @@ void Connection::on_rto(TimeNs now) {
   const TimeNs rto = rtt_.rto();
   const bool rnr_wait = now < tx_hold_until_ + rto;
   if (snd_una_ == snd_nxt_) {
-    if (reads_outstanding_ > 0) on_read_timeout(now);
+    if (qp_.reads_outstanding() > 0) on_read_timeout(now);
     return;
   }
   // Only packets unacknowledged for a whole RTO since their last transmission

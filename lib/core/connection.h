@@ -1,12 +1,13 @@
 // One reliable connection (a UET PDC carrying one RC queue pair): both
-// directions of PSN reliability, message segmentation and placement, RC
-// completion order, entropy per packet and the congestion window.
+// directions of PSN reliability, entropy per packet, the congestion window
+// and credit; the queue pair (queue_pair.h: segmentation, placement, RC
+// completion order) runs on it.
 //
 // Sans-IO: the owner hands it decoded packets and the time, and asks it for
 // frames to send; timers live on the owner's TimingWheel. It allocates only
 // when constructed. Files: connection.cc (work requests, completions,
-// errors, timers), connection_tx.cc (segmentation, sending, retransmission),
-// connection_rx.cc (receive path and placement), connection_ack.cc (ACK
+// errors, timers), connection_tx.cc (sending, retransmission),
+// connection_rx.cc (receive path), connection_ack.cc (ACK
 // generation, ACK/NACK processing, loss detection).
 #pragma once
 
@@ -21,6 +22,7 @@
 #include "core/memory_table.h"
 #include "core/path_set.h"
 #include "core/peer_congestion.h"
+#include "core/queue_pair.h"
 #include "core/ready_queue.h"
 #include "core/receive_window.h"
 #include "core/rtt.h"
@@ -161,25 +163,6 @@ struct ConnectionStats {
   uint64_t bytes_placed = 0;
 };
 
-enum class ConnectionState : uint8_t { kActive, kError };
-
-// The SES return code that reports an access error to a READ requester.
-uint8_t ses_return_code(AccessError e);
-
-struct SendRequest {
-  uint64_t wr_id = 0;
-  Opcode opcode = Opcode::kWrite;
-  bool signaled = true;
-  SgList local;
-  uint64_t remote_addr = 0;
-  uint32_t rkey = 0;
-  uint32_t imm_data = 0;
-  // IBV_SEND_FENCE: starts only once every earlier READ has completed.
-  bool fence = false;
-};
-
-enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
-
 // A received packet asked for an ACK at once: counted (a statistic), and
 // flagged until the owner takes the flag (the engine then holds its
 // transmit step a moment, so the ACK leaves with the application's answer).
@@ -229,14 +212,20 @@ class Connection {
   void set_remote_mac(const wire::MacAddr& mac);
   bool has_remote_mac() const { return mac_known_; }
   // READs this end may have outstanding (ConnectionConfig::max_rd_atomic).
-  void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = std::max<uint32_t>(n, 1); }
+  void set_max_rd_atomic(uint32_t n) {
+    cfg_.max_rd_atomic = std::max<uint32_t>(n, 1);
+    qp_.set_max_rd_atomic(cfg_.max_rd_atomic);
+  }
   // Retry and timer settings an RC QP may change at RTS (and after).
   void set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs rto_max_ns,
                  bool retry_forever);
   // The RNR wait this end asks peers for (ConnectionConfig::rnr_delay_ns).
   void set_min_rnr_delay(TimeNs ns) { cfg_.rnr_delay_ns = ns; }
   // Remote operations accepted from now on (ConnectionConfig::remote_access).
-  void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
+  void set_remote_access(uint32_t access) {
+    cfg_.remote_access = access;
+    qp_.set_remote_access(access);
+  }
 
   PostError post_send(const SendRequest& wr);
   PostError post_recv(uint64_t wr_id, const SgList& sgl);
@@ -257,7 +246,7 @@ class Connection {
   // Payloads shorter than this are copied all the same: a copy of a few
   // hundred bytes costs less than the second buffer that points at them
   // (64 B WRITEs over memif: 17% fewer messages a second in place).
-  static constexpr uint32_t kExternalPayloadMin = 1024;
+  static constexpr uint32_t kExternalPayloadMin = QueuePair::kExternalPayloadMin;
   // Header bytes a packet counts in the congestion window besides its payload.
   static constexpr uint32_t kPacketCharge = 64;
   // Whether a control frame is due, and whether a data frame may be ready
@@ -321,10 +310,10 @@ class Connection {
   TimeNs min_rtt() const { return rtt_.min_rtt(); }
   // Packets sent and not yet cumulatively acknowledged.
   uint32_t unacked_packets() const { return snd_nxt_ - snd_una_; }
-  uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  uint32_t outstanding_sends() const { return qp_.outstanding_sends(); }
   // The MSN the next accepted send request gets.
-  uint32_t next_msn() const { return sq_tail_; }
-  uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
+  uint32_t next_msn() const { return qp_.next_msn(); }
+  uint32_t posted_recvs() const { return qp_.posted_recvs(); }
   TimeNs rto_ns() const { return rtt_.rto(); }
   // Bytes of state this connection holds (for the memory-bound tests).
   size_t memory_footprint() const;
@@ -353,7 +342,6 @@ class Connection {
 
  private:
   // --- transmit side ---
-  enum class TxKind : uint8_t { kRequest, kReadResponse };
   enum class TxState : uint8_t { kFree, kInFlight, kLost, kAcked };
   struct TxRecord {
     TimeNs sent_at = 0;
@@ -369,79 +357,6 @@ class Connection {
     TxState state = TxState::kFree;
     bool queued_for_retx = false;
   };
-  struct SendWqe {
-    SendRequest wr;
-    uint64_t length = 0;
-    uint32_t msn = 0;
-    uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
-    uint32_t first_psn = 0;
-    uint32_t last_psn = 0;
-    uint64_t bytes_sent = 0;  // segmentation cursor
-    uint64_t read_bytes = 0;  // READ: response bytes placed
-    bool started = false;     // first packet has a PSN
-    bool segmented = false;   // every packet has a PSN
-    bool read_done = false;   // READ: every response byte placed
-    bool failed = false;      // the peer refused it: completes with fail_status
-    WcStatus fail_status = WcStatus::kSuccess;
-    // Fills the entry in place for a new request: `*this = SendWqe{}`
-    // built a 160-byte temporary, zeroed it with a slow `rep stos` and
-    // copied it, on every post (a tenth of a 64 B WRITE's sender time).
-    void start(const SendRequest& r, uint64_t len, uint32_t msn_, uint32_t rsn_) {
-      wr = r;
-      length = len;
-      msn = msn_;
-      rsn = rsn_;
-      first_psn = last_psn = 0;
-      bytes_sent = read_bytes = 0;
-      started = segmented = read_done = failed = false;
-      fail_status = WcStatus::kSuccess;
-    }
-  };
-  // start() resets every field: a field added must be reset there too.
-  static_assert(sizeof(SendWqe) == 160, "reset the new SendWqe field in SendWqe::start");
-  // A READ being answered. The source is resolved again for every packet
-  // built, first transmissions and retransmissions alike: the region may be
-  // deregistered or lose REMOTE_READ while the response is under way.
-  struct ReadResponse {
-    uint32_t rkey = 0;
-    uint64_t addr = 0;
-    uint32_t length = 0;
-    uint32_t bytes_sent = 0;
-    uint16_t message_id = 0;  // the READ's
-    uint8_t return_code = wire::kSesRcOk;
-    uint32_t last_psn = 0;
-    bool segmented = false;
-  };
-  // --- receive side ---
-  struct RecvWqe {
-    uint64_t wr_id = 0;
-    SgList sgl;
-    uint64_t length = 0;
-    uint32_t eom_psn = 0;
-    uint32_t byte_len = 0;
-    uint32_t imm = 0;
-    bool has_imm = false;
-    bool eom_seen = false;
-    bool rdma_imm = false;
-    WcStatus status = WcStatus::kSuccess;
-    // Fills the entry in place for a new receive (as SendWqe::start).
-    void start(uint64_t id, const SgList& l) {
-      wr_id = id;
-      sgl = l;
-      length = l.total_length();
-      eom_psn = byte_len = imm = 0;
-      has_imm = eom_seen = rdma_imm = false;
-      status = WcStatus::kSuccess;
-    }
-  };
-  static_assert(sizeof(RecvWqe) == 104, "reset the new RecvWqe field in RecvWqe::start");
-  struct PendingRead {
-    uint32_t psn = 0;
-    uint16_t message_id = 0;
-    uint32_t rkey = 0;
-    uint64_t addr = 0;
-    uint32_t length = 0;
-  };
   struct PendingNack {
     uint32_t psn = 0;
     uint8_t code = 0;
@@ -449,27 +364,12 @@ class Connection {
     uint8_t flags = 0;
     uint32_t payload = 0;  // an RNR NACK's: the wait asked for, in ns
   };
-  // The last bytes of a multi-packet WRITE that arrived before the rest of
-  // its message: placed once every packet before it has been (a program
-  // polling a message's last byte must not see it before the others), in
-  // PSN order; bytes a later WRITE places over them meanwhile are kept
-  // here too, so the later WRITE still wins.
-  static constexpr uint32_t kTailBytes = 64;  // a cache line
-  struct DeferredTail {
-    uint32_t psn = 0;
-    uint32_t rkey = 0;
-    uint64_t addr = 0;
-    const uint8_t* local = nullptr;  // where it goes (for overlaps; resolved again to write)
-    uint8_t len = 0;
-    uint8_t bytes[kTailBytes];
-  };
-  // Why the receive side refused a packet; each maps to a NACK.
-  enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
-
   // connection.cc
-  void complete_sends();
-  void complete_recvs();
-  void push_send_completion(SendWqe& w, WcStatus status);
+  // The queue pair found an error (other than kSuccess): the connection stops.
+  void stop_on(WcStatus e) {
+    if (e != WcStatus::kSuccess) set_error(e);
+  }
+  void complete_sends() { stop_on(qp_.complete_sends(snd_una_)); }
   void arm_rto(TimeNs now);
   void on_rto(TimeNs now);
   void on_read_timeout(TimeNs now);
@@ -560,16 +460,14 @@ class Connection {
   uint32_t build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type, uint32_t value);
   // Nothing new to send (every request and READ response segmented): the
   // packets in flight are the tail.
-  bool at_tail() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
-  // The outstanding work request with this MSN (nullptr: none).
-  SendWqe* wqe_for_msn(uint32_t msn);
+  bool at_tail() const { return qp_.all_segmented(); }
   // The peer refused the request packet `r`: its work request fails once it
   // is the oldest (earlier ones still complete normally).
-  void fail_request(const TxRecord& r, WcStatus status);
+  void fail_request(const TxRecord& r, WcStatus status) {
+    stop_on(qp_.fail_request(r.seq, status, snd_una_));
+  }
   // connection_tx.cc
   uint32_t build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now);
-  bool next_new_packet(TxRecord* r);
-  uint32_t next_payload_len() const;
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   uint32_t produce_data(TxOut& out, TimeNs now);
   // During an RNR wait: READ responses (lost ones first), no requests.
@@ -594,29 +492,16 @@ class Connection {
   bool payload_by_reference() const { return trailer_bytes_ == 0; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
-  bool place_request(const wire::ParsedPacket& pkt, Refusal* why);
   void learn_responder_psn(const wire::ParsedPacket& pkt);
-  bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
-  bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
-  static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);
+  // READ responses wholly acknowledged leave; a refused request ends the
+  // connection once the READs before it are answered.
   void release_read_responses();
   // The request refused (fatal_nack_) is next in order: the connection
   // ends, once the READs accepted before it have been answered.
   void end_after_refusal(TimeNs now);
-  void on_in_order_advance();
-  void execute_reads();
+  void on_in_order_advance() { stop_on(qp_.on_in_order(rx_.cack())); }
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
-  // Holds back the last bytes of a WRITE's last packet that came before the
-  // rest of its message (`dst`: where its payload goes); returns the bytes
-  // to place now.
-  [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst);
-  // Bytes [dst, dst + len) of the packet `psn` are being placed while tails
-  // are held: older tails they overlap take the newer bytes.
-  [[gnu::noinline]] void update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
-                                           uint32_t len);
-  // Places the deferred tails of messages now wholly in order.
-  void place_deferred_tails();
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
@@ -689,12 +574,11 @@ class Connection {
   void detect_losses(uint32_t base, TimeNs now);
   void judge_loss(TxRecord& r, uint32_t thresh, TimeNs now);
 
-  // Rings start small and double when full, up to the configured window and
-  // depths: an idle QP holds a few KiB, not its whole window (thousands of
+  // The transmit records start small and double when full, up to the
+  // window: an idle QP holds a few KiB, not its whole window (thousands of
   // QPs on a device). Growth allocates, once per doubling; entries keep
   // their order (a ring's slot is its sequence number & mask).
   static constexpr uint32_t kInitialTxRecords = 64;
-  static constexpr uint32_t kInitialQueueEntries = 16;
   template <typename T>
   static void grow_ring(std::vector<T>& ring, uint32_t* mask, uint32_t from, uint32_t to,
                         size_t size) {
@@ -709,9 +593,6 @@ class Connection {
   const TxRecord& rec(uint32_t psn) const { return tx_[psn & tx_mask_]; }
 
   ConnectionConfig cfg_;
-  MemoryRegionTable* mrs_;
-  CompletionQueue* send_cq_;
-  CompletionQueue* recv_cq_;
   TimingWheel* wheel_;
   wire::FrameTemplate frame_;
   wire::DecodeOptions decode_opts_;
@@ -719,6 +600,8 @@ class Connection {
   bool mac_known_ = true;
   ConnectionStats stats_;
   AckAsked* ack_asked_ = nullptr;
+  // The queue pair this connection carries.
+  QueuePair qp_;
 
   // Transmit state.
   std::vector<TxRecord> tx_;
@@ -732,16 +615,6 @@ class Connection {
   uint32_t retx_mask_;
   uint32_t retx_head_ = 0;
   uint32_t retx_count_ = 0;
-  std::vector<SendWqe> sq_;
-  uint32_t sq_mask_;
-  uint32_t sq_head_ = 0;  // oldest not completed (MSN)
-  uint32_t sq_tx_ = 0;    // next to segment
-  uint32_t sq_tail_ = 0;  // next free
-  uint32_t next_rsn_ = 0;
-  uint32_t reads_outstanding_ = 0;
-  std::vector<ReadResponse> rr_;
-  uint32_t rr_mask_;
-  uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
   PathSet paths_;
   // The congestion state: shared with the connections to the same peer
   // (the endpoint's), or this one's own.
@@ -797,15 +670,7 @@ class Connection {
   std::unique_ptr<wire::TssKey> tx_key_, rx_key_, rx_key_rtr_;
   uint8_t trailer_bytes_ = 0;  // trailer(): kTssOverhead, kCrcTrailerSize or 0
   wire::TssReplayWindow replay_;
-  std::vector<RecvWqe> rq_;
-  uint32_t rq_mask_;
-  uint32_t rq_head_ = 0;  // oldest not completed (RSN)
-  uint32_t rq_tail_ = 0;  // next to post
-  std::vector<PendingRead> reads_;
-  uint32_t reads_head_ = 0, reads_tail_ = 0;
   PendingNack nacks_[32];
-  std::vector<DeferredTail> tails_;  // grows the first time tails wait (at most a window's)
-  uint32_t tail_count_ = 0;
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
   bool close_answer_due_ = false;  // a CLOSE arrived: answer it

@@ -1,6 +1,6 @@
-// Connection, transmit side: segmentation of work requests and read
-// responses into self-describing packets, the per-packet entropy, window and
-// congestion checks, and retransmission of exactly the packets declared lost.
+// Connection, transmit side: the queue pair's packets numbered and sent with
+// their PDS header, the per-packet entropy, window and congestion checks,
+// and retransmission of exactly the packets declared lost.
 #include <algorithm>
 #include <cstring>
 
@@ -9,41 +9,6 @@
 #include "wire/crc32c.h"
 
 namespace braid {
-
-uint8_t ses_return_code(AccessError e) {
-  switch (e) {
-    case AccessError::kNone:
-      return wire::kSesRcOk;
-    case AccessError::kBadKey:
-      return wire::kSesRcBadMkey;
-    case AccessError::kOutOfBounds:
-      return wire::kSesRcBadAddr;
-    case AccessError::kWrongPd:
-    case AccessError::kNoPermission:
-      break;
-  }
-  return wire::kSesRcPermViolation;
-}
-
-namespace {
-
-constexpr uint32_t kRsnFlag = 0x80000000u;  // `initiator`: consumes a receive WQE
-
-wire::SesOpcode ses_opcode(Opcode op) {
-  switch (op) {
-    case Opcode::kWrite:
-    case Opcode::kWriteImm:
-      return wire::SesOpcode::kWrite;
-    case Opcode::kSend:
-    case Opcode::kSendImm:
-      return wire::SesOpcode::kSend;
-    case Opcode::kRead:
-      return wire::SesOpcode::kRead;
-  }
-  return wire::SesOpcode::kNoOp;
-}
-
-}  // namespace
 
 bool Connection::control_due() const {
   if (!mac_known_) return false;
@@ -64,13 +29,10 @@ bool Connection::data_ready() const {
     const TxRecord& r = rec(psn);
     return r.psn != psn || r.state != TxState::kLost || !credit_holds(r, true);
   }
-  if (credit_on_ && !credit_.may_send(false) && rr_tx_ == rr_tail_) return false;
-  if (rr_tx_ == rr_tail_) {
-    if (sq_tx_ == sq_tail_) return false;
-    if (reads_outstanding_ > 0) {  // a fenced request waits for them
-      const SendWqe& w = sq_[sq_tx_ & sq_mask_];
-      if (w.wr.fence && !w.started) return false;
-    }
+  if (!qp_.responses_pending()) {
+    if (credit_on_ && !credit_.may_send(false)) return false;
+    if (qp_.all_segmented()) return false;
+    if (qp_.fence_waits()) return false;  // a fenced request waits for the READs before it
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
   return window_takes_full_packet();
@@ -131,65 +93,6 @@ uint32_t Connection::produce_data_frame(TxOut& out, TimeNs now) {
   return n;
 }
 
-uint32_t Connection::next_payload_len() const {
-  if (rr_tx_ != rr_tail_) {
-    const ReadResponse& job = rr_[rr_tx_ & rr_mask_];
-    return std::min(cfg_.mtu, job.length - job.bytes_sent);
-  }
-  if (sq_tx_ == sq_tail_) return 0;
-  const SendWqe& w = sq_[sq_tx_ & sq_mask_];
-  if (w.wr.opcode == Opcode::kRead) return 0;
-  return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
-}
-
-bool Connection::next_new_packet(TxRecord* r) {
-  const uint32_t psn = snd_nxt_;
-  if (rr_tx_ != rr_tail_) {
-    ReadResponse& job = rr_[rr_tx_ & rr_mask_];
-    r->kind = TxKind::kReadResponse;
-    r->seq = rr_tx_;
-    r->offset = job.bytes_sent;
-    r->len = static_cast<uint16_t>(std::min(cfg_.mtu, job.length - job.bytes_sent));
-    job.bytes_sent += r->len;
-    if (job.bytes_sent == job.length) {
-      job.segmented = true;
-      job.last_psn = psn;
-      ++rr_tx_;
-    }
-    return true;
-  }
-  if (sq_tx_ == sq_tail_) return false;
-  SendWqe& w = sq_[sq_tx_ & sq_mask_];
-  // A fenced request waits for the data of every READ before it: a WRITE
-  // after a READ of the same bytes must not be placed before they are read.
-  if (reads_outstanding_ > 0 && w.wr.fence && !w.started) return false;
-  r->kind = TxKind::kRequest;
-  r->seq = w.msn;
-  if (w.wr.opcode == Opcode::kRead) {
-    if (reads_outstanding_ >= cfg_.max_rd_atomic) return false;
-    ++reads_outstanding_;
-    r->offset = 0;
-    r->len = 0;
-    w.started = w.segmented = true;
-    w.first_psn = w.last_psn = psn;
-    ++sq_tx_;
-    return true;
-  }
-  r->offset = static_cast<uint32_t>(w.bytes_sent);
-  r->len = static_cast<uint16_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
-  if (!w.started) {
-    w.started = true;
-    w.first_psn = psn;
-  }
-  w.bytes_sent += r->len;
-  if (w.bytes_sent == w.length) {
-    w.segmented = true;
-    w.last_psn = psn;
-    ++sq_tx_;
-  }
-  return true;
-}
-
 uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
   // Lost responses first. Their queue entries stay where they are (requests
   // wait in front of them); once resent, an entry is skipped when popped.
@@ -210,7 +113,7 @@ uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
     ++stats_.retransmits;
     return n;
   }
-  return rr_tx_ != rr_tail_ ? produce_new(out, now) : 0;
+  return qp_.responses_pending() ? produce_new(out, now) : 0;
 }
 
 uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
@@ -251,16 +154,21 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
     peer_->wait(this);
     return 0;
   }
-  if (credit_on_ && rr_tx_ == rr_tail_ && !credit_.may_send(false)) return 0;
+  if (credit_on_ && !qp_.responses_pending() && !credit_.may_send(false)) return 0;
   // The caller's buffer may be too small for this packet; a buffer that
   // takes a full MTU takes any (no packet carries more).
   const size_t headers = wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + trailer();
-  if (out.cap < headers + cfg_.mtu && out.cap < headers + next_payload_len()) return 0;
+  if (out.cap < headers + cfg_.mtu && out.cap < headers + qp_.next_payload_len()) return 0;
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);
-  if (!next_new_packet(&r)) return 0;
+  Slice slice;
+  if (!qp_.next_packet(snd_nxt_, &slice)) return 0;
+  r.seq = slice.seq;
+  r.offset = slice.offset;
+  r.len = slice.len;
+  r.kind = slice.kind;
   if (credit_on_ && r.kind == TxKind::kRequest) {
     unsent_credit_ -= std::min<uint64_t>(unsent_credit_, r.len + credit_header());
   }
@@ -275,29 +183,11 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
 
 uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
   uint8_t* const buf = out.buf;
-  uint32_t in_place = 0;  // payload bytes left where they lie
+  const Slice slice{r.seq, r.offset, r.len, r.kind};
   const bool response = r.kind == TxKind::kReadResponse;
-  const size_t ses_size = response ? wire::kSesResponseDataSize : wire::kSesStandardSize;
-  uint32_t payload_len = r.len;
-  const uint8_t* read_src = nullptr;
-  uint8_t read_rc = wire::kSesRcOk;
-  if (response) {
-    const ReadResponse& job = rr_[r.seq & rr_mask_];
-    read_rc = job.return_code;
-    if (read_rc == wire::kSesRcOk && r.len > 0) {
-      uint8_t* src = nullptr;
-      const AccessError err =
-          mrs_->resolve(job.rkey, job.addr + r.offset, r.len, kAccessRemoteRead, cfg_.pd, &src);
-      if (err == AccessError::kNone) {
-        read_src = src;
-      } else {
-        ++stats_.access_errors;
-        read_rc = ses_return_code(err);
-        payload_len = 0;  // no data: the requester fails the READ
-      }
-    }
-  }
-  const size_t udp_payload = wire::kRequestSize + ses_size + payload_len + trailer();
+  const size_t ses_size = qp_.ses_size(slice);
+  const QueuePair::Source src = qp_.source(slice);
+  const size_t udp_payload = wire::kRequestSize + ses_size + src.payload_len + trailer();
   if (wire::kL2L4Size + udp_payload > out.cap) return 0;
   // Credit pays for the whole frame; without credit it goes unscheduled,
   // and says so.
@@ -318,81 +208,15 @@ uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) 
   pds.psn = r.psn;
   pds.spdcid = cfg_.local_id;
   pds.dpdcid = cfg_.remote_id;
-  uint8_t* ses_at = p + wire::kRequestSize;
-  uint8_t* payload = ses_at + ses_size;
-
-  if (response) {
-    const ReadResponse& job = rr_[r.seq & rr_mask_];
-    wire::SesResponse s;
-    s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
-    s.return_code = read_rc;
-    s.message_id = job.message_id;
-    s.job_id = tx_job_id_;
-    s.read_request_message_id = job.message_id;
-    s.payload_length = static_cast<uint16_t>(payload_len);
-    s.modified_length = job.length;
-    s.message_offset = r.offset;
-    wire::encode_ses_response_data(ses_at, s);
-    if (payload_len > 0) {
-      if (out.in_place_ok && payload_by_reference() && payload_len >= kExternalPayloadMin) {
-        out.payload = read_src;
-        out.payload_len = in_place = payload_len;
-      } else {
-        std::memcpy(payload, read_src, payload_len);
-      }
-    }
-  } else {
-    const SendWqe& w = sq_[r.seq & sq_mask_];
-    const Opcode op = w.wr.opcode;
-    wire::SesRequest s;
-    s.opcode = static_cast<uint8_t>(ses_opcode(op));
-    const bool som = r.offset == 0;
-    const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
-    s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
-    s.message_id = static_cast<uint16_t>(w.msn);
-    s.job_id = tx_job_id_;
-    s.request_length = static_cast<uint32_t>(w.length);
-    switch (op) {
-      case Opcode::kWrite:
-      case Opcode::kWriteImm:
-        s.buffer_offset = w.wr.remote_addr + r.offset;
-        s.memory_key = w.wr.rkey;
-        break;
-      case Opcode::kSend:
-      case Opcode::kSendImm:
-        s.buffer_offset = r.offset;
-        break;
-      case Opcode::kRead:
-        s.buffer_offset = w.wr.remote_addr;
-        s.memory_key = w.wr.rkey;
-        break;
-    }
-    if (op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm) {
-      s.initiator = kRsnFlag | (w.rsn & ~kRsnFlag);
-    }
-    if (op == Opcode::kSendImm || op == Opcode::kWriteImm) {
-      if (som) {
-        s.flags |= wire::kSesFlagHd;
-        s.header_data = w.wr.imm_data;
-      }
-    }
-    s.payload_length = r.len;
-    s.message_offset = r.offset;
-    wire::encode_ses_request(ses_at, s);
-    if (op == Opcode::kRead) read_progress_at_ = read_heard_at_ = now;
-    if (r.len > 0) {
-      const uint8_t* span =
-          out.in_place_ok && payload_by_reference() && r.len >= kExternalPayloadMin
-              ? sgl_span(w.wr.local, r.offset, r.len)
-              : nullptr;
-      if (span != nullptr) {
-        out.payload = span;
-        out.payload_len = in_place = r.len;
-      } else {
-        copy_from_sgl(w.wr.local, r.offset, payload, r.len);
-      }
-    }
+  const uint8_t* in_place = nullptr;
+  qp_.write_packet(slice, src, tx_job_id_, out.in_place_ok && payload_by_reference(),
+                   p + wire::kRequestSize, &in_place);
+  uint32_t in_place_len = 0;  // payload bytes left where they lie
+  if (in_place != nullptr) {
+    out.payload = in_place;
+    out.payload_len = in_place_len = src.payload_len;
   }
+  if (qp_.is_read(slice)) read_progress_at_ = read_heard_at_ = now;
   // Ask for an immediate ACK when nothing else will follow soon: the last
   // packet queued, a retransmission, or a window about to close. Otherwise
   // the receiver coalesces.
@@ -420,7 +244,7 @@ uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) 
   // sent later will show it. A probe resends them after two RTTs (once).
   if (!retx && idle_after && rtt_.srtt() > 0)
     wheel_->schedule(&probe_timer_, now + probe_timeout());
-  return frame_len - in_place;  // the bytes in buf
+  return frame_len - in_place_len;  // the bytes in buf
 }
 
 void Connection::add_trailer(uint8_t* p, size_t body) const {

@@ -1,0 +1,314 @@
+// One RC queue pair's semantics (UET's SES side): the send queue and its
+// segmentation into packets, the READs this end answers, the receive queue,
+// placement of each arriving packet where it belongs (memory keys checked
+// first), and completions in RC order.
+//
+// It knows nothing of PSNs' reliability: the connection (the PDC side:
+// connection.h) numbers the packets it asks for, tells it how far the
+// peer has acknowledged (snd_una) and how far this end holds everything in
+// order (cack), and it completes what those allow. Errors it finds are
+// returned (a WcStatus other than kSuccess) for the connection to stop on.
+// Files: queue_pair.cc (requester, completions, flush), queue_pair_rx.cc
+// (responder: placement, deferred tails, READs answered).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "core/completion_queue.h"
+#include "core/memory_table.h"
+#include "core/sg_list.h"
+#include "core/types.h"
+#include "wire/frame.h"
+
+namespace braid {
+
+struct ConnectionStats;
+
+// A queue pair's own settings (from ConnectionConfig, clamped there).
+struct QpConfig {
+  uint32_t qp_num = 0;  // reported in work completions
+  uint32_t pd = 0;      // protection domain for remote accesses
+  uint32_t mtu = 4096;  // payload bytes per packet
+  uint32_t sq_depth = 256;
+  uint32_t rq_depth = 256;
+  uint32_t max_rd_atomic = 16;       // READs outstanding as requester
+  uint32_t max_dest_rd_atomic = 16;  // ... accepted as responder
+  uint32_t remote_access = 0;        // kAccessRemoteWrite, kAccessRemoteRead
+  uint32_t max_tails = 1024;         // deferred tails held at most (a receive window's)
+  bool grow_rings = true;            // queues start small and double on first use
+};
+
+enum class ConnectionState : uint8_t { kActive, kError };
+
+// The SES return code that reports an access error to a READ requester.
+uint8_t ses_return_code(AccessError e);
+
+struct SendRequest {
+  uint64_t wr_id = 0;
+  Opcode opcode = Opcode::kWrite;
+  bool signaled = true;
+  SgList local;
+  uint64_t remote_addr = 0;
+  uint32_t rkey = 0;
+  uint32_t imm_data = 0;
+  // IBV_SEND_FENCE: starts only once every earlier READ has completed.
+  bool fence = false;
+};
+
+enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
+
+// What one packet carries of a queue pair's messages: part of a request
+// (a work request's MSN) or of a READ response (its sequence).
+enum class TxKind : uint8_t { kRequest, kReadResponse };
+struct Slice {
+  uint32_t seq = 0;     // MSN of the work request, or read-response sequence
+  uint32_t offset = 0;  // byte offset of this packet in its message
+  uint16_t len = 0;     // payload bytes
+  TxKind kind = TxKind::kRequest;
+};
+
+// Why the receive side refused a packet; each maps to a NACK.
+enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
+
+class QueuePair {
+ public:
+  // `stats` are the connection's (it outlives this).
+  QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTable* mrs,
+            CompletionQueue* send_cq, CompletionQueue* recv_cq);
+
+  ConnectionState state() const { return state_; }
+  void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = n; }
+  void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
+
+  // --- requester ---
+  // The checks of a post (state, room, SGEs, length); on kOk the request
+  // is queued with length *length.
+  PostError post_send(const SendRequest& wr, uint64_t* length);
+  PostError post_recv(uint64_t wr_id, const SgList& sgl);
+  // Something not yet cut into packets: a READ response or a request
+  // (fenced or not).
+  bool all_segmented() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
+  bool responses_pending() const { return rr_tx_ != rr_tail_; }
+  // The next request is fenced and waits for the READs before it.
+  bool fence_waits() const {
+    return reads_outstanding_ > 0 && sq_tx_ != sq_tail_ && sq_[sq_tx_ & sq_mask_].wr.fence &&
+           !sq_[sq_tx_ & sq_mask_].started;
+  }
+  // Payload bytes of the next new packet (a READ response first).
+  uint32_t next_payload_len() const;
+  // Cuts the next new packet (PSN `psn`), a READ response first; false
+  // when none may go (nothing queued, a fence, the READ limit).
+  bool next_packet(uint32_t psn, Slice* s);
+  // Before a packet is written: where a READ response's bytes come from
+  // (resolved again every time: the region may have gone), its payload
+  // length (0 when the response now carries an error), and its SES
+  // return code.
+  struct Source {
+    const uint8_t* read_src = nullptr;
+    uint32_t payload_len = 0;
+    uint8_t read_rc = 0;
+  };
+  Source source(const Slice& s);
+  // Writes the packet's SES header at `ses_at` and its payload after it,
+  // or points `*in_place` at the payload (when `by_reference`: one piece of
+  // memory, kExternalPayloadMin bytes or more) and writes none. Returns the
+  // SES header's size.
+  static constexpr uint32_t kExternalPayloadMin = 1024;
+  size_t ses_size(const Slice& s) const {
+    return s.kind == TxKind::kReadResponse ? wire::kSesResponseDataSize
+                                           : wire::kSesStandardSize;
+  }
+  void write_packet(const Slice& s, const Source& src, uint32_t job_id, bool by_reference,
+                    uint8_t* ses_at, const uint8_t** in_place) const;
+  bool is_read(const Slice& s) const {
+    return s.kind == TxKind::kRequest && sq_[s.seq & sq_mask_].wr.opcode == Opcode::kRead;
+  }
+  uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  uint32_t next_msn() const { return sq_tail_; }
+  uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
+  uint32_t reads_outstanding() const { return reads_outstanding_; }
+  // Requests posted, or READs answered, ever (the send PSN is then fixed).
+  bool posted_any() const { return sq_tail_ != 0; }
+  bool answered_reads() const { return rr_tail_ != 0; }
+  // The message id of the first READ segmented and not complete, if the
+  // oldest such request is a READ (a responder that answered in RTR).
+  bool first_read(uint16_t* message_id) const;
+  // Completions of requests everything of which the peer has acknowledged
+  // (below snd_una), in order; READs once their data is in.
+  WcStatus complete_sends(uint32_t snd_una);
+  // The request with this MSN was refused by the peer: it fails once it is
+  // the oldest. kSuccess, or the error to stop on.
+  WcStatus fail_request(uint32_t msn, WcStatus status, uint32_t snd_una);
+  // READ responses wholly acknowledged leave their queue; READs waiting
+  // for room start.
+  void release_read_responses(uint32_t snd_una, uint32_t cack);
+  // READs accepted and not yet wholly answered.
+  bool reads_pending() const { return reads_head_ != reads_tail_ || rr_head_ != rr_tail_; }
+  // The error state: completions as InfiniBand's (connection.h set_error),
+  // every queue flushed.
+  void flush(WcStatus status, uint32_t snd_una);
+  // Outstanding work requests using lkey fail with LOC_PROT_ERR (dereg_mr).
+  bool revoke_local_key(uint32_t lkey);
+
+  // --- responder ---
+  // Places a request (cack: what is held in order) or a READ response.
+  bool place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refusal* why);
+  bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
+  // Everything up to cack is in: deferred tails placed, receives complete,
+  // READs executed. kSuccess, or the error to stop on (a full CQ).
+  WcStatus on_in_order(uint32_t cack);
+
+  size_t memory_footprint() const;
+
+ private:
+  struct SendWqe {
+    SendRequest wr;
+    uint64_t length = 0;
+    uint32_t msn = 0;
+    uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
+    uint32_t first_psn = 0;
+    uint32_t last_psn = 0;
+    uint64_t bytes_sent = 0;  // segmentation cursor
+    uint64_t read_bytes = 0;  // READ: response bytes placed
+    bool started = false;     // first packet has a PSN
+    bool segmented = false;   // every packet has a PSN
+    bool read_done = false;   // READ: every response byte placed
+    bool failed = false;      // the peer refused it: completes with fail_status
+    WcStatus fail_status = WcStatus::kSuccess;
+    // Fills the entry in place for a new request: `*this = SendWqe{}`
+    // built a 160-byte temporary, zeroed it with a slow `rep stos` and
+    // copied it, on every post (a tenth of a 64 B WRITE's sender time).
+    void start(const SendRequest& r, uint64_t len, uint32_t msn_, uint32_t rsn_) {
+      wr = r;
+      length = len;
+      msn = msn_;
+      rsn = rsn_;
+      first_psn = last_psn = 0;
+      bytes_sent = read_bytes = 0;
+      started = segmented = read_done = failed = false;
+      fail_status = WcStatus::kSuccess;
+    }
+  };
+  // start() resets every field: a field added must be reset there too.
+  static_assert(sizeof(SendWqe) == 160, "reset the new SendWqe field in SendWqe::start");
+  // A READ being answered. The source is resolved again for every packet
+  // built, first transmissions and retransmissions alike: the region may be
+  // deregistered or lose REMOTE_READ while the response is under way.
+  struct ReadResponse {
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint32_t length = 0;
+    uint32_t bytes_sent = 0;
+    uint16_t message_id = 0;  // the READ's
+    uint8_t return_code = wire::kSesRcOk;
+    uint32_t last_psn = 0;
+    bool segmented = false;
+  };
+  struct RecvWqe {
+    uint64_t wr_id = 0;
+    SgList sgl;
+    uint64_t length = 0;
+    uint32_t eom_psn = 0;
+    uint32_t byte_len = 0;
+    uint32_t imm = 0;
+    bool has_imm = false;
+    bool eom_seen = false;
+    bool rdma_imm = false;
+    WcStatus status = WcStatus::kSuccess;
+    // Fills the entry in place for a new receive (as SendWqe::start).
+    void start(uint64_t id, const SgList& l) {
+      wr_id = id;
+      sgl = l;
+      length = l.total_length();
+      eom_psn = byte_len = imm = 0;
+      has_imm = eom_seen = rdma_imm = false;
+      status = WcStatus::kSuccess;
+    }
+  };
+  static_assert(sizeof(RecvWqe) == 104, "reset the new RecvWqe field in RecvWqe::start");
+  struct PendingRead {
+    uint32_t psn = 0;
+    uint16_t message_id = 0;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    uint32_t length = 0;
+  };
+  // The last bytes of a multi-packet WRITE that arrived before the rest of
+  // its message: placed once every packet before it has been (a program
+  // polling a message's last byte must not see it before the others), in
+  // PSN order; bytes a later WRITE places over them meanwhile are kept
+  // here too, so the later WRITE still wins.
+  static constexpr uint32_t kTailBytes = 64;  // a cache line
+  struct DeferredTail {
+    uint32_t psn = 0;
+    uint32_t rkey = 0;
+    uint64_t addr = 0;
+    const uint8_t* local = nullptr;  // where it goes (for overlaps; resolved again to write)
+    uint8_t len = 0;
+    uint8_t bytes[kTailBytes];
+  };
+
+  // Rings start small and double when full, up to the configured depths: an
+  // idle QP holds a few KiB (thousands of QPs on a device). Growth
+  // allocates, once per doubling; entries keep their order (a ring's slot
+  // is its sequence number & mask).
+  static constexpr uint32_t kInitialQueueEntries = 16;
+  template <typename T>
+  static void grow_ring(std::vector<T>& ring, uint32_t* mask, uint32_t from, uint32_t to,
+                        size_t size) {
+    std::vector<T> bigger(size);
+    const uint32_t m = static_cast<uint32_t>(size - 1);
+    for (uint32_t i = from; i != to; ++i) bigger[i & m] = std::move(ring[i & *mask]);
+    ring.swap(bigger);
+    *mask = m;
+  }
+
+  void push_send_completion(SendWqe& w, WcStatus status, WcStatus* err);
+  WcStatus complete_recvs(uint32_t cack);
+  // The outstanding work request with this MSN (nullptr: none).
+  SendWqe* wqe_for_msn(uint32_t msn);
+  bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
+  static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);
+  void execute_reads(uint32_t cack);
+  // Holds back the last bytes of a WRITE's last packet that came before the
+  // rest of its message (`dst`: where its payload goes); returns the bytes
+  // to place now.
+  [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst);
+  // Bytes [dst, dst + len) of the packet `psn` are being placed while tails
+  // are held: older tails they overlap take the newer bytes.
+  [[gnu::noinline]] void update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
+                                           uint32_t len);
+  // Places the deferred tails of messages now wholly in order.
+  void place_deferred_tails(uint32_t cack);
+
+  QpConfig cfg_;
+  ConnectionStats* stats_;
+  MemoryRegionTable* mrs_;
+  CompletionQueue* send_cq_;
+  CompletionQueue* recv_cq_;
+  ConnectionState state_ = ConnectionState::kActive;
+
+  // Requester.
+  std::vector<SendWqe> sq_;
+  uint32_t sq_mask_;
+  uint32_t sq_head_ = 0;  // oldest not completed (MSN)
+  uint32_t sq_tx_ = 0;    // next to segment
+  uint32_t sq_tail_ = 0;  // next free
+  uint32_t next_rsn_ = 0;
+  uint32_t reads_outstanding_ = 0;
+  // Responder: READ responses being sent, and READs accepted, not yet begun.
+  std::vector<ReadResponse> rr_;
+  uint32_t rr_mask_;
+  uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
+  std::vector<PendingRead> reads_;
+  uint32_t reads_head_ = 0, reads_tail_ = 0;
+  std::vector<RecvWqe> rq_;
+  uint32_t rq_mask_;
+  uint32_t rq_head_ = 0;  // oldest not completed (RSN)
+  uint32_t rq_tail_ = 0;  // next to post
+  std::vector<DeferredTail> tails_;  // grows the first time tails wait (at most a window's)
+  uint32_t tail_count_ = 0;
+};
+
+}  // namespace braid

@@ -1,0 +1,300 @@
+// QueuePair, responder side: the memory-key check before any byte is
+// touched, placement of every packet where it belongs (in any order), and
+// the in-order work done when the cumulative point advances (deferred
+// tails, receive completions, READ execution).
+#include <algorithm>
+#include <cstring>
+
+#include "core/connection.h"
+#include "core/queue_pair.h"
+
+namespace braid {
+
+namespace {
+constexpr uint32_t kRsnFlag = 0x80000000u;
+}  // namespace
+
+bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
+  if (!(initiator & kRsnFlag)) {
+    ++stats_->invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  }
+  // The wire carries 31 bits; rebuild the full number next to rq_head_.
+  const uint32_t full = rq_head_ + ((initiator - rq_head_) & ~kRsnFlag);
+  if (full - rq_head_ >= rq_tail_ - rq_head_) {
+    if (full - rq_head_ < (1u << 30)) {
+      ++stats_->rnr_nacks;
+      *why = Refusal::kNotReady;
+    } else {
+      ++stats_->invalid_requests;
+      *why = Refusal::kInvalid;
+    }
+    return false;
+  }
+  *rsn = full;
+  return true;
+}
+
+// What a packet tells the receive WQE it belongs to: the immediate (on the
+// first packet) and where the message ends (on the last), for completion.
+void QueuePair::note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm) {
+  if (s.som() && (s.flags & wire::kSesFlagHd)) {
+    w.has_imm = true;
+    w.imm = static_cast<uint32_t>(s.header_data);
+  }
+  if (s.eom()) {
+    w.eom_seen = true;
+    w.eom_psn = psn;
+    w.byte_len = s.request_length;
+    w.rdma_imm = rdma_imm;
+  }
+}
+
+bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refusal* why) {
+  const wire::SesRequest& s = pkt.ses;
+  const uint32_t len = pkt.payload_len;
+  const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
+  const auto invalid = [&] {
+    ++stats_->invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  };
+  const auto access = [&] {
+    ++stats_->access_errors;
+    *why = Refusal::kAccess;
+    return false;
+  };
+  // WRITE and SEND payloads must lie inside the message they claim to be of.
+  // The last packet of a message of several that came before the rest of
+  // it: a WRITE's last bytes wait for them (defer_tail).
+  bool tail_first = false;
+  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
+    if (uint64_t{msg_offset} + len > s.request_length) return invalid();
+    if (!s.som()) {
+      if (s.payload_length != len) return invalid();
+      tail_first = s.eom() && pkt.req.psn != cack + 1;
+    }
+    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+  }
+
+  switch (static_cast<wire::SesOpcode>(s.opcode)) {
+    case wire::SesOpcode::kWrite: {
+      // The QP's own access first (IB: a QP without REMOTE_WRITE refuses
+      // every WRITE, whatever the region allows).
+      if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
+      const bool imm = s.initiator & kRsnFlag;
+      uint32_t rsn = 0;
+      if (imm && !receive_slot(s.initiator, &rsn, why)) return false;
+      // A zero-length WRITE (a WRITE_IMM doorbell) touches no memory: no key
+      // check, as InfiniBand.
+      if (s.request_length == 0) {
+        if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
+        return true;
+      }
+      if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
+      // Every packet checks the whole message's range, as an RC responder does
+      // on the first packet: a message that overruns the region places nothing.
+      uint8_t* base = nullptr;
+      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset - msg_offset,
+                        s.request_length, kAccessRemoteWrite, cfg_.pd,
+                        &base) != AccessError::kNone) {
+        return access();
+      }
+      uint32_t now_len = len;
+      if (tail_first) [[unlikely]]
+        now_len = defer_tail(pkt, base + msg_offset);
+      if (tail_count_ > 0 && now_len > 0) [[unlikely]] {
+        update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
+      }
+      if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
+      stats_->bytes_placed += len;
+      if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
+      return true;
+    }
+    case wire::SesOpcode::kSend: {
+      uint32_t rsn = 0;
+      if (!receive_slot(s.initiator, &rsn, why)) return false;
+      RecvWqe& w = rq_[rsn & rq_mask_];
+      if (s.buffer_offset != msg_offset) return invalid();
+      if (s.request_length > w.length) {
+        // The message does not fit the posted buffer: the receive completes
+        // with LOC_LEN_ERR, our own sends are flushed, the sender learns it
+        // from the NACK.
+        w.status = WcStatus::kLocLenErr;
+        return invalid();
+      }
+      if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
+      stats_->bytes_placed += len;
+      note_receive(w, s, pkt.req.psn, false);
+      return true;
+    }
+    case wire::SesOpcode::kRead: {
+      if (len != 0 || !s.som() || !s.eom()) return invalid();
+      if (!(cfg_.remote_access & kAccessRemoteRead)) return access();
+      if (s.memory_key > 0xffffffffu) return access();
+      uint8_t* src = nullptr;
+      // A zero-length READ (a fence) reads nothing: no key check.
+      if (s.request_length > 0 &&
+          mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length,
+                        kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
+        return access();
+      }
+      // Over what this responder accepts (max_dest_rd_atomic): READs not yet
+      // answered, queued or with response packets still to send. (One the
+      // requester has completed was wholly sent: an IB requester within
+      // its own max_rd_atomic never trips this.)
+      if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
+        return invalid();
+      }
+      reads_[reads_tail_ & rr_mask_] =
+          PendingRead{pkt.req.psn, s.message_id, static_cast<uint32_t>(s.memory_key),
+                      s.buffer_offset, s.request_length};
+      ++reads_tail_;
+      return true;
+    }
+    default:
+      return invalid();
+  }
+}
+
+bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why) {
+  const wire::SesResponse& s = pkt.resp;
+  const uint32_t len = pkt.payload_len;
+  // The READ with this 16-bit message id among those segmented and not done.
+  const uint32_t msn = sq_head_ + ((uint32_t{s.read_request_message_id} - sq_head_) & 0xffff);
+  if (msn - sq_head_ >= sq_tx_ - sq_head_) {
+    ++stats_->stale_responses;
+    return false;
+  }
+  SendWqe& w = sq_[msn & sq_mask_];
+  if (w.wr.opcode != Opcode::kRead || w.read_done) {
+    ++stats_->stale_responses;
+    return false;
+  }
+  const auto invalid = [&] {
+    ++stats_->invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  };
+  if (s.opcode != static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData)) {
+    return invalid();
+  }
+  if (s.return_code != wire::kSesRcOk) {
+    w.failed = true;
+    w.fail_status = WcStatus::kRemAccessErr;
+    return true;
+  }
+  if (s.payload_length != len || s.modified_length != w.length ||
+      uint64_t{s.message_offset} + len > w.length) {
+    return invalid();
+  }
+  if (len > 0) copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
+  stats_->bytes_placed += len;
+  w.read_bytes += len;
+  if (w.read_bytes == w.length) w.read_done = true;
+  return true;
+}
+
+uint32_t QueuePair::defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst) {
+  const uint32_t len = pkt.payload_len;
+  if (len == 0) return 0;
+  // Every tail held is of a PSN in the receive window: a window's worth at
+  // most. The store doubles when full (it allocates only then).
+  if (tail_count_ == tails_.size()) {
+    tails_.resize(std::min<size_t>(std::max<size_t>(32, 2 * tails_.size()), cfg_.max_tails));
+    if (tail_count_ == tails_.size()) return len;  // (cannot happen) placed at once
+  }
+  const uint32_t t = std::min(len, kTailBytes);
+  const uint32_t now_len = len - t;
+  DeferredTail& d = tails_[tail_count_++];
+  d.psn = pkt.req.psn;
+  d.rkey = static_cast<uint32_t>(pkt.ses.memory_key);
+  d.addr = pkt.ses.buffer_offset + now_len;
+  d.local = dst + now_len;
+  d.len = static_cast<uint8_t>(t);
+  std::memcpy(d.bytes, pkt.payload + now_len, t);
+  ++stats_->tails_deferred;
+  return now_len;
+}
+
+void QueuePair::update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
+                                   uint32_t len) {
+  for (uint32_t i = 0; i < tail_count_; ++i) {
+    DeferredTail& d = tails_[i];
+    if (!psn_lt(d.psn, psn)) continue;  // a newer tail wins over these bytes anyway
+    const uint8_t* lo = std::max(d.local, dst);
+    const uint8_t* hi = std::min(d.local + d.len, dst + len);
+    if (lo < hi) std::memcpy(d.bytes + (lo - d.local), src + (lo - dst), hi - lo);
+  }
+}
+
+void QueuePair::place_deferred_tails(uint32_t cack) {
+  // Those now in order go, oldest first (a newer tail over the same bytes
+  // wins); the rest stay.
+  const auto end = tails_.begin() + tail_count_;
+  const auto ready = std::partition(tails_.begin(), end,
+                                    [cack](const DeferredTail& d) { return !psn_lt(cack, d.psn); });
+  std::sort(tails_.begin(), ready,
+            [](const DeferredTail& x, const DeferredTail& y) { return psn_lt(x.psn, y.psn); });
+  for (auto it = tails_.begin(); it != ready; ++it) {
+    // Resolved again: the region may have gone meanwhile.
+    uint8_t* dst = nullptr;
+    if (mrs_->resolve(it->rkey, it->addr, it->len, kAccessRemoteWrite, cfg_.pd, &dst) ==
+        AccessError::kNone) {
+      std::memcpy(dst, it->bytes, it->len);
+    } else {
+      ++stats_->access_errors;
+    }
+  }
+  std::move(ready, end, tails_.begin());
+  tail_count_ -= static_cast<uint32_t>(ready - tails_.begin());
+}
+
+void QueuePair::execute_reads(uint32_t cack) {
+  while (reads_head_ != reads_tail_ && rr_tail_ - rr_head_ < rr_.size()) {
+    const PendingRead& pr = reads_[reads_head_ & rr_mask_];
+    if (psn_lt(cack, pr.psn)) break;
+    ReadResponse& job = rr_[rr_tail_ & rr_mask_];
+    job = ReadResponse{};
+    uint8_t* src = nullptr;
+    // Checked again (and again for every packet built): the region may have
+    // gone since the request arrived.
+    job.return_code = pr.length == 0
+                          ? wire::kSesRcOk
+                          : ses_return_code(mrs_->resolve(pr.rkey, pr.addr, pr.length,
+                                                          kAccessRemoteRead, cfg_.pd, &src));
+    if (job.return_code == wire::kSesRcOk) {
+      job.rkey = pr.rkey;
+      job.addr = pr.addr;
+      job.length = pr.length;
+    } else {
+      ++stats_->access_errors;
+    }
+    job.message_id = pr.message_id;
+    ++rr_tail_;
+    ++reads_head_;
+  }
+}
+
+WcStatus QueuePair::on_in_order(uint32_t cack) {
+  // Message tails first: a WRITE_IMM completes only with its last bytes in.
+  if (tail_count_ > 0) place_deferred_tails(cack);
+  const WcStatus err = complete_recvs(cack);
+  if (err != WcStatus::kSuccess) return err;
+  if (reads_head_ != reads_tail_ && state_ == ConnectionState::kActive) execute_reads(cack);
+  return WcStatus::kSuccess;
+}
+
+void QueuePair::release_read_responses(uint32_t snd_una, uint32_t cack) {
+  bool freed = false;
+  while (rr_head_ != rr_tx_) {
+    const ReadResponse& job = rr_[rr_head_ & rr_mask_];
+    if (!job.segmented || !psn_lt(job.last_psn, snd_una)) break;
+    ++rr_head_;
+    freed = true;
+  }
+  if (freed) execute_reads(cack);
+}
+
+}  // namespace braid
