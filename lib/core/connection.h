@@ -160,6 +160,8 @@ struct ConnectionStats {
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
+  uint64_t nops_received = 0;       // NOPs filling the PSN of a request we refused (RNR)
+  uint64_t duplicate_messages = 0;  // parts of messages whose receive had completed: not placed
   uint64_t bytes_placed = 0;
 };
 
@@ -520,6 +522,8 @@ class Connection {
   void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_spurious_timeout();
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
+  // The peer refused the request packet `r` for want of a receive (RNR).
+  void rnr_refill(TxRecord& r);
   uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);

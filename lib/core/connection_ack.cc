@@ -179,7 +179,6 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked, false, now);
     snd_una_ = cack + 1;
     progress_at_ = now;
-    rnr_retries_ = 0;
     arm_rto(now);
     release_read_responses();
     complete_sends();
@@ -196,6 +195,9 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, Tim
     return;
   }
   r.state = TxState::kAcked;
+  // The peer took a request packet (or a READ response): an RNR episode,
+  // if any, is over. A NOP says nothing of it.
+  if (r.kind != TxKind::kNop) rnr_retries_ = 0;
   *acked_bytes += charge(r);
   if (r.tx_count == 1 && r.sent_at > latest_acked_sent_) latest_acked_sent_ = r.sent_at;
   // The receiver held the ACK `held` after the packet it names arrived, and
@@ -313,7 +315,6 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   peer_->cc().on_ack(ev);
 
   if (progress) {
-    rnr_retries_ = 0;
     rtt_.on_progress();
     arm_rto(now);
     release_read_responses();
@@ -332,6 +333,28 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (fresh && a.has_sack && psn_lt(snd_una_, highest_sacked_)) {
     detect_losses(cack + static_cast<uint32_t>(static_cast<int16_t>(a.sack_psn_offset)), now);
   }
+}
+
+void Connection::rnr_refill(TxRecord& r) {
+  // The peer took nothing of this packet and holds its PSN open: a NOP
+  // fills it at once (nothing of the PSN space waits for the receive), and
+  // the part of the request goes again under a new PSN after the wait.
+  // Only for a packet sent once: no other copy can be taken meanwhile, so
+  // the receiver places each part once (and counts it once).
+  // Not a network loss: no congestion signal, no retry count.
+  if (r.state == TxState::kInFlight) {
+    sub_inflight(charge(r));
+    r.state = TxState::kLost;
+  } else if (r.queued_for_retx) {
+    unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
+  }
+  if (qp_.resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}) && credit_on_) {
+    unsent_credit_ += r.len + credit_header();
+  }
+  r.kind = TxKind::kNop;
+  r.len = 0;
+  r.offset = 0;
+  queue_retransmit(r);
 }
 
 void Connection::detect_losses(uint32_t base, TimeNs now) {
@@ -412,8 +435,13 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
                                                : cfg_.rnr_delay_ns);
         wheel_->schedule(&hold_timer_, tx_hold_until_);
       }
-      if (r.state == TxState::kInFlight) {
-        // Not a network loss: no congestion signal, no retry count.
+      if (r.kind != TxKind::kRequest || r.state == TxState::kAcked) break;
+      if (r.tx_count == 1) {
+        rnr_refill(r);
+      } else if (r.state == TxState::kInFlight) {
+        // Sent more than once: another copy may yet be taken, so the part
+        // cannot go under a new PSN (it would be placed twice). It goes
+        // again under this one after the wait.
         r.state = TxState::kLost;
         sub_inflight(charge(r));
         queue_retransmit(r);
@@ -427,7 +455,7 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
         case wire::BraidNackReason::kInvalidRequest:
           if (r.kind == TxKind::kRequest) {
             fail_request(r, WcStatus::kRemInvReqErr);
-          } else {
+          } else if (r.kind == TxKind::kReadResponse) {
             set_error(WcStatus::kWrFlushErr);  // our READ response was refused
           }
           break;

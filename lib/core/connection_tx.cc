@@ -94,12 +94,13 @@ uint32_t Connection::produce_data_frame(TxOut& out, TimeNs now) {
 }
 
 uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
-  // Lost responses first. Their queue entries stay where they are (requests
-  // wait in front of them); once resent, an entry is skipped when popped.
+  // Lost responses (and NOPs) first. Their queue entries stay where they
+  // are (requests wait in front of them); once resent, an entry is skipped
+  // when popped.
   for (uint32_t i = 0; i < retx_count_; ++i) {
     const uint32_t psn = retx_queue_[(retx_head_ + i) & retx_mask_];
     TxRecord& r = rec(psn);
-    if (r.psn != psn || r.state != TxState::kLost || r.kind != TxKind::kReadResponse ||
+    if (r.psn != psn || r.state != TxState::kLost || r.kind == TxKind::kRequest ||
         psn_lt(psn, snd_una_)) {
       continue;
     }
@@ -191,7 +192,7 @@ uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) 
   if (wire::kL2L4Size + udp_payload > out.cap) return 0;
   // Credit pays for the whole frame; without credit it goes unscheduled,
   // and says so.
-  const bool unscheduled = credit_on_ && !response &&
+  const bool unscheduled = credit_on_ && r.kind == TxKind::kRequest &&
                            credit_.spend(static_cast<uint32_t>(wire::kL2L4Size + udp_payload));
   if (unscheduled) ++stats_.unscheduled_sent;
 

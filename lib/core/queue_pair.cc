@@ -73,6 +73,7 @@ QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTa
 
 size_t QueuePair::memory_footprint() const {
   return sq_.capacity() * sizeof(SendWqe) + rq_.capacity() * sizeof(RecvWqe) +
+         resend_.capacity() * sizeof(Slice) +
          rr_.capacity() * sizeof(ReadResponse) + reads_.capacity() * sizeof(PendingRead) +
          tails_.capacity() * sizeof(DeferredTail);
 }
@@ -128,6 +129,16 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r) {
     }
     return true;
   }
+  if (resend_count_ > 0) [[unlikely]] {
+    *r = resend_[resend_head_];
+    resend_head_ = (resend_head_ + 1) % resend_.size();
+    --resend_count_;
+    SendWqe& w = sq_[r->seq & sq_mask_];
+    --w.resends;
+    // The newest PSN of its request: it completes once this is acknowledged.
+    if (w.segmented) w.last_psn = psn;
+    return true;
+  }
   if (sq_tx_ == sq_tail_) return false;
   SendWqe& w = sq_[sq_tx_ & sq_mask_];
   // A fenced request waits for the data of every READ before it: a WRITE
@@ -141,22 +152,37 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r) {
     r->offset = 0;
     r->len = 0;
     w.started = w.segmented = true;
-    w.first_psn = w.last_psn = psn;
+    w.last_psn = psn;
     ++sq_tx_;
     return true;
   }
   r->offset = static_cast<uint32_t>(w.bytes_sent);
   r->len = static_cast<uint16_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
-  if (!w.started) {
-    w.started = true;
-    w.first_psn = psn;
-  }
+  w.started = true;
   w.bytes_sent += r->len;
   if (w.bytes_sent == w.length) {
     w.segmented = true;
     w.last_psn = psn;
     ++sq_tx_;
   }
+  return true;
+}
+
+bool QueuePair::resend(const Slice& s) {
+  SendWqe* w = wqe_for_msn(s.seq);
+  if (w == nullptr || s.kind != TxKind::kRequest) return false;
+  if (resend_count_ == resend_.size()) {
+    // Grown in order from the head (doubling; at most a window's worth).
+    std::vector<Slice> bigger(std::max<size_t>(16, 2 * resend_.size()));
+    for (uint32_t i = 0; i < resend_count_; ++i) {
+      bigger[i] = resend_[(resend_head_ + i) % resend_.size()];
+    }
+    resend_.swap(bigger);
+    resend_head_ = 0;
+  }
+  resend_[(resend_head_ + resend_count_) % resend_.size()] = s;
+  ++resend_count_;
+  ++w->resends;
   return true;
 }
 
@@ -186,6 +212,15 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
                              bool by_reference, uint8_t* ses_at, const uint8_t** in_place) const {
   *in_place = nullptr;
   uint8_t* payload = ses_at + ses_size(r);
+  if (r.kind == TxKind::kNop) [[unlikely]] {
+    wire::SesRequest s;
+    s.opcode = static_cast<uint8_t>(wire::SesOpcode::kNoOp);
+    s.flags = wire::kSesFlagSom | wire::kSesFlagEom;
+    s.message_id = static_cast<uint16_t>(r.seq);
+    s.job_id = job_id;
+    wire::encode_ses_request(ses_at, s);
+    return;
+  }
   if (r.kind == TxKind::kReadResponse) {
     const ReadResponse& job = rr_[r.seq & rr_mask_];
     wire::SesResponse s;
@@ -296,7 +331,7 @@ WcStatus QueuePair::complete_sends(uint32_t snd_una) {
     if (w.wr.opcode == Opcode::kRead) {
       if (!w.segmented || !w.read_done) break;
       --reads_outstanding_;
-    } else if (!w.segmented || !psn_lt(w.last_psn, snd_una)) {
+    } else if (!w.segmented || w.resends > 0 || !psn_lt(w.last_psn, snd_una)) {
       break;
     }
     ++sq_head_;  // before the push: a full CQ moves us to the error state
@@ -320,7 +355,7 @@ WcStatus QueuePair::fail_request(uint32_t msn, WcStatus status, uint32_t snd_una
 WcStatus QueuePair::complete_recvs(uint32_t cack) {
   while (rq_head_ != rq_tail_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];
-    if (!w.eom_seen || psn_lt(cack, w.eom_psn)) break;
+    if (!w.eom_seen || w.placed != w.byte_len || psn_lt(cack, w.last_psn)) break;
     WorkCompletion wc;
     wc.wr_id = w.wr_id;
     wc.status = w.status;
@@ -348,8 +383,9 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
     WcStatus s = WcStatus::kWrFlushErr;
     if (!error_given) {
-      const bool done = w.wr.opcode == Opcode::kRead ? w.segmented && w.read_done
-                                                     : w.segmented && psn_lt(w.last_psn, snd_una);
+      const bool done = w.wr.opcode == Opcode::kRead
+                            ? w.segmented && w.read_done
+                            : w.segmented && w.resends == 0 && psn_lt(w.last_psn, snd_una);
       if (w.failed) {
         s = w.fail_status;
         error_given = true;
@@ -378,6 +414,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
     send_cq_->push(wc);
   }
   sq_tx_ = sq_tail_;
+  resend_count_ = 0;
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];
     WorkCompletion wc;

@@ -59,8 +59,10 @@ struct SendRequest {
 enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
 
 // What one packet carries of a queue pair's messages: part of a request
-// (a work request's MSN) or of a READ response (its sequence).
-enum class TxKind : uint8_t { kRequest, kReadResponse };
+// (a work request's MSN) or of a READ response (its sequence), or nothing
+// (kNop: it fills the PSN of a request the peer refused for want of a
+// receive; the request goes again later under a new PSN).
+enum class TxKind : uint8_t { kRequest, kReadResponse, kNop };
 struct Slice {
   uint32_t seq = 0;     // MSN of the work request, or read-response sequence
   uint32_t offset = 0;  // byte offset of this packet in its message
@@ -86,9 +88,11 @@ class QueuePair {
   // is queued with length *length.
   PostError post_send(const SendRequest& wr, uint64_t* length);
   PostError post_recv(uint64_t wr_id, const SgList& sgl);
-  // Something not yet cut into packets: a READ response or a request
-  // (fenced or not).
-  bool all_segmented() const { return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_; }
+  // Nothing left to cut into packets: no READ response, no request (fenced
+  // or not), no part of one to send again.
+  bool all_segmented() const {
+    return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_ && resend_count_ == 0;
+  }
   bool responses_pending() const { return rr_tx_ != rr_tail_; }
   // The next request is fenced and waits for the READs before it.
   bool fence_waits() const {
@@ -97,9 +101,14 @@ class QueuePair {
   }
   // Payload bytes of the next new packet (a READ response first).
   uint32_t next_payload_len() const;
-  // Cuts the next new packet (PSN `psn`), a READ response first; false
-  // when none may go (nothing queued, a fence, the READ limit).
+  // Cuts the next new packet (PSN `psn`): a READ response first, then a
+  // part of a request to send again, then the next request's; false when
+  // none may go (nothing queued, a fence, the READ limit).
   bool next_packet(uint32_t psn, Slice* s);
+  // The peer refused this part of a request for want of a receive (RNR):
+  // it goes again under a new PSN (next_packet), and its request does not
+  // complete before. False if its request is no longer outstanding.
+  bool resend(const Slice& s);
   // Before a packet is written: where a READ response's bytes come from
   // (resolved again every time: the region may have gone), its payload
   // length (0 when the response now carries an error), and its SES
@@ -117,7 +126,7 @@ class QueuePair {
   static constexpr uint32_t kExternalPayloadMin = 1024;
   size_t ses_size(const Slice& s) const {
     return s.kind == TxKind::kReadResponse ? wire::kSesResponseDataSize
-                                           : wire::kSesStandardSize;
+                                           : wire::kSesStandardSize;  // a NOP's too
   }
   void write_packet(const Slice& s, const Source& src, uint32_t job_id, bool by_reference,
                     uint8_t* ses_at, const uint8_t** in_place) const;
@@ -167,7 +176,7 @@ class QueuePair {
     uint64_t length = 0;
     uint32_t msn = 0;
     uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
-    uint32_t first_psn = 0;
+    uint32_t resends = 0;  // its parts waiting to go again (resend())
     uint32_t last_psn = 0;
     uint64_t bytes_sent = 0;  // segmentation cursor
     uint64_t read_bytes = 0;  // READ: response bytes placed
@@ -184,7 +193,7 @@ class QueuePair {
       length = len;
       msn = msn_;
       rsn = rsn_;
-      first_psn = last_psn = 0;
+      resends = last_psn = 0;
       bytes_sent = read_bytes = 0;
       started = segmented = read_done = failed = false;
       fail_status = WcStatus::kSuccess;
@@ -209,24 +218,30 @@ class QueuePair {
     uint64_t wr_id = 0;
     SgList sgl;
     uint64_t length = 0;
-    uint32_t eom_psn = 0;
+    // The newest PSN of its message's parts taken, and their bytes: it
+    // completes once every byte is in and everything up to that PSN (a
+    // part refused for want of this receive comes again under a new PSN,
+    // after its message's last).
+    uint32_t last_psn = 0;
+    uint32_t placed = 0;
     uint32_t byte_len = 0;
     uint32_t imm = 0;
     bool has_imm = false;
     bool eom_seen = false;
     bool rdma_imm = false;
+    bool any = false;  // a part taken (last_psn is set)
     WcStatus status = WcStatus::kSuccess;
     // Fills the entry in place for a new receive (as SendWqe::start).
     void start(uint64_t id, const SgList& l) {
       wr_id = id;
       sgl = l;
       length = l.total_length();
-      eom_psn = byte_len = imm = 0;
-      has_imm = eom_seen = rdma_imm = false;
+      last_psn = placed = byte_len = imm = 0;
+      has_imm = eom_seen = rdma_imm = any = false;
       status = WcStatus::kSuccess;
     }
   };
-  static_assert(sizeof(RecvWqe) == 104, "reset the new RecvWqe field in RecvWqe::start");
+  static_assert(sizeof(RecvWqe) == 112, "reset the new RecvWqe field in RecvWqe::start");
   struct PendingRead {
     uint32_t psn = 0;
     uint16_t message_id = 0;
@@ -268,8 +283,11 @@ class QueuePair {
   WcStatus complete_recvs(uint32_t cack);
   // The outstanding work request with this MSN (nullptr: none).
   SendWqe* wqe_for_msn(uint32_t msn);
-  bool receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why);
-  static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm);
+  // The receive a request consuming one names. *done: it has completed
+  // (the request, sent again, was placed before: not placed again).
+  bool receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why);
+  static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, uint32_t len,
+                           bool rdma_imm);
   void execute_reads(uint32_t cack);
   // Holds back the last bytes of a WRITE's last packet that came before the
   // rest of its message (`dst`: where its payload goes); returns the bytes
@@ -297,6 +315,10 @@ class QueuePair {
   uint32_t sq_tail_ = 0;  // next free
   uint32_t next_rsn_ = 0;
   uint32_t reads_outstanding_ = 0;
+  // Parts of requests refused for want of a receive, to send again (at
+  // most one per PSN in the window; grows on first use).
+  std::vector<Slice> resend_;
+  uint32_t resend_head_ = 0, resend_count_ = 0;
   // Responder: READ responses being sent, and READs accepted, not yet begun.
   std::vector<ReadResponse> rr_;
   uint32_t rr_mask_;

@@ -14,7 +14,8 @@ namespace {
 constexpr uint32_t kRsnFlag = 0x80000000u;
 }  // namespace
 
-bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
+bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why) {
+  *done = false;
   if (!(initiator & kRsnFlag)) {
     ++stats_->invalid_requests;
     *why = Refusal::kInvalid;
@@ -26,26 +27,34 @@ bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, Refusal* why) {
     if (full - rq_head_ < (1u << 30)) {
       ++stats_->rnr_nacks;
       *why = Refusal::kNotReady;
-    } else {
-      ++stats_->invalid_requests;
-      *why = Refusal::kInvalid;
+      return false;
     }
-    return false;
+    // Behind the oldest receive: one that has completed. Its request came
+    // again (a part refused for want of a receive is sent again under a
+    // new PSN, while a copy of it may have been taken meanwhile): taken,
+    // not placed (the receive's buffer is the program's again).
+    ++stats_->duplicate_messages;
+    *done = true;
+    return true;
   }
   *rsn = full;
   return true;
 }
 
 // What a packet tells the receive WQE it belongs to: the immediate (on the
-// first packet) and where the message ends (on the last), for completion.
-void QueuePair::note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, bool rdma_imm) {
+// first packet), the message's length (on the last), and its bytes and PSN,
+// for completion.
+void QueuePair::note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, uint32_t len,
+                             bool rdma_imm) {
   if (s.som() && (s.flags & wire::kSesFlagHd)) {
     w.has_imm = true;
     w.imm = static_cast<uint32_t>(s.header_data);
   }
+  w.placed += len;
+  if (!w.any || psn_lt(w.last_psn, psn)) w.last_psn = psn;
+  w.any = true;
   if (s.eom()) {
     w.eom_seen = true;
-    w.eom_psn = psn;
     w.byte_len = s.request_length;
     w.rdma_imm = rdma_imm;
   }
@@ -85,11 +94,13 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
       if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
       const bool imm = s.initiator & kRsnFlag;
       uint32_t rsn = 0;
-      if (imm && !receive_slot(s.initiator, &rsn, why)) return false;
+      bool done = false;
+      if (imm && !receive_slot(s.initiator, &rsn, &done, why)) return false;
+      if (done) return true;
       // A zero-length WRITE (a WRITE_IMM doorbell) touches no memory: no key
       // check, as InfiniBand.
       if (s.request_length == 0) {
-        if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
+        if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
         return true;
       }
       if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
@@ -109,12 +120,14 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
       }
       if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
       stats_->bytes_placed += len;
-      if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, true);
+      if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
       return true;
     }
     case wire::SesOpcode::kSend: {
       uint32_t rsn = 0;
-      if (!receive_slot(s.initiator, &rsn, why)) return false;
+      bool done = false;
+      if (!receive_slot(s.initiator, &rsn, &done, why)) return false;
+      if (done) return true;
       RecvWqe& w = rq_[rsn & rq_mask_];
       if (s.buffer_offset != msg_offset) return invalid();
       if (s.request_length > w.length) {
@@ -126,7 +139,7 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
       stats_->bytes_placed += len;
-      note_receive(w, s, pkt.req.psn, false);
+      note_receive(w, s, pkt.req.psn, len, false);
       return true;
     }
     case wire::SesOpcode::kRead: {
@@ -153,6 +166,12 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
       ++reads_tail_;
       return true;
     }
+    case wire::SesOpcode::kNoOp:
+      // Fills the PSN of a request refused for want of a receive (sent
+      // again under a new PSN): nothing to place.
+      if (len != 0 || !s.som() || !s.eom() || s.request_length != 0) return invalid();
+      ++stats_->nops_received;
+      return true;
     default:
       return invalid();
   }

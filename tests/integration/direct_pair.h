@@ -129,11 +129,14 @@ class DirectPair {
   // Moves frames both ways in rounds of `step_ns` of virtual time (each
   // side's frames of a round leave as one batch, as an engine's poll sends
   // them), running timers, until `done` or `budget_ns` has passed. Frames
-  // `drop(frame, a_to_b)` picks are lost.
+  // `drop(frame, a_to_b)` picks are lost. Frames still on their way when it
+  // returns arrive in the next call (they were lost before: a test that
+  // acted on a NACK then saw its answer only after the RTO).
   template <typename Done, typename Drop>
   bool run_for(TimeNs budget_ns, TimeNs step_ns, Done done, Drop drop) {
     const TimeNs end = now + budget_ns;
-    std::vector<Frame> ab, ba;
+    std::vector<Frame>& ab = in_flight_ab_;
+    std::vector<Frame>& ba = in_flight_ba_;
     while (now < end) {
       if (done()) return true;
       for (Frame& f : drain(a)) ab.push_back(std::move(f));
@@ -168,6 +171,7 @@ class DirectPair {
   }
 
   TimeNs now = 0;
+  std::vector<Frame> in_flight_ab_, in_flight_ba_;  // sent in run_for's last round
   Endpoint a, b;
   CompletionQueue a_scq, a_rcq, b_scq, b_rcq;
   Connection* qa;

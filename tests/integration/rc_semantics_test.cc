@@ -669,6 +669,102 @@ TEST(RcSemantics, RetryForeverWaitsOutAnAbsentPeerAndSucceedsWhenItReturns) {
   }
 }
 
+// A packet refused for want of a receive does not hold its PSN: the
+// requester fills it with a NOP at once and sends the refused part again
+// under a new PSN after the wait. So the PSN space (and everything after
+// the refused SEND) is acknowledged within round trips, not after a 655 ms
+// RNR wait; completions still come in order once the receive is there.
+TEST(RcSemantics, ARefusedSendsPsnIsFilledAtOnceAndTheSendGoesAgainUnderANewOne) {
+  ConnectionConfig ca, cb;
+  cb.rnr_delay_ns = 655'360'000;
+  DirectPair p;
+  auto [qa, qb] = p.add_pair(ca, cb, 3, 4);
+  static std::vector<uint8_t> msg(100, 9), wsrc(4096, 5);
+  std::vector<uint8_t> rbuf(256, 0), wdst(4096, 0);
+  const uint32_t key = p.b.memory().register_region(wdst.data(), 4096, kAccessRemoteWrite, 0);
+  ASSERT_EQ(qa->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  ASSERT_EQ(qa->post_send(request(2, Opcode::kWrite, wsrc.data(), 4096, wdst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(200'000, 1'000, [&] {
+    return qa->stats().rnr_nacks_received > 0 && qa->unacked_packets() == 0;
+  }));
+  EXPECT_EQ(qb->stats().nops_received, 1u);
+  EXPECT_EQ(wdst, wsrc);
+  EXPECT_EQ(p.a_scq.size(), 0u);  // the WRITE completes after the SEND
+  const TimeNs nacked_at = p.now;
+  ASSERT_EQ(qb->post_recv(7, sgl_of(rbuf.data(), 256)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(2'000'000'000, 1'000, [&] { return p.a_scq.size() == 2; }));
+  EXPECT_GE(p.now - nacked_at, 655'000'000u - 200'000u);  // the responder's wait
+  const auto wcs = poll_all(p.a_scq);
+  EXPECT_EQ(wcs[0].wr_id, 1u);
+  EXPECT_EQ(wcs[1].wr_id, 2u);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].status, WcStatus::kSuccess);
+  EXPECT_TRUE(std::equal(msg.begin(), msg.end(), rbuf.begin()));
+  const auto rwc = poll_all(p.b_rcq);
+  ASSERT_EQ(rwc.size(), 1u);
+  EXPECT_EQ(rwc[0].byte_len, 100u);
+}
+
+// The receive is posted between the packets of its SEND: the first was
+// refused (it comes again under a new PSN after the wait), the others are
+// placed. The receive completes only once every byte is in, though the
+// NOP that fills the refused PSN puts the message's last PSN in order.
+TEST(RcSemantics, AReceivePostedWhileItsSendArrivesCompletesOnlyWithEveryByte) {
+  DirectPair p;
+  std::vector<uint8_t> msg(3 * 4096), rbuf(3 * 4096, 0);
+  for (size_t i = 0; i < msg.size(); ++i) msg[i] = static_cast<uint8_t>(i * 7 + 1);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 3 * 4096)), PostError::kOk);
+  const std::vector<Frame> sent = p.drain(p.a);
+  ASSERT_EQ(sent.size(), 3u);
+  p.deliver(p.b, {sent[0]});  // no receive: refused
+  ASSERT_EQ(p.qb->stats().rnr_nacks, 1u);
+  ASSERT_EQ(p.qb->post_recv(7, sgl_of(rbuf.data(), 3 * 4096)), PostError::kOk);
+  p.deliver(p.b, {sent[1], sent[2]});
+  p.deliver(p.a, p.drain(p.b));   // the NACK (and ACKs)
+  p.deliver(p.b, p.drain(p.a));   // the NOP at the refused PSN
+  EXPECT_EQ(p.qb->stats().nops_received, 1u);
+  EXPECT_EQ(p.b_rcq.size(), 0u);  // the first 4096 bytes are not in
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
+  const auto rwc = poll_all(p.b_rcq);
+  ASSERT_EQ(rwc.size(), 1u);
+  EXPECT_EQ(rwc[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(rwc[0].byte_len, 3u * 4096);
+  EXPECT_EQ(rbuf, msg);
+  EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+}
+
+// A copy of a refused SEND is taken (its receive completes) before the
+// requester hears of the refusal, and sends the part again under a new PSN:
+// that part is acknowledged and not placed (the receive's buffer is the
+// program's again, and the next receive is not the SEND's).
+TEST(RcSemantics, ASendPartTakenBeforeItsRefusalIsHeardIsNotPlacedTwice) {
+  DirectPair p;
+  static std::vector<uint8_t> msg(100, 9);
+  std::vector<uint8_t> buf1(256, 0), buf2(256, 0);
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  const std::vector<Frame> sent = p.drain(p.a);
+  ASSERT_EQ(sent.size(), 1u);
+  p.deliver(p.b, sent);  // no receive: refused
+  const std::vector<Frame> nack = p.drain(p.b);
+  ASSERT_EQ(p.qb->post_recv(7, sgl_of(buf1.data(), 256)), PostError::kOk);
+  ASSERT_EQ(p.qb->post_recv(8, sgl_of(buf2.data(), 256)), PostError::kOk);
+  p.deliver(p.b, sent);  // a copy, taken
+  ASSERT_EQ(p.b_rcq.size(), 1u);
+  const std::vector<Frame> ack = p.drain(p.b);
+  p.deliver(p.a, nack);  // the refusal arrives first: a NOP, and the part again later
+  p.deliver(p.a, ack);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
+  EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(p.qb->stats().duplicate_messages, 1u);
+  EXPECT_EQ(p.qb->state(), ConnectionState::kActive);
+  const auto rwc = poll_all(p.b_rcq);
+  ASSERT_EQ(rwc.size(), 1u);
+  EXPECT_EQ(rwc[0].wr_id, 7u);
+  EXPECT_TRUE(std::equal(msg.begin(), msg.end(), buf1.begin()));
+  EXPECT_EQ(buf2, std::vector<uint8_t>(256, 0));
+}
+
 // The RNR wait is the responder's: its timer travels in the RNR NACK (as
 // in IB's RNR NAK), whatever the requester's own setting. A responder that
 // asks for 10 us has the SEND retried within about that once its receive
