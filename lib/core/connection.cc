@@ -40,6 +40,7 @@ ConnectionConfig normalized(ConnectionConfig c) {
 QpConfig qp_config(const ConnectionConfig& c) {
   QpConfig q;
   q.qp_num = c.qp_num;
+  q.remote_qpn = c.remote_qpn & 0xffffff;
   q.pd = c.pd;
   q.mtu = c.mtu;
   q.sq_depth = c.sq_depth;
@@ -109,6 +110,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
     rx_key_ = key_for(false, cfg_.rx_psn);
     derive_keys(false);
   }
+  qps_.push_back(&qp_);
   peer_->join(this);
   rto_timer_.fn = &Connection::rto_thunk;
   rto_timer_.owner = this;

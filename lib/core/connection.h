@@ -36,7 +36,8 @@ namespace braid {
 struct ConnectionConfig {
   uint16_t local_id = 0;   // our PDC id (spdcid on what we send)
   uint16_t remote_id = 0;  // the peer's PDC id
-  uint32_t qp_num = 0;     // reported in work completions
+  uint32_t qp_num = 0;     // reported in work completions; requests must name it
+  uint32_t remote_qpn = 0;  // the peer's QP: named in our requests (24 bits)
   wire::MacAddr local_mac{};
   wire::MacAddr remote_mac{};
   uint32_t local_ip = 0;
@@ -162,6 +163,7 @@ struct ConnectionStats {
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
   uint64_t nops_received = 0;       // NOPs filling the PSN of a request we refused (RNR)
   uint64_t duplicate_messages = 0;  // parts of messages whose receive had completed: not placed
+  uint64_t wrong_qp = 0;  // requests naming a QP not on this connection, responses a slot: dropped
   uint64_t bytes_placed = 0;
 };
 
@@ -348,7 +350,11 @@ class Connection {
   struct TxRecord {
     TimeNs sent_at = 0;
     uint32_t psn = 0;
-    uint32_t seq = 0;       // MSN of the work request, or read-response sequence
+    // The low 16 bits of the MSN of the work request, or of the
+    // read-response sequence (a queue pair rebuilds them), and the queue
+    // pair's slot (qps_).
+    uint16_t seq = 0;
+    uint16_t qp = 0;
     uint32_t offset = 0;    // byte offset of this packet in its message
     uint32_t path_seq = 0;  // per-entropy send sequence
     uint16_t len = 0;       // payload bytes
@@ -466,7 +472,7 @@ class Connection {
   // The peer refused the request packet `r`: its work request fails once it
   // is the oldest (earlier ones still complete normally).
   void fail_request(const TxRecord& r, WcStatus status) {
-    stop_on(qp_.fail_request(r.seq, status, snd_una_));
+    stop_on(qp_of(r).fail_request(r.seq, status, snd_una_));
   }
   // connection_tx.cc
   uint32_t build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now);
@@ -604,8 +610,12 @@ class Connection {
   bool mac_known_ = true;
   ConnectionStats stats_;
   AckAsked* ack_asked_ = nullptr;
-  // The queue pair this connection carries.
+  // The queue pair this connection carries, and every queue pair by its
+  // slot (a transmit record's `qp`; a READ response names the slot of the
+  // READ's requester): for now only this one, slot 0.
   QueuePair qp_;
+  std::vector<QueuePair*> qps_;
+  QueuePair& qp_of(const TxRecord& r) { return *qps_[r.qp]; }
 
   // Transmit state.
   std::vector<TxRecord> tx_;

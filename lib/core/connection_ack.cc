@@ -348,7 +348,7 @@ void Connection::rnr_refill(TxRecord& r) {
   } else if (r.queued_for_retx) {
     unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
   }
-  if (qp_.resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}) && credit_on_) {
+  if (qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}) && credit_on_) {
     unsent_credit_ += r.len + credit_header();
   }
   r.kind = TxKind::kNop;

@@ -162,6 +162,13 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       ++stats_.wrong_job_id;
       return;
     }
+    // A request names its queue pair; a READ response the slot of the READ's.
+    const bool ours = pkt.has_ses_request ? qp_.named_by(pkt.ses)
+                                          : pkt.resp.message_id < qps_.size();
+    if (!ours) [[unlikely]] {
+      ++stats_.wrong_qp;
+      return;
+    }
   }
   const ReceiveWindow::Verdict v = rx_.check(psn);
   if (grantor_.paced()) {

@@ -208,7 +208,7 @@ QueuePair::Source QueuePair::source(const Slice& r) {
   return s;
 }
 
-void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
+bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
                              bool by_reference, uint8_t* ses_at, const uint8_t** in_place) const {
   *in_place = nullptr;
   uint8_t* payload = ses_at + ses_size(r);
@@ -218,15 +218,17 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
     s.flags = wire::kSesFlagSom | wire::kSesFlagEom;
     s.message_id = static_cast<uint16_t>(r.seq);
     s.job_id = job_id;
+    s.pid_on_fep = static_cast<uint16_t>(cfg_.remote_qpn >> 12);
+    s.resource_index = static_cast<uint16_t>(cfg_.remote_qpn & 0xfff);
     wire::encode_ses_request(ses_at, s);
-    return;
+    return false;
   }
   if (r.kind == TxKind::kReadResponse) {
     const ReadResponse& job = rr_[r.seq & rr_mask_];
     wire::SesResponse s;
     s.opcode = static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData);
     s.return_code = src.read_rc;
-    s.message_id = job.message_id;
+    s.message_id = job.requester;
     s.job_id = job_id;
     s.read_request_message_id = job.message_id;
     s.payload_length = static_cast<uint16_t>(src.payload_len);
@@ -240,7 +242,7 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
         std::memcpy(payload, src.read_src, src.payload_len);
       }
     }
-    return;
+    return false;
   }
   const SendWqe& w = sq_[r.seq & sq_mask_];
   const Opcode op = w.wr.opcode;
@@ -251,6 +253,8 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
   s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
   s.message_id = static_cast<uint16_t>(w.msn);
   s.job_id = job_id;
+  s.pid_on_fep = static_cast<uint16_t>(cfg_.remote_qpn >> 12);
+  s.resource_index = static_cast<uint16_t>(cfg_.remote_qpn & 0xfff);
   s.request_length = static_cast<uint32_t>(w.length);
   switch (op) {
     case Opcode::kWrite:
@@ -265,6 +269,7 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
     case Opcode::kRead:
       s.buffer_offset = w.wr.remote_addr;
       s.memory_key = w.wr.rkey;
+      s.initiator = cfg_.slot;  // the response names it
       break;
   }
   if (op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm) {
@@ -289,6 +294,7 @@ void QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
       copy_from_sgl(w.wr.local, r.offset, payload, r.len);
     }
   }
+  return op == Opcode::kRead;
 }
 
 bool QueuePair::first_read(uint16_t* message_id) const {
@@ -370,7 +376,8 @@ WcStatus QueuePair::complete_recvs(uint32_t cack) {
   return WcStatus::kSuccess;
 }
 
-QueuePair::SendWqe* QueuePair::wqe_for_msn(uint32_t msn) {
+QueuePair::SendWqe* QueuePair::wqe_for_msn(uint32_t msn16) {
+  const uint32_t msn = sq_head_ + ((msn16 - sq_head_) & 0xffff);
   if (msn - sq_head_ >= sq_tail_ - sq_head_) return nullptr;  // completed, or never posted
   SendWqe& w = sq_[msn & sq_mask_];
   return w.msn == msn && w.started ? &w : nullptr;

@@ -27,7 +27,9 @@ struct ConnectionStats;
 
 // A queue pair's own settings (from ConnectionConfig, clamped there).
 struct QpConfig {
-  uint32_t qp_num = 0;  // reported in work completions
+  uint32_t qp_num = 0;      // reported in work completions
+  uint32_t remote_qpn = 0;  // the peer's QP, named in requests (24 bits)
+  uint16_t slot = 0;        // its slot on its connection: READ responses name it
   uint32_t pd = 0;      // protection domain for remote accesses
   uint32_t mtu = 4096;  // payload bytes per packet
   uint32_t sq_depth = 256;
@@ -82,6 +84,10 @@ class QueuePair {
   ConnectionState state() const { return state_; }
   void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = n; }
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
+  // Whether the request names this queue pair.
+  bool named_by(const wire::SesRequest& s) const {
+    return s.resource_index == (cfg_.qp_num & 0xfff) && s.pid_on_fep == ((cfg_.qp_num >> 12) & 0xfff);
+  }
 
   // --- requester ---
   // The checks of a post (state, room, SGEs, length); on kOk the request
@@ -121,18 +127,15 @@ class QueuePair {
   Source source(const Slice& s);
   // Writes the packet's SES header at `ses_at` and its payload after it,
   // or points `*in_place` at the payload (when `by_reference`: one piece of
-  // memory, kExternalPayloadMin bytes or more) and writes none. Returns the
-  // SES header's size.
+  // memory, kExternalPayloadMin bytes or more) and writes none. Returns
+  // whether it is a READ request (the requester's READ timer starts).
   static constexpr uint32_t kExternalPayloadMin = 1024;
   size_t ses_size(const Slice& s) const {
     return s.kind == TxKind::kReadResponse ? wire::kSesResponseDataSize
                                            : wire::kSesStandardSize;  // a NOP's too
   }
-  void write_packet(const Slice& s, const Source& src, uint32_t job_id, bool by_reference,
+  bool write_packet(const Slice& s, const Source& src, uint32_t job_id, bool by_reference,
                     uint8_t* ses_at, const uint8_t** in_place) const;
-  bool is_read(const Slice& s) const {
-    return s.kind == TxKind::kRequest && sq_[s.seq & sq_mask_].wr.opcode == Opcode::kRead;
-  }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
   uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
@@ -146,8 +149,8 @@ class QueuePair {
   // Completions of requests everything of which the peer has acknowledged
   // (below snd_una), in order; READs once their data is in.
   WcStatus complete_sends(uint32_t snd_una);
-  // The request with this MSN was refused by the peer: it fails once it is
-  // the oldest. kSuccess, or the error to stop on.
+  // The request with this MSN (its low 16 bits) was refused by the peer:
+  // it fails once it is the oldest. kSuccess, or the error to stop on.
   WcStatus fail_request(uint32_t msn, WcStatus status, uint32_t snd_una);
   // READ responses wholly acknowledged leave their queue; READs waiting
   // for room start.
@@ -210,6 +213,7 @@ class QueuePair {
     uint32_t length = 0;
     uint32_t bytes_sent = 0;
     uint16_t message_id = 0;  // the READ's
+    uint16_t requester = 0;   // the requester's slot: the response's message_id
     uint8_t return_code = wire::kSesRcOk;
     uint32_t last_psn = 0;
     bool segmented = false;
@@ -245,6 +249,7 @@ class QueuePair {
   struct PendingRead {
     uint32_t psn = 0;
     uint16_t message_id = 0;
+    uint16_t requester = 0;  // the requester's slot (its `initiator`)
     uint32_t rkey = 0;
     uint64_t addr = 0;
     uint32_t length = 0;
@@ -281,8 +286,9 @@ class QueuePair {
 
   void push_send_completion(SendWqe& w, WcStatus status, WcStatus* err);
   WcStatus complete_recvs(uint32_t cack);
-  // The outstanding work request with this MSN (nullptr: none).
-  SendWqe* wqe_for_msn(uint32_t msn);
+  // The outstanding work request whose MSN has these low 16 bits
+  // (nullptr: none). The send queue is at most 32768 deep.
+  SendWqe* wqe_for_msn(uint32_t msn16);
   // The receive a request consuming one names. *done: it has completed
   // (the request, sent again, was placed before: not placed again).
   bool receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why);

@@ -161,8 +161,8 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
         return invalid();
       }
       reads_[reads_tail_ & rr_mask_] =
-          PendingRead{pkt.req.psn, s.message_id, static_cast<uint32_t>(s.memory_key),
-                      s.buffer_offset, s.request_length};
+          PendingRead{pkt.req.psn, s.message_id, static_cast<uint16_t>(s.initiator),
+                      static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length};
       ++reads_tail_;
       return true;
     }
@@ -291,6 +291,7 @@ void QueuePair::execute_reads(uint32_t cack) {
       ++stats_->access_errors;
     }
     job.message_id = pr.message_id;
+    job.requester = pr.requester;
     ++rr_tail_;
     ++reads_head_;
   }

@@ -173,6 +173,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.local_id = static_cast<uint16_t>(qp->qp_num);
   cc.remote_id = static_cast<uint16_t>(a->dest_qp_num);
   cc.qp_num = qp->qp_num;
+  cc.remote_qpn = a->dest_qp_num;
   cc.remote_mac = mac;
   cc.remote_ip = peer_ip;
   cc.rx_psn = a->rq_psn;

@@ -180,6 +180,7 @@ void transfer_on_two_engines_per_port(EthdevPort* port_a, EthdevPort* port_b) {
       cc.local_id = me->id;
       cc.remote_id = other->id;
       cc.qp_num = me->id;
+      cc.remote_qpn = other->id;
       cc.remote_mac = other_a ? mac_a : mac_b;
       cc.remote_ip = other_a ? kIpA : kIpB;
       cc.mtu = 1024;

@@ -62,6 +62,7 @@ class SimPair {
     ca.local_id = 1;
     ca.remote_id = 2;
     ca.qp_num = 101;
+    ca.remote_qpn = 202;
     ca.remote_mac = mac_of(2);
     ca.remote_ip = kIpB;
     ca.tx_psn = 0xfffffff0u;  // wraps early: PSN arithmetic is exercised
@@ -70,6 +71,7 @@ class SimPair {
     cb.local_id = 2;
     cb.remote_id = 1;
     cb.qp_num = 202;
+    cb.remote_qpn = 101;
     cb.remote_mac = mac_of(1);
     cb.remote_ip = kIpA;
     cb.tx_psn = ca.rx_psn;

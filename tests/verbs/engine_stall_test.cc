@@ -59,6 +59,7 @@ Result write_then_stall(TimeNs stall, uint16_t drain_bursts) {
     cc.local_id = static_cast<uint16_t>(1 + i);
     cc.remote_id = static_cast<uint16_t>(1 + i);
     cc.qp_num = 1 + i;
+    cc.remote_qpn = 1 + i;
     cc.remote_mac = mac_b;
     cc.remote_ip = kIpB;
     Connection* x = a.endpoint().create_connection(cc, &scq_a, &rcq_a);
