@@ -510,6 +510,18 @@ class Connection {
   void on_in_order_advance() { stop_on(qp_.on_in_order(rx_.cack())); }
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
+  // PSNs in the receive window refused for want of a receive and not yet
+  // taken (a bit each; allocated at the first such refusal).
+  bool refused_for_rnr(uint32_t psn) const {
+    const uint32_t i = psn & (rx_.window() - 1);
+    return (rnr_refused_[i >> 6] >> (i & 63)) & 1;
+  }
+  void set_refused_for_rnr(uint32_t psn, bool on) {
+    if (rnr_refused_.empty()) rnr_refused_.resize(rx_.window() / 64);
+    const uint32_t i = psn & (rx_.window() - 1);
+    const uint64_t bit = uint64_t{1} << (i & 63);
+    rnr_refused_[i >> 6] = on ? rnr_refused_[i >> 6] | bit : rnr_refused_[i >> 6] & ~bit;
+  }
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
   uint32_t build_hole_ack(uint8_t* buf, uint32_t cap);
@@ -637,7 +649,6 @@ class Connection {
   bool waiting_for_peer_ = false;  // on peer_'s list of waiters
   bool wants_peer_turns_ = false;  // on peer_'s list of credit demand
   RttEstimator rtt_;               // over every entropy
-  uint32_t rnr_retries_ = 0;
   uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received, or the last read timeout
   TimeNs read_heard_at_ = 0;     // a READ sent or response data received
@@ -685,6 +696,7 @@ class Connection {
   uint8_t trailer_bytes_ = 0;  // trailer(): kTssOverhead, kCrcTrailerSize or 0
   wire::TssReplayWindow replay_;
   PendingNack nacks_[32];
+  std::vector<uint64_t> rnr_refused_;
   uint32_t nack_count_ = 0;
   bool ack_due_ = false;
   bool close_answer_due_ = false;  // a CLOSE arrived: answer it

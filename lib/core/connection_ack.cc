@@ -195,9 +195,6 @@ void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, Tim
     return;
   }
   r.state = TxState::kAcked;
-  // The peer took a request packet (or a READ response): an RNR episode,
-  // if any, is over. A NOP says nothing of it.
-  if (r.kind != TxKind::kNop) rnr_retries_ = 0;
   *acked_bytes += charge(r);
   if (r.tx_count == 1 && r.sent_at > latest_acked_sent_) latest_acked_sent_ = r.sent_at;
   // The receiver held the ACK `held` after the packet it names arrived, and
@@ -345,9 +342,9 @@ void Connection::rnr_refill(TxRecord& r) {
   if (r.state == TxState::kInFlight) {
     sub_inflight(charge(r));
     r.state = TxState::kLost;
-  } else if (r.queued_for_retx) {
-    unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
   }
+  if (r.queued_for_retx) unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
+  r.retries = 0;  // (a spurious timeout must not take it for a first copy still on its way)
   if (qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}) && credit_on_) {
     unsent_credit_ += r.len + credit_header();
   }
@@ -421,9 +418,12 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
       break;
     case wire::NackCode::kNoPktBuf:
       ++stats_.rnr_nacks_received;
-      // Receiver not ready: resend after the RNR delay; one episode counts once.
+      // A NOP's (its part has gone again) or a READ response's: nothing to do.
+      if (r.kind != TxKind::kRequest) break;
+      // Receiver not ready: resend after the RNR delay; one episode counts
+      // once, against the request's own count (IB's rnr_retry).
       if (now >= tx_hold_until_) {
-        if (cfg_.rnr_retry_limit != 7 && ++rnr_retries_ > cfg_.rnr_retry_limit) {
+        if (!qp_of(r).rnr_try(r.seq, cfg_.rnr_retry_limit)) {
           set_error(WcStatus::kRnrRetryExcErr);
           return;
         }
@@ -435,8 +435,8 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
                                                : cfg_.rnr_delay_ns);
         wheel_->schedule(&hold_timer_, tx_hold_until_);
       }
-      if (r.kind != TxKind::kRequest || r.state == TxState::kAcked) break;
-      if (r.tx_count == 1) {
+      if (r.state == TxState::kAcked) break;
+      if (r.tx_count == 1 && qp_of(r).can_resend(r.seq)) {
         rnr_refill(r);
       } else if (r.state == TxState::kInFlight) {
         // Sent more than once: another copy may yet be taken, so the part

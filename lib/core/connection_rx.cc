@@ -231,6 +231,16 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_due_ = true;
     return;
   }
+  if (!rnr_refused_.empty() && !(pkt.req.pro.flags & wire::kReqFlagRetx) &&
+      refused_for_rnr(psn)) [[unlikely]] {
+    // A copy of a packet refused for want of a receive, as first sent (the
+    // network duplicated it): its sender fills the PSN and sends the part
+    // again, so this copy must not be taken (the part would be placed
+    // twice). Only a retransmission (the NO_OP, or the packet resent under
+    // its PSN) is.
+    ++stats_.duplicates;
+    return;
+  }
   Refusal why = Refusal::kNone;
   bool ok = false;
   if (pkt.has_ses_request) {
@@ -250,6 +260,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
         // NAK carries the responder's timer).
         queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf), 0, 0,
                    static_cast<uint32_t>(std::min<TimeNs>(cfg_.rnr_delay_ns, 0xffffffffu)));
+        set_refused_for_rnr(psn, true);
         break;
       case Refusal::kAccess:
       case Refusal::kInvalid:
@@ -289,6 +300,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       ++ce_ack_count_;
     }
   }
+  if (!rnr_refused_.empty()) [[unlikely]] set_refused_for_rnr(psn, false);
   const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
   ++stats_.data_received;

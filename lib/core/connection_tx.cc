@@ -314,10 +314,12 @@ void Connection::queue_retransmit(TxRecord& r) {
 }
 
 void Connection::unqueue_retx_credit(const TxRecord& r) {
-  if (!credit_on_ || r.kind != TxKind::kRequest) return;
+  if (!credit_on_) return;
   // An entry whose slot was reused counts the new packet's size: the sum
   // may drift a little, never below zero, and is reset when the queue empties.
-  retx_credit_ -= std::min<uint64_t>(retx_credit_, r.len + credit_header());
+  if (r.kind == TxKind::kRequest) {
+    retx_credit_ -= std::min<uint64_t>(retx_credit_, r.len + credit_header());
+  }
   if (retx_count_ <= 1) retx_credit_ = 0;
 }
 

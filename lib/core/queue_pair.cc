@@ -69,6 +69,8 @@ QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTa
   reads_.resize(rd);
   rq_.resize(std::min(cfg_.rq_depth, entries));
   rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
+  // At most one part per PSN of the window waits to go again.
+  if (!cfg_.grow_rings) resend_.resize(cfg_.max_tails);
 }
 
 size_t QueuePair::memory_footprint() const {
@@ -108,6 +110,7 @@ uint32_t QueuePair::next_payload_len() const {
     const ReadResponse& job = rr_[rr_tx_ & rr_mask_];
     return std::min(cfg_.mtu, job.length - job.bytes_sent);
   }
+  if (resend_count_ > 0) return resend_[resend_head_].len;
   if (sq_tx_ == sq_tail_) return 0;
   const SendWqe& w = sq_[sq_tx_ & sq_mask_];
   if (w.wr.opcode == Opcode::kRead) return 0;
@@ -129,14 +132,15 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r) {
     }
     return true;
   }
-  if (resend_count_ > 0) [[unlikely]] {
+  while (resend_count_ > 0) [[unlikely]] {
     *r = resend_[resend_head_];
     resend_head_ = (resend_head_ + 1) % resend_.size();
     --resend_count_;
-    SendWqe& w = sq_[r->seq & sq_mask_];
-    --w.resends;
+    SendWqe* w = wqe_for_msn(r->seq);
+    if (w == nullptr) continue;  // (flushed: cannot happen while it waits)
+    --w->resends;
     // The newest PSN of its request: it completes once this is acknowledged.
-    if (w.segmented) w.last_psn = psn;
+    if (w->segmented) w->last_psn = psn;
     return true;
   }
   if (sq_tx_ == sq_tail_) return false;
@@ -170,7 +174,7 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r) {
 
 bool QueuePair::resend(const Slice& s) {
   SendWqe* w = wqe_for_msn(s.seq);
-  if (w == nullptr || s.kind != TxKind::kRequest) return false;
+  if (w == nullptr || s.kind != TxKind::kRequest || !consumes_receive(w->wr.opcode)) return false;
   if (resend_count_ == resend_.size()) {
     // Grown in order from the head (doubling; at most a window's worth).
     std::vector<Slice> bigger(std::max<size_t>(16, 2 * resend_.size()));
@@ -184,6 +188,18 @@ bool QueuePair::resend(const Slice& s) {
   ++resend_count_;
   ++w->resends;
   return true;
+}
+
+bool QueuePair::can_resend(uint32_t msn16) const {
+  const SendWqe* w = const_cast<QueuePair*>(this)->wqe_for_msn(msn16);
+  return w != nullptr && consumes_receive(w->wr.opcode);
+}
+
+bool QueuePair::rnr_try(uint32_t msn16, uint8_t limit) {
+  SendWqe* w = wqe_for_msn(msn16);
+  if (w == nullptr || limit == 7) return true;
+  if (w->rnr_tries < 255) ++w->rnr_tries;
+  return w->rnr_tries <= limit;
 }
 
 QueuePair::Source QueuePair::source(const Slice& r) {

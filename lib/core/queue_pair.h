@@ -101,9 +101,10 @@ class QueuePair {
   }
   bool responses_pending() const { return rr_tx_ != rr_tail_; }
   // The next request is fenced and waits for the READs before it.
+  // (A part to send again goes first: next_packet takes it before the fence.)
   bool fence_waits() const {
-    return reads_outstanding_ > 0 && sq_tx_ != sq_tail_ && sq_[sq_tx_ & sq_mask_].wr.fence &&
-           !sq_[sq_tx_ & sq_mask_].started;
+    return resend_count_ == 0 && reads_outstanding_ > 0 && sq_tx_ != sq_tail_ &&
+           sq_[sq_tx_ & sq_mask_].wr.fence && !sq_[sq_tx_ & sq_mask_].started;
   }
   // Payload bytes of the next new packet (a READ response first).
   uint32_t next_payload_len() const;
@@ -113,8 +114,15 @@ class QueuePair {
   bool next_packet(uint32_t psn, Slice* s);
   // The peer refused this part of a request for want of a receive (RNR):
   // it goes again under a new PSN (next_packet), and its request does not
-  // complete before. False if its request is no longer outstanding.
+  // complete before. False if its request is no longer outstanding or
+  // consumes no receive (only SEND, SEND_IMM and WRITE_IMM can be refused
+  // so: a peer that says it of another is not believed).
   bool resend(const Slice& s);
+  // A new RNR episode for the request with this MSN (low 16 bits): false
+  // once it has had more than `limit` (7: no limit), IB's rnr_retry.
+  bool rnr_try(uint32_t msn16, uint8_t limit);
+  // Whether a part of this request can go again under a new PSN.
+  bool can_resend(uint32_t msn16) const;
   // Before a packet is written: where a READ response's bytes come from
   // (resolved again every time: the region may have gone), its payload
   // length (0 when the response now carries an error), and its SES
@@ -188,6 +196,7 @@ class QueuePair {
     bool read_done = false;   // READ: every response byte placed
     bool failed = false;      // the peer refused it: completes with fail_status
     WcStatus fail_status = WcStatus::kSuccess;
+    uint8_t rnr_tries = 0;  // RNR episodes it has had
     // Fills the entry in place for a new request: `*this = SendWqe{}`
     // built a 160-byte temporary, zeroed it with a slow `rep stos` and
     // copied it, on every post (a tenth of a 64 B WRITE's sender time).
@@ -200,6 +209,7 @@ class QueuePair {
       bytes_sent = read_bytes = 0;
       started = segmented = read_done = failed = false;
       fail_status = WcStatus::kSuccess;
+      rnr_tries = 0;
     }
   };
   // start() resets every field: a field added must be reset there too.

@@ -42,6 +42,13 @@ TEST(QpAddressing, ARequestNamingAnotherQpIsDroppedAndCounted) {
   p.deliver(p.b, sent);
   ASSERT_EQ(p.b_rcq.size(), 1u);
   EXPECT_EQ(rbuf, msg);
+  // The other way, to the QP whose number needs both fields (0x12345).
+  std::vector<uint8_t> abuf(64, 0);
+  ASSERT_EQ(qa->post_recv(3, sgl_of(abuf.data(), 64)), PostError::kOk);
+  ASSERT_EQ(qb->post_send(request(4, Opcode::kSend, msg.data(), 64)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(1'000'000, 1'000, [&] { return p.a_rcq.size() > 0; }));
+  EXPECT_EQ(abuf, msg);
+  EXPECT_EQ(qa->stats().wrong_qp, 0u);
 }
 
 TEST(QpAddressing, AReadResponseNamingAnotherRequesterIsDroppedAndCounted) {
@@ -50,24 +57,32 @@ TEST(QpAddressing, AReadResponseNamingAnotherRequesterIsDroppedAndCounted) {
   std::vector<uint8_t> src(256), dst(256, 0);
   for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i);
   const uint32_t key = p.b.memory().register_region(src.data(), 256, kAccessRemoteRead, 0);
-  ASSERT_EQ(qa->post_send(request(1, Opcode::kRead, dst.data(), 256, src.data(), key)),
+  // Three WRITEs first: the READ's message id (3) is not its slot (0).
+  std::vector<uint8_t> wdst(64, 0);
+  const uint32_t wkey = p.b.memory().register_region(wdst.data(), 64, kAccessRemoteWrite, 0);
+  for (uint64_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(qa->post_send(request(k, Opcode::kWrite, src.data(), 64, wdst.data(), wkey)),
+              PostError::kOk);
+  }
+  ASSERT_EQ(qa->post_send(request(3, Opcode::kRead, dst.data(), 256, src.data(), key)),
             PostError::kOk);
   p.deliver(p.b, p.drain(p.a));
-  std::vector<Frame> responses;
+  std::vector<Frame> responses, acks;
   for (const Frame& f : p.drain(p.b)) {
-    if (parse(f).has_ses_response) responses.push_back(f);
+    (parse(f).has_ses_response ? responses : acks).push_back(f);
   }
   ASSERT_EQ(responses.size(), 1u);
   EXPECT_EQ(parse(responses[0]).resp.message_id, 0u);  // the requester's slot
+  EXPECT_EQ(parse(responses[0]).resp.read_request_message_id, 3u);
   Frame other = responses[0];
   wire::store_be16(other.data() + kSes + 2, 1);
   p.deliver(p.a, {other});
   EXPECT_EQ(qa->stats().wrong_qp, 1u);
   EXPECT_EQ(dst, std::vector<uint8_t>(256, 0));
-  EXPECT_EQ(p.a_scq.size(), 0u);
+  p.deliver(p.a, acks);
   p.deliver(p.a, responses);
-  ASSERT_TRUE(p.run_for(1'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
-  EXPECT_EQ(poll_all(p.a_scq)[0].status, WcStatus::kSuccess);
+  ASSERT_TRUE(p.run_for(1'000'000, 1'000, [&] { return p.a_scq.size() == 4; }));
+  EXPECT_EQ(poll_all(p.a_scq)[3].status, WcStatus::kSuccess);
   EXPECT_EQ(dst, src);
 }
 
