@@ -157,9 +157,15 @@ Connection::~Connection() {
 }
 
 size_t Connection::memory_footprint() const {
+  size_t qps = 0;
+  for (const QueuePair* q : qps_) qps += q->memory_footprint();
+  for (size_t i = 1; i < qps_.size(); ++i) qps += sizeof(QueuePair) + sizeof(void*);
+  // The table by QP number (a node and a bucket each, about) and the lists.
+  qps += slot_of_qpn_.size() * (sizeof(void*) + 4 * sizeof(uint32_t)) +
+         slot_of_qpn_.bucket_count() * sizeof(void*) + 3 * sending_.ids() * 3;
   return sizeof(*this) + tx_.capacity() * sizeof(TxRecord) +
-         retx_queue_.capacity() * sizeof(uint32_t) + qp_.memory_footprint() +
-         paths_.memory_footprint() + rx_.window() / 8;
+         retx_queue_.capacity() * sizeof(uint32_t) + qps + paths_.memory_footprint() +
+         rx_.window() / 8;
 }
 
 void Connection::set_remote_mac(const wire::MacAddr& mac) {
@@ -222,13 +228,13 @@ void Connection::set_retry(uint8_t retry_limit, uint8_t rnr_retry_limit, TimeNs 
   rtt_.set_max(cfg_.rto_max_ns);
 }
 
-PostError Connection::post_send(const SendRequest& wr) {
+PostError Connection::post_send(uint16_t slot, const SendRequest& wr) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
+  if (slot >= qps_.size()) return PostError::kInvalid;
   // From idle, a burst may start on the speculative allowance.
-  const bool idle =
-      snd_una_ == snd_nxt_ && qp_.all_segmented() && retx_count_ == 0;
+  const bool idle = snd_una_ == snd_nxt_ && at_tail() && retx_count_ == 0;
   uint64_t length = 0;
-  const PostError e = qp_.post_send(wr, &length);
+  const PostError e = qps_[slot]->post_send(wr, &length);
   if (e != PostError::kOk) return e;
   if (credit_on_) {
     if (idle) {
@@ -239,13 +245,73 @@ PostError Connection::post_send(const SendRequest& wr) {
     const uint64_t packets = std::max<uint64_t>(1, (payload + cfg_.mtu - 1) / cfg_.mtu);
     unsent_credit_ += payload + packets * credit_header();
   }
+  if (multi()) sending_.push(slot);
   poke();
   return PostError::kOk;
 }
 
-PostError Connection::post_recv(uint64_t wr_id, const SgList& sgl) {
+PostError Connection::post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
-  return qp_.post_recv(wr_id, sgl);
+  if (slot >= qps_.size()) return PostError::kInvalid;
+  return qps_[slot]->post_recv(wr_id, sgl);
+}
+
+uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
+                                    CompletionQueue* recv_cq) {
+  if (qps_.size() >= kNoSlot || q.qp_num == qp_.config().qp_num ||
+      slot_of_qpn_.contains(q.qp_num)) {
+    return kNoSlot;
+  }
+  const auto slot = static_cast<uint16_t>(qps_.size());
+  q.slot = slot;
+  q.remote_qpn &= 0xffffff;
+  more_qps_.push_back(std::make_unique<QueuePair>(q, &stats_, qp_.memory(), send_cq, recv_cq));
+  qps_.push_back(more_qps_.back().get());
+  multi_ = true;
+  if (slot_of_qpn_.empty()) slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
+  slot_of_qpn_.emplace(q.qp_num & 0xffffff, slot);
+  for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
+  if (slot == 1) {
+    // The lists start now: the first queue pair's work joins them.
+    if (!qp_.all_segmented()) sending_.push(0);
+    if (qp_.has_outstanding()) outstanding_.push(0);
+    if (qp_.in_order_pending()) receiving_.push(0);
+  }
+  return slot;
+}
+
+bool Connection::reads_outstanding() const {
+  for (const QueuePair* q : qps_) {
+    if (q->reads_outstanding() > 0) return true;
+  }
+  return false;
+}
+
+void Connection::after_progress_multi() {
+  for (size_t n = outstanding_.size(); n > 0; --n) {
+    const uint16_t slot = outstanding_.front();
+    outstanding_.pop();
+    QueuePair& q = *qps_[slot];
+    const bool had_responses = q.responses_pending();
+    q.release_read_responses(snd_una_, rx_.cack());  // READs waiting for room may start
+    if (!had_responses && q.responses_pending()) sending_.push(slot);
+    stop_qp(slot, q.complete_sends(snd_una_));
+    if (q.state() == ConnectionState::kActive && q.has_outstanding()) outstanding_.push(slot);
+  }
+}
+
+void Connection::in_order_multi() {
+  const uint32_t cack = rx_.cack();
+  for (size_t n = receiving_.size(); n > 0; --n) {
+    const uint16_t slot = receiving_.front();
+    receiving_.pop();
+    QueuePair& q = *qps_[slot];
+    const bool had_responses = q.responses_pending();
+    stop_qp(slot, q.on_in_order(cack));
+    if (q.state() != ConnectionState::kActive) continue;
+    if (!had_responses && q.responses_pending()) sending_.push(slot);  // READs answered
+    if (q.in_order_pending()) receiving_.push(slot);
+  }
 }
 
 void Connection::set_error(WcStatus status) {
@@ -255,7 +321,7 @@ void Connection::set_error(WcStatus status) {
   wheel_->cancel(&ack_timer_);
   wheel_->cancel(&hold_timer_);
   wheel_->cancel(&probe_timer_);
-  qp_.flush(status, snd_una_);
+  for (QueuePair* q : qps_) q->flush(status, snd_una_);
   sub_inflight(inflight_bytes_);
   peer_->forget(this);  // it sends no data again: it must not take a waiter's turn
   retx_count_ = 0;
@@ -267,15 +333,19 @@ void Connection::set_error(WcStatus status) {
 }
 
 bool Connection::revoke_local_key(uint32_t lkey) {
-  const bool used = qp_.revoke_local_key(lkey);
-  if (used) set_error(WcStatus::kWrFlushErr);
+  bool used = false;
+  for (uint16_t slot = 0; slot < qps_.size(); ++slot) {
+    if (!qps_[slot]->revoke_local_key(lkey)) continue;
+    used = true;
+    stop_qp(slot, WcStatus::kWrFlushErr);
+  }
   return used;
 }
 
 void Connection::arm_rto(TimeNs now) {
   // An outstanding READ keeps the timer: its request is acknowledged, but
   // only its response data says the responder is still there.
-  if (snd_una_ == snd_nxt_ && qp_.reads_outstanding() == 0) {
+  if (snd_una_ == snd_nxt_ && !reads_outstanding()) {
     wheel_->cancel(&rto_timer_);
     return;
   }
@@ -303,7 +373,7 @@ void Connection::probe_thunk(Timer* t, TimeNs now) {
   c->poke();
 }
 void Connection::on_probe(TimeNs now) {
-  if (state_ != ConnectionState::kActive || now < tx_hold_until_) return;
+  if (state_ != ConnectionState::kActive || (!multi() && qp_.held(now))) return;
   // Only at a tail: with new data to send, later packets show losses.
   if (!at_tail()) return;
   constexpr uint32_t kMaxProbed = 4;
@@ -313,6 +383,7 @@ void Connection::on_probe(TimeNs now) {
     if (r.state != TxState::kInFlight || r.tx_count != 1 || r.sent_at + probe_timeout() > now) {
       continue;
     }
+    if (r.kind == TxKind::kRequest && qp_of(r).held(now)) continue;
     r.state = TxState::kLost;
     sub_inflight(charge(r));
     queue_retransmit(r);
@@ -437,9 +508,8 @@ void Connection::on_rto(TimeNs now) {
   // they are not charged to the retry budget (rnr_retry counts the
   // episodes). Everything else times out as usual, READ responses included.
   const TimeNs rto = rtt_.rto();
-  const bool rnr_wait = now < tx_hold_until_ + rto;
   if (snd_una_ == snd_nxt_) {
-    if (qp_.reads_outstanding() > 0) on_read_timeout(now);
+    if (reads_outstanding()) on_read_timeout(now);
     return;
   }
   // Only packets unacknowledged for a whole RTO since their last transmission
@@ -487,7 +557,8 @@ void Connection::on_rto(TimeNs now) {
       mark_lost(r, LossKind::kTimeout, now, false);  // blamed when it was lost
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kLost && r.sent_at + rto <= now &&
-               !(rnr_wait && r.kind == TxKind::kRequest) && !self_held) {
+               !(r.kind == TxKind::kRequest && now < qp_of(r).hold_until() + rto) &&
+               !self_held) {
       // Queued for retransmission and still not sent a whole RTO after its
       // last transmission, though neither pacing nor the window holds it:
       // the port takes nothing (a stalled TX ring). It spends the retry

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/completion_queue.h"
@@ -231,8 +232,33 @@ class Connection {
     qp_.set_remote_access(access);
   }
 
-  PostError post_send(const SendRequest& wr);
-  PostError post_recv(uint64_t wr_id, const SgList& sgl);
+  PostError post_send(const SendRequest& wr) { return post_send(0, wr); }
+  PostError post_recv(uint64_t wr_id, const SgList& sgl) { return post_recv(0, wr_id, sgl); }
+
+  // Several queue pairs on this connection (one PDC): the connection's
+  // own is slot 0; add_queue_pair gives another its slot (kNoSlot: its QP
+  // number is taken, or the table is full). Each has its own queues,
+  // completion queues, RC order and RNR wait; they share the PSN spaces,
+  // the window, the paths and the ACKs. Requests name their queue pair by
+  // QP number (QpConfig::qp_num, the peer's remote_qpn). A queue pair
+  // stays until the connection goes. An error of one queue pair's own
+  // (a CQ overrun, a refused request, RNR retries spent) flushes it
+  // alone; one of the PDC's (retries spent, a request this end refused)
+  // flushes them all.
+  static constexpr uint16_t kNoSlot = 0xffff;
+  uint16_t add_queue_pair(QpConfig q, CompletionQueue* send_cq, CompletionQueue* recv_cq);
+  // The connection's own queue pair's settings, with another QP number:
+  // a template for add_queue_pair.
+  QpConfig queue_pair_config(uint32_t qp_num, uint32_t remote_qpn) const {
+    QpConfig q = qp_.config();
+    q.qp_num = qp_num;
+    q.remote_qpn = remote_qpn & 0xffffff;
+    return q;
+  }
+  size_t queue_pairs() const { return qps_.size(); }
+  const QueuePair& queue_pair(uint16_t slot) const { return *qps_[slot]; }
+  PostError post_send(uint16_t slot, const SendRequest& wr);
+  PostError post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl);
 
   // A decoded packet addressed to this connection.
   void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
@@ -377,7 +403,40 @@ class Connection {
   void stop_on(WcStatus e) {
     if (e != WcStatus::kSuccess) set_error(e);
   }
+  // ... the queue pair in `slot` did: it alone stops (the connection, if it
+  // is the only one).
+  void stop_qp(uint16_t slot, WcStatus e) {
+    if (e == WcStatus::kSuccess) return;
+    if (!multi()) {
+      set_error(e);
+      return;
+    }
+    qps_[slot]->flush(e, snd_una_);
+  }
+  bool multi() const { return multi_; }
   void complete_sends() { stop_on(qp_.complete_sends(snd_una_)); }
+  // snd_una_ advanced: the READ responses and sends it covers complete
+  // (every queue pair with some outstanding).
+  void after_progress() {
+    if (!multi()) {
+      release_read_responses();
+      complete_sends();
+      return;
+    }
+    after_progress_multi();
+  }
+  [[gnu::noinline]] void after_progress_multi();
+  // Several queue pairs: the next new packet, its queue pair's in *slot,
+  // by turns among those with something to send; false: none may go.
+  [[gnu::noinline]] bool next_new_multi(Slice* s, uint16_t* slot, TimeNs now);
+  // The earliest end of an RNR wait the hold timer must wake at.
+  void arm_hold(TimeNs until, TimeNs now) {
+    if (!hold_timer_.armed() || hold_timer_.deadline <= now || until < hold_timer_.deadline) {
+      wheel_->schedule(&hold_timer_, until);
+    }
+  }
+  // A READ outstanding on some queue pair (the READ timer runs).
+  bool reads_outstanding() const;
   void arm_rto(TimeNs now);
   void on_rto(TimeNs now);
   void on_read_timeout(TimeNs now);
@@ -468,14 +527,18 @@ class Connection {
   uint32_t build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type, uint32_t value);
   // Nothing new to send (every request and READ response segmented): the
   // packets in flight are the tail.
-  bool at_tail() const { return qp_.all_segmented(); }
+  bool at_tail() const { return multi() ? sending_.empty() : qp_.all_segmented(); }
   // The peer refused the request packet `r`: its work request fails once it
   // is the oldest (earlier ones still complete normally).
   void fail_request(const TxRecord& r, WcStatus status) {
-    stop_on(qp_of(r).fail_request(r.seq, status, snd_una_));
+    stop_qp(r.qp, qp_of(r).fail_request(r.seq, status, snd_una_));
   }
   // connection_tx.cc
   uint32_t build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now);
+  template <bool kTable>
+  uint32_t build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs now);
+  // Out of the flattened path: another queue pair's packet.
+  [[gnu::noinline]] uint32_t build_data_other(TxOut& out, TxRecord& r, bool retx, TimeNs now);
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   uint32_t produce_data(TxOut& out, TimeNs now);
   // During an RNR wait: READ responses (lost ones first), no requests.
@@ -500,6 +563,8 @@ class Connection {
   bool payload_by_reference() const { return trailer_bytes_ == 0; }
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
+  // Several queue pairs: whether `q` may place the packet (not in error).
+  [[gnu::noinline]] bool may_place(const QueuePair& q, const wire::ParsedPacket& pkt);
   void learn_responder_psn(const wire::ParsedPacket& pkt);
   // READ responses wholly acknowledged leave; a refused request ends the
   // connection once the READs before it are answered.
@@ -507,7 +572,18 @@ class Connection {
   // The request refused (fatal_nack_) is next in order: the connection
   // ends, once the READs accepted before it have been answered.
   void end_after_refusal(TimeNs now);
-  void on_in_order_advance() { stop_on(qp_.on_in_order(rx_.cack())); }
+  void on_in_order_advance() {
+    if (!multi()) {
+      stop_on(qp_.on_in_order(rx_.cack()));
+      return;
+    }
+    in_order_multi();
+  }
+  [[gnu::noinline]] void in_order_multi();
+  // Several queue pairs: what a data packet placed by the one in `slot`
+  // leaves to do (its in-order work, the completions it allows).
+  [[gnu::noinline]] void after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot,
+                                          uint32_t advanced);
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
   // PSNs in the receive window refused for want of a receive and not yet
@@ -542,6 +618,9 @@ class Connection {
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   // The peer refused the request packet `r` for want of a receive (RNR).
   void rnr_refill(TxRecord& r);
+  // The record becomes a NO_OP that fills its PSN; `resend`: its part goes
+  // again under a new PSN.
+  void nop_fill(TxRecord& r, bool resend);
   uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);
@@ -628,6 +707,13 @@ class Connection {
   QueuePair qp_;
   std::vector<QueuePair*> qps_;
   QueuePair& qp_of(const TxRecord& r) { return *qps_[r.qp]; }
+  // With several: the others (owned), their slots by QP number, and the
+  // slots with something to segment (turns), with packets outstanding
+  // (completions on ACKs) and with work waiting for PSNs in order.
+  std::vector<std::unique_ptr<QueuePair>> more_qps_;
+  std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
+  ReadyQueue sending_, outstanding_, receiving_;
+  bool multi_ = false;     // more than one queue pair
 
   // Transmit state.
   std::vector<TxRecord> tx_;
@@ -659,7 +745,6 @@ class Connection {
   bool has_fatal_nack_ = false;
   bool error_after_reads_ = false;  // ... and ends once the READs before it are answered
   bool peer_crc_ = false;           // the peer's packets carry CRC-32C trailers
-  TimeNs tx_hold_until_ = 0;
   Timer rto_timer_;
   Timer hold_timer_;
   Timer probe_timer_;

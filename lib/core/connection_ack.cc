@@ -180,8 +180,7 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
     snd_una_ = cack + 1;
     progress_at_ = now;
     arm_rto(now);
-    release_read_responses();
-    complete_sends();
+    after_progress();
   }
   peer_closed_ = true;
   close_answer_due_ = true;
@@ -314,8 +313,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (progress) {
     rtt_.on_progress();
     arm_rto(now);
-    release_read_responses();
-    complete_sends();
+    after_progress();
     if (state_ != ConnectionState::kActive) return;
   }
   // Loss inference only from the freshest ACK: ACKs travel on several paths
@@ -332,7 +330,9 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   }
 }
 
-void Connection::rnr_refill(TxRecord& r) {
+void Connection::rnr_refill(TxRecord& r) { nop_fill(r, true); }
+
+void Connection::nop_fill(TxRecord& r, bool resend) {
   // The peer took nothing of this packet and holds its PSN open: a NOP
   // fills it at once (nothing of the PSN space waits for the receive), and
   // the part of the request goes again under a new PSN after the wait.
@@ -345,8 +345,9 @@ void Connection::rnr_refill(TxRecord& r) {
   }
   if (r.queued_for_retx) unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
   r.retries = 0;  // (a spurious timeout must not take it for a first copy still on its way)
-  if (qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}) && credit_on_) {
-    unsent_credit_ += r.len + credit_header();
+  if (resend && qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest})) {
+    if (credit_on_) unsent_credit_ += r.len + credit_header();
+    if (multi()) sending_.push(r.qp);
   }
   r.kind = TxKind::kNop;
   r.len = 0;
@@ -420,20 +421,21 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
       ++stats_.rnr_nacks_received;
       // A NOP's (its part has gone again) or a READ response's: nothing to do.
       if (r.kind != TxKind::kRequest) break;
-      // Receiver not ready: resend after the RNR delay; one episode counts
-      // once, against the request's own count (IB's rnr_retry).
-      if (now >= tx_hold_until_) {
-        if (!qp_of(r).rnr_try(r.seq, cfg_.rnr_retry_limit)) {
-          set_error(WcStatus::kRnrRetryExcErr);
+      // Receiver not ready: resend after the RNR delay (its queue pair's
+      // requests wait); one episode counts once, against the request's own
+      // count (IB's rnr_retry).
+      if (QueuePair& q = qp_of(r); now >= q.hold_until()) {
+        if (!q.rnr_try(r.seq, cfg_.rnr_retry_limit)) {
+          stop_qp(r.qp, WcStatus::kRnrRetryExcErr);
           return;
         }
         // The responder's timer, from its NACK (IB's RNR NAK carries it),
         // at most InfiniBand's longest (655.36 ms); ours for a NACK that
         // names none.
         constexpr TimeNs kLongestRnrTimer = 655'360'000;
-        tx_hold_until_ = now + (n.payload != 0 ? std::min<TimeNs>(n.payload, kLongestRnrTimer)
-                                               : cfg_.rnr_delay_ns);
-        wheel_->schedule(&hold_timer_, tx_hold_until_);
+        q.hold(now + (n.payload != 0 ? std::min<TimeNs>(n.payload, kLongestRnrTimer)
+                                     : cfg_.rnr_delay_ns));
+        arm_hold(q.hold_until(), now);
       }
       if (r.state == TxState::kAcked) break;
       if (r.tx_count == 1 && qp_of(r).can_resend(r.seq)) {
@@ -456,12 +458,15 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
           if (r.kind == TxKind::kRequest) {
             fail_request(r, WcStatus::kRemInvReqErr);
           } else if (r.kind == TxKind::kReadResponse) {
-            set_error(WcStatus::kWrFlushErr);  // our READ response was refused
+            stop_qp(r.qp, WcStatus::kWrFlushErr);  // our READ response was refused
           }
           break;
         default:
           break;
       }
+      // Several queue pairs: the refused packet's PSN is filled (the PDC
+      // goes on; the queue pair is in error).
+      if (multi() && r.kind != TxKind::kNop && r.state != TxState::kAcked) nop_fill(r, false);
       break;
     default:
       break;

@@ -141,6 +141,25 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
   poke();
 }
 
+void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot,
+                                  uint32_t advanced) {
+  QueuePair& q = *qps_[slot];
+  if (pkt.has_ses_request && q.in_order_pending()) receiving_.push(slot);
+  if (advanced > 0) in_order_multi();
+  if (pkt.has_ses_response) stop_qp(slot, q.complete_sends(snd_una_));
+}
+
+bool Connection::may_place(const QueuePair& q, const wire::ParsedPacket& pkt) {
+  if (q.state() == ConnectionState::kActive ||
+      (pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp))) {
+    return true;
+  }
+  // For a queue pair in error: refused, so that its sender fails it and
+  // fills the PSN (nothing of the PSN space waits for it).
+  ++stats_.invalid_requests;
+  return false;
+}
+
 bool Connection::names_received_psn(uint32_t psn) const {
   // The peer's last PSN sent: at most a window beyond what we hold in
   // order, at least what we hold (less reordering slack).
@@ -154,6 +173,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // Before anything is counted or marked: data of this direction carries
   // its job id (a trimmed packet's SES header is not read: it only brings
   // a NACK for its PSN to the peer).
+  uint16_t qp_slot = 0;
   if (!pkt.trimmed) [[likely]] {
     const uint32_t job = pkt.has_ses_request    ? pkt.ses.job_id
                          : pkt.has_ses_response ? pkt.resp.job_id
@@ -163,8 +183,18 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       return;
     }
     // A request names its queue pair; a READ response the slot of the READ's.
-    const bool ours = pkt.has_ses_request ? qp_.named_by(pkt.ses)
-                                          : pkt.resp.message_id < qps_.size();
+    bool ours;
+    if (!pkt.has_ses_request) {
+      qp_slot = pkt.resp.message_id;
+      ours = qp_slot < qps_.size();
+    } else if (!multi()) [[likely]] {
+      ours = qp_.named_by(pkt.ses);
+    } else {
+      const auto it =
+          slot_of_qpn_.find((uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index);
+      ours = it != slot_of_qpn_.end();
+      if (ours) qp_slot = it->second;
+    }
     if (!ours) [[unlikely]] {
       ++stats_.wrong_qp;
       return;
@@ -243,10 +273,13 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   }
   Refusal why = Refusal::kNone;
   bool ok = false;
-  if (pkt.has_ses_request) {
-    ok = qp_.place_request(pkt, rx_.cack(), &why);
+  QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot];
+  if (multi() && !may_place(q, pkt)) [[unlikely]] {
+    why = Refusal::kInvalid;
+  } else if (pkt.has_ses_request) {
+    ok = q.place_request(pkt, rx_.cack(), &why);
   } else if (pkt.has_ses_response) {
-    ok = qp_.place_read_response(pkt, &why);
+    ok = q.place_read_response(pkt, &why);
   } else {
     ++stats_.invalid_requests;
   }
@@ -264,6 +297,16 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
         break;
       case Refusal::kAccess:
       case Refusal::kInvalid:
+        if (multi()) {
+          // Several queue pairs: the refused one ends alone (its receives
+          // flush); the sender fills the PSN with a NO_OP once it hears.
+          queue_nack(psn, kErr,
+                     static_cast<uint8_t>(why == Refusal::kAccess
+                                              ? wire::BraidNackReason::kRemoteAccess
+                                              : wire::BraidNackReason::kInvalidRequest));
+          stop_qp(qp_slot, WcStatus::kWrFlushErr);
+          break;
+        }
         // As an InfiniBand responder: the refused request ends the
         // connection here too. Nothing after it is placed, posted receives
         // flush, and the ACK owed for what came before still goes out.
@@ -316,8 +359,12 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // this end's own algorithm (the sender's may be DCQCN; others ignore it).
   // One point for the peer's connections: its reaction point is shared too.
   if (ce && peer_->cnp_due(now, cfg_.cc.dcqcn.cnp_interval_ns)) cnp_due_ = true;
-  if (advanced > 0) on_in_order_advance();
-  if (pkt.has_ses_response) complete_sends();
+  if (multi()) [[unlikely]] {
+    after_data_multi(pkt, qp_slot, advanced);
+  } else {
+    if (advanced > 0) on_in_order_advance();
+    if (pkt.has_ses_response) complete_sends();
+  }
   if (state_ != ConnectionState::kActive) return;
   if (has_fatal_nack_ && rx_.cack() + 1 == fatal_nack_.psn && !error_after_reads_) {
     end_after_refusal(now);  // everything before the refusal is in: ACKed now

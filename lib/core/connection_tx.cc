@@ -29,7 +29,10 @@ bool Connection::data_ready() const {
     const TxRecord& r = rec(psn);
     return r.psn != psn || r.state != TxState::kLost || !credit_holds(r, true);
   }
-  if (!qp_.responses_pending()) {
+  if (multi()) {
+    // Whether one of them can go now is next_new_multi's to find.
+    if (sending_.empty()) return false;
+  } else if (!qp_.responses_pending()) {
     if (credit_on_ && !credit_.may_send(false)) return false;
     if (qp_.all_segmented()) return false;
     if (qp_.fence_waits()) return false;  // a fenced request waits for the READs before it
@@ -120,7 +123,7 @@ uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
 uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
   // An RNR wait holds our requests back, not our answers to the peer's
   // READs (its READ would otherwise time out behind our wait).
-  if (now < tx_hold_until_) return produce_responses_only(out, now);
+  if (!multi() && qp_.held(now)) return produce_responses_only(out, now);
   // Retransmissions first: they hold back completion of everything after them.
   while (retx_count_ > 0) {
     const uint32_t psn = retx_queue_[retx_head_];
@@ -137,6 +140,12 @@ uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
       return 0;
     }
     if (credit_holds(r, true)) return 0;
+    // Several queue pairs: a request of one in its RNR wait (sent again
+    // under its own PSN) waits at the head; other queue pairs' new packets go.
+    if (multi() && r.kind == TxKind::kRequest && qp_of(r).held(now)) [[unlikely]] {
+      arm_hold(qp_of(r).hold_until(), now);
+      break;
+    }
     const uint32_t n = build_data(out, r, true, now);
     if (n == 0) return 0;
     r.queued_for_retx = false;
@@ -155,19 +164,28 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
     peer_->wait(this);
     return 0;
   }
-  if (credit_on_ && !qp_.responses_pending() && !credit_.may_send(false)) return 0;
+  if (!multi() && credit_on_ && !qp_.responses_pending() && !credit_.may_send(false)) return 0;
   // The caller's buffer may be too small for this packet; a buffer that
   // takes a full MTU takes any (no packet carries more).
   const size_t headers = wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + trailer();
-  if (out.cap < headers + cfg_.mtu && out.cap < headers + qp_.next_payload_len()) return 0;
+  if (out.cap < headers + cfg_.mtu &&
+      (multi() || out.cap < headers + qp_.next_payload_len())) {
+    return 0;
+  }
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
   // Filled in place: a temporary copied in would stall on store forwarding.
   // The slot's previous packet is below snd_una_, so acknowledged.
   TxRecord& r = rec(snd_nxt_);
   Slice slice;
-  if (!qp_.next_packet(snd_nxt_, &slice)) return 0;
+  uint16_t slot = 0;
+  if (multi()) [[unlikely]] {
+    if (!next_new_multi(&slice, &slot, now)) return 0;
+    outstanding_.push(slot);
+  } else if (!qp_.next_packet(snd_nxt_, &slice)) {
+    return 0;
+  }
   r.seq = static_cast<uint16_t>(slice.seq);
-  r.qp = 0;
+  r.qp = slot;
   r.offset = slice.offset;
   r.len = slice.len;
   r.kind = slice.kind;
@@ -183,10 +201,43 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
   return build_data(out, r, false, now);
 }
 
+bool Connection::next_new_multi(Slice* s, uint16_t* slot, TimeNs now) {
+  const bool credit_blocks = credit_on_ && !credit_.may_send(false);
+  for (size_t n = sending_.size(); n > 0; --n) {
+    const uint16_t id = sending_.front();
+    sending_.pop();
+    QueuePair& q = *qps_[id];
+    if (q.state() != ConnectionState::kActive || q.all_segmented()) continue;
+    // Requests wait for credit and for their RNR wait; READ responses do not.
+    const bool held = q.held(now);
+    if (held) arm_hold(q.hold_until(), now);
+    const bool requests_ok = !held && !credit_blocks;
+    if (q.next_packet(snd_nxt_, s, requests_ok)) {
+      if (!q.all_segmented()) sending_.push(id);  // its next turn after the others'
+      *slot = id;
+      return true;
+    }
+    sending_.push(id);  // blocked (a fence, the READ limit, a wait): it keeps its place
+  }
+  return false;
+}
+
 uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
+  // The connection's own queue pair by name, the others through the table:
+  // a pointer that might be either costs the common case reloads.
+  if (r.qp != 0) [[unlikely]] return build_data_other(out, r, retx, now);
+  return build_data_with<false>(out, r, retx, now);
+}
+
+uint32_t Connection::build_data_other(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
+  return build_data_with<true>(out, r, retx, now);
+}
+
+template <bool kTable>
+uint32_t Connection::build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
   uint8_t* const buf = out.buf;
   const Slice slice{r.seq, r.offset, r.len, r.kind};
-  QueuePair& qp = qp_;  // slot 0, the only one for now (qp_of(r) costs ~20 instructions a packet in reloads)
+  QueuePair& qp = kTable ? *qps_[r.qp] : qp_;
   const bool response = r.kind == TxKind::kReadResponse;
   const size_t ses_size = qp.ses_size(slice);
   const QueuePair::Source src = qp.source(slice);

@@ -117,7 +117,7 @@ uint32_t QueuePair::next_payload_len() const {
   return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
 }
 
-bool QueuePair::next_packet(uint32_t psn, Slice* r) {
+bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   if (rr_tx_ != rr_tail_) {
     ReadResponse& job = rr_[rr_tx_ & rr_mask_];
     r->kind = TxKind::kReadResponse;
@@ -132,6 +132,7 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r) {
     }
     return true;
   }
+  if (!requests_ok) return false;
   while (resend_count_ > 0) [[unlikely]] {
     *r = resend_[resend_head_];
     resend_head_ = (resend_head_ + 1) % resend_.size();

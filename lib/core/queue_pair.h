@@ -82,6 +82,21 @@ class QueuePair {
             CompletionQueue* send_cq, CompletionQueue* recv_cq);
 
   ConnectionState state() const { return state_; }
+  const QpConfig& config() const { return cfg_; }
+  MemoryRegionTable* memory() const { return mrs_; }
+  // The RNR wait (the responder's timer, from its NACK): requests wait
+  // until then, READ responses do not.
+  TimeNs hold_until() const { return hold_until_; }
+  bool held(TimeNs now) const { return now < hold_until_; }
+  void hold(TimeNs until) { hold_until_ = until; }
+  // Segmented and not complete: sends, or READ responses not acknowledged.
+  bool has_outstanding() const { return sq_head_ != sq_tx_ || rr_head_ != rr_tx_; }
+  // Work that waits for the PSNs before it: deferred tails, READs to
+  // answer, a receive some of whose parts are in.
+  bool in_order_pending() const {
+    return tail_count_ > 0 || reads_head_ != reads_tail_ ||
+           (rq_head_ != rq_tail_ && rq_[rq_head_ & rq_mask_].any);
+  }
   void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = n; }
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
   // Whether the request names this queue pair.
@@ -111,7 +126,8 @@ class QueuePair {
   // Cuts the next new packet (PSN `psn`): a READ response first, then a
   // part of a request to send again, then the next request's; false when
   // none may go (nothing queued, a fence, the READ limit).
-  bool next_packet(uint32_t psn, Slice* s);
+  // `requests_ok` false: READ responses only (an RNR wait).
+  bool next_packet(uint32_t psn, Slice* s, bool requests_ok = true);
   // The peer refused this part of a request for want of a receive (RNR):
   // it goes again under a new PSN (next_packet), and its request does not
   // complete before. False if its request is no longer outstanding or
@@ -177,7 +193,13 @@ class QueuePair {
   bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
   // Everything up to cack is in: deferred tails placed, receives complete,
   // READs executed. kSuccess, or the error to stop on (a full CQ).
-  WcStatus on_in_order(uint32_t cack);
+  // Inline: most packets (WRITEs with no receive waiting) find nothing to do.
+  WcStatus on_in_order(uint32_t cack) {
+    if (tail_count_ == 0 && rq_head_ == rq_tail_ && reads_head_ == reads_tail_) {
+      return WcStatus::kSuccess;
+    }
+    return in_order_work(cack);
+  }
 
   size_t memory_footprint() const;
 
@@ -296,6 +318,7 @@ class QueuePair {
 
   void push_send_completion(SendWqe& w, WcStatus status, WcStatus* err);
   WcStatus complete_recvs(uint32_t cack);
+  WcStatus in_order_work(uint32_t cack);
   // The outstanding work request whose MSN has these low 16 bits
   // (nullptr: none). The send queue is at most 32768 deep.
   SendWqe* wqe_for_msn(uint32_t msn16);
@@ -322,6 +345,7 @@ class QueuePair {
   CompletionQueue* send_cq_;
   CompletionQueue* recv_cq_;
   ConnectionState state_ = ConnectionState::kActive;
+  TimeNs hold_until_ = 0;
 
   // Requester.
   std::vector<SendWqe> sq_;

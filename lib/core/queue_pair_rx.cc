@@ -297,7 +297,7 @@ void QueuePair::execute_reads(uint32_t cack) {
   }
 }
 
-WcStatus QueuePair::on_in_order(uint32_t cack) {
+WcStatus QueuePair::in_order_work(uint32_t cack) {
   // Message tails first: a WRITE_IMM completes only with its last bytes in.
   if (tail_count_ > 0) place_deferred_tails(cack);
   const WcStatus err = complete_recvs(cack);
