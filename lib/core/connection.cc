@@ -287,6 +287,18 @@ bool Connection::reads_outstanding() const {
   return false;
 }
 
+void Connection::stop_qp_multi(uint16_t slot, WcStatus e) {
+  QueuePair& q = *qps_[slot];
+  if (q.state() != ConnectionState::kActive) return;
+  q.flush(e, snd_una_);
+  for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
+    TxRecord& r = rec(psn);
+    if (r.qp == slot && r.kind == TxKind::kRequest && r.state != TxState::kAcked) {
+      nop_fill(r, false);
+    }
+  }
+}
+
 void Connection::after_progress_multi() {
   for (size_t n = outstanding_.size(); n > 0; --n) {
     const uint16_t slot = outstanding_.front();
@@ -309,6 +321,10 @@ void Connection::in_order_multi() {
     const bool had_responses = q.responses_pending();
     stop_qp(slot, q.on_in_order(cack));
     if (q.state() != ConnectionState::kActive) continue;
+    if (q.refusal_due(cack)) {
+      stop_qp(slot, WcStatus::kWrFlushErr);  // everything before its refusal is in
+      continue;
+    }
     if (!had_responses && q.responses_pending()) sending_.push(slot);  // READs answered
     if (q.in_order_pending()) receiving_.push(slot);
   }

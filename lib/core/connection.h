@@ -411,8 +411,14 @@ class Connection {
       set_error(e);
       return;
     }
-    qps_[slot]->flush(e, snd_una_);
+    stop_qp_multi(slot, e);
   }
+  // It flushes, and its requests not yet acknowledged become NO_OPs (what
+  // they carried must not be read again: the program has its buffers back).
+  [[gnu::noinline]] void stop_qp_multi(uint16_t slot, WcStatus e);
+  // Several queue pairs: a lost packet at the head of the retransmit queue
+  // is a request of a queue pair in its RNR wait: the first other one goes.
+  [[gnu::noinline]] uint32_t produce_retx_past_held(TxOut& out, TimeNs now);
   bool multi() const { return multi_; }
   void complete_sends() { stop_on(qp_.complete_sends(snd_una_)); }
   // snd_una_ advanced: the READ responses and sends it covers complete
@@ -565,6 +571,9 @@ class Connection {
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   // Several queue pairs: whether `q` may place the packet (not in error).
   [[gnu::noinline]] bool may_place(const QueuePair& q, const wire::ParsedPacket& pkt);
+  // Several queue pairs: the request `psn` of the one in `slot` is refused
+  // for good: it ends once every packet before it is in.
+  [[gnu::noinline]] void refuse_multi(uint16_t slot, uint32_t psn, Refusal why);
   void learn_responder_psn(const wire::ParsedPacket& pkt);
   // READ responses wholly acknowledged leave; a refused request ends the
   // connection once the READs before it are answered.

@@ -149,8 +149,25 @@ void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot,
   if (pkt.has_ses_response) stop_qp(slot, q.complete_sends(snd_una_));
 }
 
+void Connection::refuse_multi(uint16_t slot, uint32_t psn, Refusal why) {
+  // The refused queue pair ends alone (its receives flush) once what came
+  // before the refusal is in; the sender fills the PSN with a NO_OP once
+  // it hears.
+  queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr),
+             static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
+                                                          : wire::BraidNackReason::kInvalidRequest));
+  QueuePair& q = *qps_[slot];
+  if (q.state() != ConnectionState::kActive) return;
+  q.refuse_from(psn);
+  if (q.refusal_due(rx_.cack())) {
+    stop_qp(slot, WcStatus::kWrFlushErr);
+  } else {
+    receiving_.push(slot);  // in_order_multi ends it
+  }
+}
+
 bool Connection::may_place(const QueuePair& q, const wire::ParsedPacket& pkt) {
-  if (q.state() == ConnectionState::kActive ||
+  if ((q.state() == ConnectionState::kActive && !q.refused_from(pkt.req.psn)) ||
       (pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp))) {
     return true;
   }
@@ -298,13 +315,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       case Refusal::kAccess:
       case Refusal::kInvalid:
         if (multi()) {
-          // Several queue pairs: the refused one ends alone (its receives
-          // flush); the sender fills the PSN with a NO_OP once it hears.
-          queue_nack(psn, kErr,
-                     static_cast<uint8_t>(why == Refusal::kAccess
-                                              ? wire::BraidNackReason::kRemoteAccess
-                                              : wire::BraidNackReason::kInvalidRequest));
-          stop_qp(qp_slot, WcStatus::kWrFlushErr);
+          refuse_multi(qp_slot, psn, why);
           break;
         }
         // As an InfiniBand responder: the refused request ends the

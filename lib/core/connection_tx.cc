@@ -144,7 +144,7 @@ uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
     // under its own PSN) waits at the head; other queue pairs' new packets go.
     if (multi() && r.kind == TxKind::kRequest && qp_of(r).held(now)) [[unlikely]] {
       arm_hold(qp_of(r).hold_until(), now);
-      break;
+      return produce_retx_past_held(out, now);
     }
     const uint32_t n = build_data(out, r, true, now);
     if (n == 0) return 0;
@@ -199,6 +199,28 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
   ++snd_nxt_;
   ++stats_.data_sent;
   return build_data(out, r, false, now);
+}
+
+uint32_t Connection::produce_retx_past_held(TxOut& out, TimeNs now) {
+  // As produce_responses_only: an entry resent here stays in the queue and
+  // is skipped when popped.
+  for (uint32_t i = 1; i < retx_count_; ++i) {
+    const uint32_t psn = retx_queue_[(retx_head_ + i) & retx_mask_];
+    TxRecord& r = rec(psn);
+    if (r.psn != psn || r.state != TxState::kLost || psn_lt(psn, snd_una_)) continue;
+    if (r.kind == TxKind::kRequest && qp_of(r).held(now)) continue;
+    if (!peer_->window_takes(charge(r))) {
+      peer_->wait(this);
+      return 0;
+    }
+    if (credit_holds(r, true)) continue;
+    const uint32_t n = build_data(out, r, true, now);
+    if (n == 0) return 0;
+    r.queued_for_retx = false;
+    ++stats_.retransmits;
+    return n;
+  }
+  return produce_new(out, now);
 }
 
 bool Connection::next_new_multi(Slice* s, uint16_t* slot, TimeNs now) {

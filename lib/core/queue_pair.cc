@@ -439,6 +439,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
   }
   sq_tx_ = sq_tail_;
   resend_count_ = 0;
+  reads_outstanding_ = 0;  // (their READ timer must not run on)
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];
     WorkCompletion wc;

@@ -94,8 +94,23 @@ class QueuePair {
   // Work that waits for the PSNs before it: deferred tails, READs to
   // answer, a receive some of whose parts are in.
   bool in_order_pending() const {
-    return tail_count_ > 0 || reads_head_ != reads_tail_ ||
+    return tail_count_ > 0 || reads_head_ != reads_tail_ || refusal_pending_ ||
            (rq_head_ != rq_tail_ && rq_[rq_head_ & rq_mask_].any);
+  }
+  // A request refused for good at PSN `psn` (the earliest kept): nothing
+  // of this queue pair's from it on is placed, and it ends once every
+  // packet before it is in (as an IB responder, which completes what came
+  // before).
+  void refuse_from(uint32_t psn) {
+    if (!refusal_pending_ || psn_lt(psn, refusal_psn_)) refusal_psn_ = psn;
+    refusal_pending_ = true;
+  }
+  bool refused_from(uint32_t psn) const {
+    return refusal_pending_ && !psn_lt(psn, refusal_psn_);
+  }
+  // Everything before the refusal is in (cack): time to end.
+  bool refusal_due(uint32_t cack) const {
+    return refusal_pending_ && !psn_lt(cack + 1, refusal_psn_);
   }
   void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = n; }
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
@@ -346,6 +361,8 @@ class QueuePair {
   CompletionQueue* recv_cq_;
   ConnectionState state_ = ConnectionState::kActive;
   TimeNs hold_until_ = 0;
+  bool refusal_pending_ = false;
+  uint32_t refusal_psn_ = 0;
 
   // Requester.
   std::vector<SendWqe> sq_;

@@ -164,6 +164,62 @@ TEST(MultiQp, ARefusedRequestEndsItsQueuePairAlone) {
   EXPECT_EQ(p.qa->unacked_packets(), 0u);  // the refused PSN was filled
 }
 
+// The packet before a refused WRITE of the same queue pair is lost and
+// comes again: the responder's queue pair ends only once it is in, so the
+// first WRITE is placed and completes, the refused one fails, and the
+// queue pair ends at both ends (as an InfiniBand responder, which
+// completes what came before the refused request).
+TEST(MultiQp, ARefusalWaitsForThePacketsBeforeIt) {
+  DirectPair p;
+  Qps q(p, 2);
+  static std::vector<uint8_t> wsrc(1000, 8);
+  std::vector<uint8_t> wdst(1000, 0), other(1000, 0);
+  const uint32_t key = p.b.memory().register_region(wdst.data(), 1000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kWrite, wsrc.data(), 1000,
+                                                 wdst.data(), key)),
+            PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(2, Opcode::kWrite, wsrc.data(), 1000,
+                                                 other.data(), key + 1000)),
+            PostError::kOk);
+  bool dropped = false;
+  ASSERT_TRUE(p.run_for(
+      100'000'000, 1'000, [&] { return q.a.scq[0].size() == 2; },
+      [&](const Frame& f, bool a_to_b) {
+        if (dropped || !a_to_b || !parse(f).has_ses_request) return false;
+        return dropped = true;  // the first WRITE's first copy
+      }));
+  const auto wcs = poll_all(q.a.scq[0]);
+  EXPECT_EQ(wcs[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(wcs[1].status, WcStatus::kRemAccessErr);
+  EXPECT_EQ(wdst, wsrc);
+  EXPECT_EQ(other, std::vector<uint8_t>(1000, 0));
+  EXPECT_EQ(p.qb->queue_pair(q.b.slot[0]).state(), ConnectionState::kError);
+  EXPECT_EQ(p.qb->queue_pair(q.b.slot[1]).state(), ConnectionState::kActive);
+}
+
+// A READ refused by its responder fails its queue pair; the READ timer it
+// started does not run on and end the connection (every queue pair on it).
+TEST(MultiQp, AFailedReadDoesNotEndTheConnectionLater) {
+  DirectPair p;
+  Qps q(p, 2);
+  std::vector<uint8_t> dst(256, 0), src(256, 4);
+  const uint32_t key = p.b.memory().register_region(src.data(), 256, kAccessRemoteRead, 0);
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kRead, dst.data(), 256, src.data(),
+                                                 key + 1000)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[0].size() == 1; }));
+  EXPECT_EQ(poll_all(q.a.scq[0])[0].status, WcStatus::kRemAccessErr);
+  // Longer than the retry budget (8 x 50 ms): nothing is outstanding.
+  p.run_for(1'000'000'000, 100'000, [] { return false; });
+  EXPECT_EQ(p.qa->state(), ConnectionState::kActive);
+  ASSERT_EQ(p.qa->post_send(q.a.slot[1], request(2, Opcode::kRead, dst.data(), 256, src.data(),
+                                                 key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[1].size() == 1; }));
+  EXPECT_EQ(poll_all(q.a.scq[1])[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst, src);
+}
+
 // 1024 queue pairs between two hosts hold one connection's transport
 // state: each costs its queues, not a PDC (transmit records, receive
 // bitmap, paths, timers). One WRITE on each completes.
