@@ -26,6 +26,7 @@
 #include "core/queue_pair.h"
 #include "core/ready_queue.h"
 #include "core/receive_window.h"
+#include "core/ring.h"
 #include "core/rtt.h"
 #include "core/sg_list.h"
 #include "core/timing_wheel.h"
@@ -684,20 +685,9 @@ class Connection {
   void detect_losses(uint32_t base, TimeNs now);
   void judge_loss(TxRecord& r, uint32_t thresh, TimeNs now);
 
-  // The transmit records start small and double when full, up to the
-  // window: an idle QP holds a few KiB, not its whole window (thousands of
-  // QPs on a device). Growth allocates, once per doubling; entries keep
-  // their order (a ring's slot is its sequence number & mask).
+  // The transmit records start with this many and double when full, up to
+  // the window (ring.h).
   static constexpr uint32_t kInitialTxRecords = 64;
-  template <typename T>
-  static void grow_ring(std::vector<T>& ring, uint32_t* mask, uint32_t from, uint32_t to,
-                        size_t size) {
-    std::vector<T> bigger(size);
-    const uint32_t m = static_cast<uint32_t>(size - 1);
-    for (uint32_t i = from; i != to; ++i) bigger[i & m] = std::move(ring[i & *mask]);
-    ring.swap(bigger);
-    *mask = m;
-  }
   void grow_tx();
   TxRecord& rec(uint32_t psn) { return tx_[psn & tx_mask_]; }
   const TxRecord& rec(uint32_t psn) const { return tx_[psn & tx_mask_]; }

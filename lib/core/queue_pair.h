@@ -17,6 +17,7 @@
 
 #include "core/completion_queue.h"
 #include "core/memory_table.h"
+#include "core/ring.h"
 #include "core/sg_list.h"
 #include "core/types.h"
 #include "wire/frame.h"
@@ -316,20 +317,9 @@ class QueuePair {
     uint8_t bytes[kTailBytes];
   };
 
-  // Rings start small and double when full, up to the configured depths: an
-  // idle QP holds a few KiB (thousands of QPs on a device). Growth
-  // allocates, once per doubling; entries keep their order (a ring's slot
-  // is its sequence number & mask).
+  // The queues start with this many entries and double when full, up to
+  // the configured depths (ring.h).
   static constexpr uint32_t kInitialQueueEntries = 16;
-  template <typename T>
-  static void grow_ring(std::vector<T>& ring, uint32_t* mask, uint32_t from, uint32_t to,
-                        size_t size) {
-    std::vector<T> bigger(size);
-    const uint32_t m = static_cast<uint32_t>(size - 1);
-    for (uint32_t i = from; i != to; ++i) bigger[i & m] = std::move(ring[i & *mask]);
-    ring.swap(bigger);
-    *mask = m;
-  }
 
   void push_send_completion(SendWqe& w, WcStatus status, WcStatus* err);
   WcStatus complete_recvs(uint32_t cack);
