@@ -573,8 +573,7 @@ void Connection::on_rto(TimeNs now) {
       mark_lost(r, LossKind::kTimeout, now, false);  // blamed when it was lost
       if (state_ != ConnectionState::kActive) return;
     } else if (r.state == TxState::kLost && r.sent_at + rto <= now &&
-               !(r.kind == TxKind::kRequest && now < qp_of(r).hold_until() + rto) &&
-               !self_held) {
+               !(r.kind == TxKind::kRequest && now < qp_of(r).hold_until() + rto) && !self_held) {
       // Queued for retransmission and still not sent a whole RTO after its
       // last transmission, though neither pacing nor the window holds it:
       // the port takes nothing (a stalled TX ring). It spends the retry

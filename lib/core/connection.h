@@ -36,9 +36,9 @@
 namespace braid {
 
 struct ConnectionConfig {
-  uint16_t local_id = 0;   // our PDC id (spdcid on what we send)
-  uint16_t remote_id = 0;  // the peer's PDC id
-  uint32_t qp_num = 0;     // reported in work completions; requests must name it
+  uint16_t local_id = 0;    // our PDC id (spdcid on what we send)
+  uint16_t remote_id = 0;   // the peer's PDC id
+  uint32_t qp_num = 0;      // reported in work completions; requests must name it
   uint32_t remote_qpn = 0;  // the peer's QP: named in our requests (24 bits)
   wire::MacAddr local_mac{};
   wire::MacAddr remote_mac{};
@@ -163,7 +163,7 @@ struct ConnectionStats {
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
-  uint64_t nops_received = 0;       // NOPs filling the PSN of a request we refused (RNR)
+  uint64_t nops_received = 0;             // NOPs filling the PSN of a request we refused (RNR)
   uint64_t duplicate_messages = 0;  // parts of messages whose receive had completed: not placed
   uint64_t wrong_qp = 0;  // requests naming a QP not on this connection, responses a slot: dropped
   uint64_t bytes_placed = 0;
@@ -712,7 +712,7 @@ class Connection {
   std::vector<std::unique_ptr<QueuePair>> more_qps_;
   std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
   ReadyQueue sending_, outstanding_, receiving_;
-  bool multi_ = false;     // more than one queue pair
+  bool multi_ = false;  // more than one queue pair
 
   // Transmit state.
   std::vector<TxRecord> tx_;
@@ -734,7 +734,7 @@ class Connection {
   bool waiting_for_peer_ = false;  // on peer_'s list of waiters
   bool wants_peer_turns_ = false;  // on peer_'s list of credit demand
   RttEstimator rtt_;               // over every entropy
-  uint32_t read_retries_ = 0;    // read timeouts since response data last arrived
+  uint32_t read_retries_ = 0;      // read timeouts since response data last arrived
   TimeNs read_progress_at_ = 0;  // a READ sent or response data received, or the last read timeout
   TimeNs read_heard_at_ = 0;     // a READ sent or response data received
   TimeNs progress_at_ = 0;       // snd_una_ advanced, or a packet sent with none outstanding

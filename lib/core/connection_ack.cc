@@ -330,7 +330,9 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   }
 }
 
-void Connection::rnr_refill(TxRecord& r) { nop_fill(r, true); }
+void Connection::rnr_refill(TxRecord& r) {
+  nop_fill(r, true);
+}
 
 void Connection::nop_fill(TxRecord& r, bool resend) {
   // The peer took nothing of this packet and holds its PSN open: a NOP

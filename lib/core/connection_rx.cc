@@ -141,8 +141,7 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
   poke();
 }
 
-void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot,
-                                  uint32_t advanced) {
+void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, uint32_t advanced) {
   QueuePair& q = *qps_[slot];
   if (pkt.has_ses_request && q.in_order_pending()) receiving_.push(slot);
   if (advanced > 0) in_order_multi();
@@ -153,9 +152,10 @@ void Connection::refuse_multi(uint16_t slot, uint32_t psn, Refusal why) {
   // The refused queue pair ends alone (its receives flush) once what came
   // before the refusal is in; the sender fills the PSN with a NO_OP once
   // it hears.
-  queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr),
-             static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
-                                                          : wire::BraidNackReason::kInvalidRequest));
+  queue_nack(
+      psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr),
+      static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
+                                                   : wire::BraidNackReason::kInvalidRequest));
   QueuePair& q = *qps_[slot];
   if (q.state() != ConnectionState::kActive) return;
   q.refuse_from(psn);
@@ -278,8 +278,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_due_ = true;
     return;
   }
-  if (!rnr_refused_.empty() && !(pkt.req.pro.flags & wire::kReqFlagRetx) &&
-      refused_for_rnr(psn)) [[unlikely]] {
+  if (!rnr_refused_.empty() && !(pkt.req.pro.flags & wire::kReqFlagRetx) && refused_for_rnr(psn))
+      [[unlikely]] {
     // A copy of a packet refused for want of a receive, as first sent (the
     // network duplicated it): its sender fills the PSN and sends the part
     // again, so this copy must not be taken (the part would be placed
@@ -354,7 +354,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       ++ce_ack_count_;
     }
   }
-  if (!rnr_refused_.empty()) [[unlikely]] set_refused_for_rnr(psn, false);
+  if (!rnr_refused_.empty()) [[unlikely]]
+    set_refused_for_rnr(psn, false);
   const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
   ++stats_.data_received;

@@ -168,8 +168,7 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
   // The caller's buffer may be too small for this packet; a buffer that
   // takes a full MTU takes any (no packet carries more).
   const size_t headers = wire::kL2L4Size + wire::kRequestSize + wire::kSesStandardSize + trailer();
-  if (out.cap < headers + cfg_.mtu &&
-      (multi() || out.cap < headers + qp_.next_payload_len())) {
+  if (out.cap < headers + cfg_.mtu && (multi() || out.cap < headers + qp_.next_payload_len())) {
     return 0;
   }
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
@@ -247,7 +246,8 @@ bool Connection::next_new_multi(Slice* s, uint16_t* slot, TimeNs now) {
 uint32_t Connection::build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now) {
   // The connection's own queue pair by name, the others through the table:
   // a pointer that might be either costs the common case reloads.
-  if (r.qp != 0) [[unlikely]] return build_data_other(out, r, retx, now);
+  if (r.qp != 0) [[unlikely]]
+    return build_data_other(out, r, retx, now);
   return build_data_with<false>(out, r, retx, now);
 }
 
@@ -285,9 +285,9 @@ uint32_t Connection::build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs 
   pds.spdcid = cfg_.local_id;
   pds.dpdcid = cfg_.remote_id;
   const uint8_t* in_place = nullptr;
-  const bool read = qp.write_packet(slice, src, tx_job_id_,
-                                    out.in_place_ok && payload_by_reference(),
-                                    p + wire::kRequestSize, &in_place);
+  const bool read =
+      qp.write_packet(slice, src, tx_job_id_, out.in_place_ok && payload_by_reference(),
+                      p + wire::kRequestSize, &in_place);
   uint32_t in_place_len = 0;  // payload bytes left where they lie
   if (in_place != nullptr) {
     out.payload = in_place;

@@ -75,9 +75,8 @@ QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTa
 
 size_t QueuePair::memory_footprint() const {
   return sq_.capacity() * sizeof(SendWqe) + rq_.capacity() * sizeof(RecvWqe) +
-         resend_.capacity() * sizeof(Slice) +
-         rr_.capacity() * sizeof(ReadResponse) + reads_.capacity() * sizeof(PendingRead) +
-         tails_.capacity() * sizeof(DeferredTail);
+         resend_.capacity() * sizeof(Slice) + rr_.capacity() * sizeof(ReadResponse) +
+         reads_.capacity() * sizeof(PendingRead) + tails_.capacity() * sizeof(DeferredTail);
 }
 
 PostError QueuePair::post_send(const SendRequest& wr, uint64_t* length) {
@@ -134,16 +133,16 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   }
   if (!requests_ok) return false;
   while (resend_count_ > 0) [[unlikely]] {
-    *r = resend_[resend_head_];
-    resend_head_ = (resend_head_ + 1) % resend_.size();
-    --resend_count_;
-    SendWqe* w = wqe_for_msn(r->seq);
-    if (w == nullptr) continue;  // (flushed: cannot happen while it waits)
-    --w->resends;
-    // The newest PSN of its request: it completes once this is acknowledged.
-    if (w->segmented) w->last_psn = psn;
-    return true;
-  }
+      *r = resend_[resend_head_];
+      resend_head_ = (resend_head_ + 1) % resend_.size();
+      --resend_count_;
+      SendWqe* w = wqe_for_msn(r->seq);
+      if (w == nullptr) continue;  // (flushed: cannot happen while it waits)
+      --w->resends;
+      // The newest PSN of its request: it completes once this is acknowledged.
+      if (w->segmented) w->last_psn = psn;
+      return true;
+    }
   if (sq_tx_ == sq_tail_) return false;
   SendWqe& w = sq_[sq_tx_ & sq_mask_];
   // A fenced request waits for the data of every READ before it: a WRITE
@@ -225,8 +224,8 @@ QueuePair::Source QueuePair::source(const Slice& r) {
   return s;
 }
 
-bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
-                             bool by_reference, uint8_t* ses_at, const uint8_t** in_place) const {
+bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id, bool by_reference,
+                             uint8_t* ses_at, const uint8_t** in_place) const {
   *in_place = nullptr;
   uint8_t* payload = ses_at + ses_size(r);
   if (r.kind == TxKind::kNop) [[unlikely]] {

@@ -31,8 +31,8 @@ struct QpConfig {
   uint32_t qp_num = 0;      // reported in work completions
   uint32_t remote_qpn = 0;  // the peer's QP, named in requests (24 bits)
   uint16_t slot = 0;        // its slot on its connection: READ responses name it
-  uint32_t pd = 0;      // protection domain for remote accesses
-  uint32_t mtu = 4096;  // payload bytes per packet
+  uint32_t pd = 0;          // protection domain for remote accesses
+  uint32_t mtu = 4096;      // payload bytes per packet
   uint32_t sq_depth = 256;
   uint32_t rq_depth = 256;
   uint32_t max_rd_atomic = 16;       // READs outstanding as requester
@@ -106,9 +106,7 @@ class QueuePair {
     if (!refusal_pending_ || psn_lt(psn, refusal_psn_)) refusal_psn_ = psn;
     refusal_pending_ = true;
   }
-  bool refused_from(uint32_t psn) const {
-    return refusal_pending_ && !psn_lt(psn, refusal_psn_);
-  }
+  bool refused_from(uint32_t psn) const { return refusal_pending_ && !psn_lt(psn, refusal_psn_); }
   // Everything before the refusal is in (cack): time to end.
   bool refusal_due(uint32_t cack) const {
     return refusal_pending_ && !psn_lt(cack + 1, refusal_psn_);
@@ -117,7 +115,8 @@ class QueuePair {
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
   // Whether the request names this queue pair.
   bool named_by(const wire::SesRequest& s) const {
-    return s.resource_index == (cfg_.qp_num & 0xfff) && s.pid_on_fep == ((cfg_.qp_num >> 12) & 0xfff);
+    return s.resource_index == (cfg_.qp_num & 0xfff) &&
+           s.pid_on_fep == ((cfg_.qp_num >> 12) & 0xfff);
   }
 
   // --- requester ---
@@ -224,7 +223,7 @@ class QueuePair {
     SendRequest wr;
     uint64_t length = 0;
     uint32_t msn = 0;
-    uint32_t rsn = 0;  // receive sequence number, for receive-consuming ops
+    uint32_t rsn = 0;      // receive sequence number, for receive-consuming ops
     uint32_t resends = 0;  // its parts waiting to go again (resend())
     uint32_t last_psn = 0;
     uint64_t bytes_sent = 0;  // segmentation cursor
@@ -374,8 +373,8 @@ class QueuePair {
   uint32_t reads_head_ = 0, reads_tail_ = 0;
   std::vector<RecvWqe> rq_;
   uint32_t rq_mask_;
-  uint32_t rq_head_ = 0;  // oldest not completed (RSN)
-  uint32_t rq_tail_ = 0;  // next to post
+  uint32_t rq_head_ = 0;             // oldest not completed (RSN)
+  uint32_t rq_tail_ = 0;             // next to post
   std::vector<DeferredTail> tails_;  // grows the first time tails wait (at most a window's)
   uint32_t tail_count_ = 0;
 };

@@ -160,9 +160,12 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
       if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
         return invalid();
       }
-      reads_[reads_tail_ & rr_mask_] =
-          PendingRead{pkt.req.psn, s.message_id, static_cast<uint16_t>(s.initiator),
-                      static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length};
+      reads_[reads_tail_ & rr_mask_] = PendingRead{pkt.req.psn,
+                                                   s.message_id,
+                                                   static_cast<uint16_t>(s.initiator),
+                                                   static_cast<uint32_t>(s.memory_key),
+                                                   s.buffer_offset,
+                                                   s.request_length};
       ++reads_tail_;
       return true;
     }
@@ -238,7 +241,7 @@ uint32_t QueuePair::defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst) {
 }
 
 void QueuePair::update_held_tails(uint32_t psn, const uint8_t* dst, const uint8_t* src,
-                                   uint32_t len) {
+                                  uint32_t len) {
   for (uint32_t i = 0; i < tail_count_; ++i) {
     DeferredTail& d = tails_[i];
     if (!psn_lt(d.psn, psn)) continue;  // a newer tail wins over these bytes anyway

@@ -56,18 +56,16 @@ TEST(MultiQp, QueuePairsOnOneConnectionShareItsPsnsAndKeepTheirOwnOrder) {
   }
   for (int i = 0; i < 3; ++i) {
     const uint16_t sa = q.a.slot[i], sb = q.b.slot[i];
-    const uint32_t wkey =
-        p.b.memory().register_region(wdst[i].data(), kLen, kAccessRemoteWrite, 0);
+    const uint32_t wkey = p.b.memory().register_region(wdst[i].data(), kLen, kAccessRemoteWrite, 0);
     const uint32_t rkey = p.b.memory().register_region(rsrc[i].data(), kLen, kAccessRemoteRead, 0);
     ASSERT_EQ(p.qb->post_recv(sb, 7, sgl_of(rbuf[i].data(), kLen)), PostError::kOk);
-    ASSERT_EQ(p.qa->post_send(sa, request(1, Opcode::kWrite, wsrc[i].data(), kLen,
-                                          wdst[i].data(), wkey)),
-              PostError::kOk);
-    ASSERT_EQ(p.qa->post_send(sa, request(2, Opcode::kSend, ssrc[i].data(), kLen)),
-              PostError::kOk);
-    ASSERT_EQ(p.qa->post_send(sa, request(3, Opcode::kRead, rdst[i].data(), kLen,
-                                          rsrc[i].data(), rkey)),
-              PostError::kOk);
+    ASSERT_EQ(
+        p.qa->post_send(sa, request(1, Opcode::kWrite, wsrc[i].data(), kLen, wdst[i].data(), wkey)),
+        PostError::kOk);
+    ASSERT_EQ(p.qa->post_send(sa, request(2, Opcode::kSend, ssrc[i].data(), kLen)), PostError::kOk);
+    ASSERT_EQ(
+        p.qa->post_send(sa, request(3, Opcode::kRead, rdst[i].data(), kLen, rsrc[i].data(), rkey)),
+        PostError::kOk);
   }
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] {
     return std::all_of(q.a.scq.begin(), q.a.scq.end(), [](auto& c) { return c.size() == 3; });
@@ -107,8 +105,8 @@ TEST(MultiQp, AQueuePairWithoutAReceiveDoesNotHoldTheOthers) {
   ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kSend, msg.data(), 100)),
             PostError::kOk);
   for (uint64_t k = 0; k < 20; ++k) {
-    ASSERT_EQ(p.qa->post_send(q.a.slot[1], request(k, Opcode::kWrite, wsrc.data(), 4096,
-                                                   wdst.data(), key)),
+    ASSERT_EQ(p.qa->post_send(q.a.slot[1],
+                              request(k, Opcode::kWrite, wsrc.data(), 4096, wdst.data(), key)),
               PostError::kOk);
   }
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[1].size() == 20; }));
@@ -131,15 +129,15 @@ TEST(MultiQp, ARefusedRequestEndsItsQueuePairAlone) {
   std::vector<uint8_t> wdst(4096, 0), other(4096, 0), rbuf(64, 0);
   const uint32_t key = p.b.memory().register_region(wdst.data(), 4096, kAccessRemoteWrite, 0);
   ASSERT_EQ(p.qb->post_recv(q.b.slot[0], 9, sgl_of(rbuf.data(), 64)), PostError::kOk);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kWrite, wsrc.data(), 4096,
-                                                 other.data(), key + 1000)),
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kWrite, wsrc.data(), 4096, other.data(),
+                                                 key + 1000)),
             PostError::kOk);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(2, Opcode::kWrite, wsrc.data(), 4096,
-                                                 wdst.data(), key)),
-            PostError::kOk);
+  ASSERT_EQ(
+      p.qa->post_send(q.a.slot[0], request(2, Opcode::kWrite, wsrc.data(), 4096, wdst.data(), key)),
+      PostError::kOk);
   for (uint64_t k = 0; k < 8; ++k) {
-    ASSERT_EQ(p.qa->post_send(q.a.slot[1], request(10 + k, Opcode::kWrite, wsrc.data(), 4096,
-                                                   wdst.data(), key)),
+    ASSERT_EQ(p.qa->post_send(q.a.slot[1],
+                              request(10 + k, Opcode::kWrite, wsrc.data(), 4096, wdst.data(), key)),
               PostError::kOk);
   }
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] {
@@ -154,12 +152,12 @@ TEST(MultiQp, ARefusedRequestEndsItsQueuePairAlone) {
   EXPECT_EQ(p.qa->state(), ConnectionState::kActive);
   EXPECT_EQ(p.qb->state(), ConnectionState::kActive);
   EXPECT_EQ(p.qa->queue_pair(q.a.slot[0]).state(), ConnectionState::kError);
-  EXPECT_EQ(p.qa->post_send(q.a.slot[0], request(3, Opcode::kWrite, wsrc.data(), 64,
-                                                 wdst.data(), key)),
-            PostError::kConnectionError);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[1], request(20, Opcode::kWrite, wsrc.data(), 64,
-                                                 wdst.data(), key)),
-            PostError::kOk);
+  EXPECT_EQ(
+      p.qa->post_send(q.a.slot[0], request(3, Opcode::kWrite, wsrc.data(), 64, wdst.data(), key)),
+      PostError::kConnectionError);
+  ASSERT_EQ(
+      p.qa->post_send(q.a.slot[1], request(20, Opcode::kWrite, wsrc.data(), 64, wdst.data(), key)),
+      PostError::kOk);
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[1].size() == 1; }));
   EXPECT_EQ(p.qa->unacked_packets(), 0u);  // the refused PSN was filled
 }
@@ -175,11 +173,11 @@ TEST(MultiQp, ARefusalWaitsForThePacketsBeforeIt) {
   static std::vector<uint8_t> wsrc(1000, 8);
   std::vector<uint8_t> wdst(1000, 0), other(1000, 0);
   const uint32_t key = p.b.memory().register_region(wdst.data(), 1000, kAccessRemoteWrite, 0);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kWrite, wsrc.data(), 1000,
-                                                 wdst.data(), key)),
-            PostError::kOk);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(2, Opcode::kWrite, wsrc.data(), 1000,
-                                                 other.data(), key + 1000)),
+  ASSERT_EQ(
+      p.qa->post_send(q.a.slot[0], request(1, Opcode::kWrite, wsrc.data(), 1000, wdst.data(), key)),
+      PostError::kOk);
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(2, Opcode::kWrite, wsrc.data(), 1000, other.data(),
+                                                 key + 1000)),
             PostError::kOk);
   bool dropped = false;
   ASSERT_TRUE(p.run_for(
@@ -204,17 +202,17 @@ TEST(MultiQp, AFailedReadDoesNotEndTheConnectionLater) {
   Qps q(p, 2);
   std::vector<uint8_t> dst(256, 0), src(256, 4);
   const uint32_t key = p.b.memory().register_region(src.data(), 256, kAccessRemoteRead, 0);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[0], request(1, Opcode::kRead, dst.data(), 256, src.data(),
-                                                 key + 1000)),
+  ASSERT_EQ(p.qa->post_send(q.a.slot[0],
+                            request(1, Opcode::kRead, dst.data(), 256, src.data(), key + 1000)),
             PostError::kOk);
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[0].size() == 1; }));
   EXPECT_EQ(poll_all(q.a.scq[0])[0].status, WcStatus::kRemAccessErr);
   // Longer than the retry budget (8 x 50 ms): nothing is outstanding.
   p.run_for(1'000'000'000, 100'000, [] { return false; });
   EXPECT_EQ(p.qa->state(), ConnectionState::kActive);
-  ASSERT_EQ(p.qa->post_send(q.a.slot[1], request(2, Opcode::kRead, dst.data(), 256, src.data(),
-                                                 key)),
-            PostError::kOk);
+  ASSERT_EQ(
+      p.qa->post_send(q.a.slot[1], request(2, Opcode::kRead, dst.data(), 256, src.data(), key)),
+      PostError::kOk);
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return q.a.scq[1].size() == 1; }));
   EXPECT_EQ(poll_all(q.a.scq[1])[0].status, WcStatus::kSuccess);
   EXPECT_EQ(dst, src);
@@ -241,8 +239,8 @@ TEST(MultiQp, AThousandQueuePairsHoldOneConnectionsTransportState) {
   std::vector<uint8_t> dst(64 * 1023, 0);
   const uint32_t key = p.b.memory().register_region(dst.data(), dst.size(), kAccessRemoteWrite, 0);
   for (size_t i = 0; i < 1023; ++i) {
-    ASSERT_EQ(p.qa->post_send(q.a.slot[i], request(i, Opcode::kWrite, src.data(), 64,
-                                                   dst.data() + 64 * i, key)),
+    ASSERT_EQ(p.qa->post_send(q.a.slot[i],
+                              request(i, Opcode::kWrite, src.data(), 64, dst.data() + 64 * i, key)),
               PostError::kOk);
   }
   ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] {

@@ -721,8 +721,8 @@ TEST(RcSemantics, AReceivePostedWhileItsSendArrivesCompletesOnlyWithEveryByte) {
   ASSERT_EQ(p.qb->stats().rnr_nacks, 1u);
   ASSERT_EQ(p.qb->post_recv(7, sgl_of(rbuf.data(), 3 * 4096)), PostError::kOk);
   p.deliver(p.b, {sent[1], sent[2]});
-  p.deliver(p.a, p.drain(p.b));   // the NACK (and ACKs)
-  p.deliver(p.b, p.drain(p.a));   // the NOP at the refused PSN
+  p.deliver(p.a, p.drain(p.b));  // the NACK (and ACKs)
+  p.deliver(p.b, p.drain(p.a));  // the NOP at the refused PSN
   EXPECT_EQ(p.qb->stats().nops_received, 1u);
   EXPECT_EQ(p.b_rcq.size(), 0u);  // the first 4096 bytes are not in
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
