@@ -256,7 +256,6 @@ class Connection {
     q.remote_qpn = remote_qpn & 0xffffff;
     return q;
   }
-  size_t queue_pairs() const { return qps_.size(); }
   const QueuePair& queue_pair(uint16_t slot) const { return *qps_[slot]; }
   PostError post_send(uint16_t slot, const SendRequest& wr);
   PostError post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl);
