@@ -4,6 +4,7 @@
 // every QP, checked. Prints heap bytes per QP (glibc's mallinfo2) after
 // creation and after RTS, the resident set, and set-up time per QP.
 //   braid_qp_scale [--qps 10000] [--send-wr 128] [--recv-wr 1] [--port net_ring0]
+//                  [--pdc-scope qp|peer]
 // Runs on any DPDK port; the default is a ring vdev (no peer, no hugepages):
 // frames between QPs of one device never reach the port.
 #include <braid/verbs.h>
@@ -54,6 +55,11 @@ int main(int argc, char** argv) {
   app.add_option("--recv-wr", recv_wr, "max_recv_wr of each QP")->check(CLI::Range(1, 32768));
   app.add_option("--entropies", entropies, "entropies per QP")->check(CLI::Range(1, 256));
   app.add_option("--port", port, "DPDK port");
+  std::string pdc_scope = "qp";
+  app.add_option("--pdc-scope", pdc_scope,
+                 "qp: a PDC (transport state) per QP; peer: one for all (braid_device_config."
+                 "pdc_per_peer)")
+      ->check(CLI::IsMember({"peer", "qp"}));
   CLI11_PARSE(app, argc, argv);
   qps &= ~1;
 
@@ -61,6 +67,7 @@ int main(int argc, char** argv) {
   cfg.port = port.c_str();
   cfg.ipv4 = "198.18.0.1";
   cfg.entropies = static_cast<uint16_t>(entropies);
+  cfg.pdc_per_peer = pdc_scope == "peer" ? 1 : 0;
   braid_context* ctx = braid_open_device(&cfg);
   if (ctx == nullptr) die("open");
   braid_pd* pd = braid_alloc_pd(ctx);

@@ -141,6 +141,10 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                  "Braid: peer (default: the QPs to one peer share one congestion window) or qp "
                  "(a window each, as RoCE's DCQCN per QP)")
       ->check(CLI::IsMember({"peer", "qp"}));
+  app.add_option("--pdc-scope", o.pdc_scope,
+                 "Braid: qp (default: transport state, PSNs and ACKs per QP) or peer (one PDC "
+                 "shared by the QPs to a peer; both ends alike)")
+      ->check(CLI::IsMember({"peer", "qp"}));
   app.add_flag("--credit", o.credit,
                "Braid: receiver-driven credit on top of --cc: a BDP from idle, then only what "
                "the receiver grants at its link rate (for many-to-one incasts)");

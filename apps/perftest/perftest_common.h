@@ -71,6 +71,7 @@ struct Options {
   uint32_t idle_yield = 0;
   bool credit = false;
   std::string cc_scope = "peer";
+  std::string pdc_scope = "qp";
   bool verify = false;
   bool stats = false;  // print transport and port counters after the run
   int timeout_s = 60;

@@ -115,6 +115,7 @@ int Session::open_device() {
   cfg.idle_yield = o_.idle_yield;
   cfg.credit = o_.credit ? 1 : 0;
   cfg.cc_per_qp = o_.cc_scope == "qp" ? 1 : 0;
+  cfg.pdc_per_peer = o_.pdc_scope == "peer" ? 1 : 0;
   // A client port (memif client, virtio-user) may wait for its peer as long
   // as the whole setup may take.
   cfg.link_wait_ms = static_cast<uint32_t>(std::clamp(o_.timeout_s, 1, 3600)) * 1000;

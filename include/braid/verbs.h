@@ -135,6 +135,13 @@ struct braid_device_config {
    * that four QPs to a peer take one host's share of a bottleneck, not
    * four; 1 one per QP, as RoCE's DCQCN per QP (docs/congestion.md). */
   int cc_per_qp;
+  /* Transport state (the PDC: PSNs, window, paths, timers, ACKs): 0
+   * (default) one per QP; 1 one per peer address (and path MTU), shared by
+   * the device's QPs to it, as UET shares a PDC: a thousand QPs to a peer
+   * hold one PDC's state and its ACKs cover them all, while each QP keeps
+   * its own queues, order, RNR waits and errors. Both ends need the same
+   * setting; one engine and auth off only (docs/ibverbs.md). */
+  int pdc_per_peer;
 };
 
 enum braid_auth {

@@ -50,6 +50,7 @@ QpConfig qp_config(const ConnectionConfig& c) {
   q.remote_access = c.remote_access;
   q.max_tails = c.window_packets;
   q.grow_rings = c.grow_rings;
+  q.rx_psn = c.rx_psn;
   return q;
 }
 
@@ -102,6 +103,9 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   retx_mask_ = 2 * records - 1;
   snd_una_ = snd_nxt_ = cfg.tx_psn;
   highest_sacked_ = cfg.tx_psn - 1;
+  name_src_ = peer_dst_ = cfg_.local_id;
+  name_dst_ = peer_src_ = cfg_.remote_id;
+  if (cfg_.shared) cfg_.auth = false;  // (not supported: a key per pair of QPs)
   tx_job_id_ = job_id_for(true, cfg_.tx_psn);
   rx_job_id_ = job_id_for(false, cfg_.rx_psn);
   trailer_bytes_ = cfg_.auth ? wire::kTssOverhead : cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
@@ -204,10 +208,77 @@ void Connection::derive_keys(bool keep_tx) {
 }
 
 uint32_t Connection::job_id_for(bool ours, uint32_t start_psn) const {
-  return ours ? direction_job_id(start_psn, cfg_.local_id, cfg_.remote_id, cfg_.local_ip,
-                                 cfg_.remote_ip)
-              : direction_job_id(start_psn, cfg_.remote_id, cfg_.local_id, cfg_.remote_ip,
-                                 cfg_.local_ip);
+  return ours ? direction_job_id(start_psn, name_src_, name_dst_, cfg_.local_ip, cfg_.remote_ip)
+              : direction_job_id(start_psn, peer_src_, peer_dst_, cfg_.remote_ip, cfg_.local_ip);
+}
+
+void Connection::speak_as(uint16_t slot, uint32_t psn) {
+  if (!cfg_.shared || spoken_ || slot >= qps_.size()) return;
+  // Something went already (READ responses in RTR, under the names and
+  // PSNs the peer's first data gave): the peer follows those.
+  if (snd_nxt_ != cfg_.tx_psn || answered_reads()) {
+    spoken_ = true;
+    return;
+  }
+  const QpConfig& q = qps_[slot]->config();
+  set_names(static_cast<uint16_t>(q.qp_num), static_cast<uint16_t>(q.remote_qpn));
+  spoken_ = true;
+  cfg_.tx_psn = psn;
+  snd_una_ = snd_nxt_ = psn;
+  highest_sacked_ = psn - 1;
+  tx_job_id_ = job_id_for(true, psn);
+}
+
+bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, uint16_t src) {
+  // The queue pair the peer names, and where its peer's PSNs start.
+  const QueuePair* named = nullptr;
+  for (const QueuePair* q : qps_) {
+    if (q->config().qp_num == dst && q->config().remote_qpn == src) named = q;
+  }
+  if (named == nullptr) return false;
+  const uint32_t start = named->config().rx_psn;
+  const uint32_t job = direction_job_id(start, src, dst, cfg_.remote_ip, cfg_.local_ip);
+  const uint32_t got = pkt.has_ses_request    ? pkt.ses.job_id
+                       : pkt.has_ses_response ? pkt.resp.job_id
+                                              : ~0u;
+  if (pkt.trimmed || got != job) {
+    ++stats_.wrong_job_id;
+    return false;
+  }
+  peer_src_ = src;
+  peer_dst_ = dst;
+  peer_named_ = true;
+  cfg_.rx_psn = start;
+  rx_.restart(start);
+  rx_job_id_ = job;
+  if (!spoken_ && snd_nxt_ == cfg_.tx_psn && !answered_reads()) {
+    // Until a queue pair of ours reaches RTS, what we send (READ responses
+    // in RTR) goes under the peer's names reversed, from its first PSN on,
+    // as a single QP's RTR responder does (learn_responder_psn).
+    set_names(dst, src);
+    cfg_.tx_psn = start;
+    snd_una_ = snd_nxt_ = start;
+    highest_sacked_ = start - 1;
+    tx_job_id_ = job_id_for(true, start);
+  }
+  return true;
+}
+
+bool Connection::remove_queue_pair(uint16_t slot) {
+  if (slot >= qps_.size() || qps_[slot]->removed() || live_queue_pairs() <= 1) return false;
+  if (!multi_) return false;
+  QueuePair& q = *qps_[slot];
+  if (removed_cq_ == nullptr) removed_cq_ = std::make_unique<CompletionQueue>(1);
+  const bool active = q.state() == ConnectionState::kActive;
+  q.remove(removed_cq_.get(), snd_una_);  // no completion reaches its CQs
+  if (active) nop_fill_requests(slot);    // (an error did it already)
+  ++removed_;
+  slot_of_qpn_.erase(q.config().qp_num & 0xffffff);
+  sending_.remove(slot);
+  outstanding_.remove(slot);
+  receiving_.remove(slot);
+  poke();
+  return true;
 }
 
 std::unique_ptr<wire::TssKey> Connection::key_for(bool ours, uint32_t start_psn) const {
@@ -280,6 +351,13 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
   return slot;
 }
 
+bool Connection::answered_reads() const {
+  for (const QueuePair* q : qps_) {
+    if (q->answered_reads()) return true;
+  }
+  return false;
+}
+
 bool Connection::reads_outstanding() const {
   for (const QueuePair* q : qps_) {
     if (q->reads_outstanding() > 0) return true;
@@ -291,6 +369,10 @@ void Connection::stop_qp_multi(uint16_t slot, WcStatus e) {
   QueuePair& q = *qps_[slot];
   if (q.state() != ConnectionState::kActive) return;
   q.flush(e, snd_una_);
+  nop_fill_requests(slot);
+}
+
+void Connection::nop_fill_requests(uint16_t slot) {
   for (uint32_t psn = snd_una_; psn != snd_nxt_; ++psn) {
     TxRecord& r = rec(psn);
     if (r.qp == slot && r.kind == TxKind::kRequest && r.state != TxState::kAcked) {

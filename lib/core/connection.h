@@ -36,7 +36,7 @@
 namespace braid {
 
 struct ConnectionConfig {
-  uint16_t local_id = 0;    // our PDC id (spdcid on what we send)
+  uint16_t local_id = 0;    // our PDC id (spdcid on what we send; the endpoint's key)
   uint16_t remote_id = 0;   // the peer's PDC id
   uint32_t qp_num = 0;      // reported in work completions; requests must name it
   uint32_t remote_qpn = 0;  // the peer's QP: named in our requests (24 bits)
@@ -102,6 +102,16 @@ struct ConnectionConfig {
   // The peer's MAC is not known yet (ARP under way): nothing is sent until
   // set_remote_mac(). An RC QP reaches RTR with a GID, not a MAC.
   bool await_remote_mac = false;
+  // A PDC that the queue pairs of a device to one peer share (verbs'
+  // shared_pdc). Its ids on the wire are the QP numbers of one of its queue
+  // pairs and that queue pair's peer, so that nothing but QP numbers and
+  // PSNs needs exchanging out of band: the ids it names are those of its
+  // first queue pair to send (speak_as), and the peer's are learnt from the
+  // peer's first data, which names one of this PDC's queue pairs; that
+  // queue pair's rx_psn says where the peer's PSNs start. The endpoint
+  // takes a packet on any of its queue pairs' numbers from that queue
+  // pair's peer (Endpoint::attach_queue_pair). No auth.
+  bool shared = false;
   EntropyConfig entropy;
   CcConfig cc;
 };
@@ -215,6 +225,21 @@ class Connection {
   // Sets the first PSN this side sends (an RC QP learns it at RTS). Only
   // before anything has been sent; returns false otherwise.
   bool set_send_psn(uint32_t psn);
+  // A shared PDC: the queue pair in `slot` reached RTS with send PSN `psn`.
+  // The first to do so before anything was sent names the PDC on the wire
+  // from then on (its QP number, its peer's) and starts its PSNs at `psn`;
+  // later ones change nothing (their PSNs are not used: docs/ibverbs.md).
+  void speak_as(uint16_t slot, uint32_t psn);
+  // The ids this end names on the wire (spdcid, dpdcid): the config's, or
+  // those of the queue pair a shared PDC speaks as.
+  uint16_t wire_id() const { return name_src_; }
+  uint16_t wire_remote() const { return name_dst_; }
+  // The ids the peer names (its spdcid, the dpdcid it sends to).
+  uint16_t peer_wire_id() const { return peer_src_; }
+  uint16_t peer_wire_remote() const { return peer_dst_; }
+  // A shared PDC has learnt which of its queue pairs the peer names.
+  bool peer_named() const { return peer_named_; }
+  bool shared() const { return cfg_.shared; }
   void set_remote_mac(const wire::MacAddr& mac);
   bool has_remote_mac() const { return mac_known_; }
   // READs this end may have outstanding (ConnectionConfig::max_rd_atomic).
@@ -231,6 +256,15 @@ class Connection {
   void set_remote_access(uint32_t access) {
     cfg_.remote_access = access;
     qp_.set_remote_access(access);
+  }
+  // The same for the queue pair in `slot` alone.
+  void set_max_rd_atomic(uint16_t slot, uint32_t n) {
+    if (slot == 0) return set_max_rd_atomic(n);
+    qps_[slot]->set_max_rd_atomic(std::max<uint32_t>(n, 1));
+  }
+  void set_remote_access(uint16_t slot, uint32_t access) {
+    if (slot == 0) return set_remote_access(access);
+    qps_[slot]->set_remote_access(access);
   }
 
   PostError post_send(const SendRequest& wr) { return post_send(0, wr); }
@@ -257,6 +291,27 @@ class Connection {
     return q;
   }
   const QueuePair& queue_pair(uint16_t slot) const { return *qps_[slot]; }
+  QueuePair& queue_pair(uint16_t slot) { return *qps_[slot]; }
+  size_t queue_pair_slots() const { return qps_.size(); }
+  // Queue pairs not removed.
+  size_t live_queue_pairs() const { return qps_.size() - removed_; }
+  bool removed(uint16_t slot) const { return slot < qps_.size() && qps_[slot]->removed(); }
+  // Takes the queue pair in `slot` off the connection (destroy_qp), with
+  // packets of it still in flight: its work requests go without
+  // completions, its requests not yet acknowledged become NO_OPs, and a
+  // request for it from now on is refused (its sender's queue pair ends
+  // alone). The slot is not used again while the connection lives. False:
+  // no such queue pair, or the only one left (close the connection).
+  bool remove_queue_pair(uint16_t slot);
+  // A queue pair's own error (modify_qp to ERR): it alone flushes.
+  void set_queue_pair_error(uint16_t slot, WcStatus status) {
+    if (!multi()) {
+      set_error(status);
+      return;
+    }
+    stop_qp_multi(slot, status);
+    poke();
+  }
   PostError post_send(uint16_t slot, const SendRequest& wr);
   PostError post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl);
 
@@ -297,6 +352,11 @@ class Connection {
   }
   // On its owner's data queue (it queued itself to send).
   bool data_queued() const { return data_q_ != nullptr && data_q_->contains(cfg_.local_id); }
+  // A shared PDC: the first data packet of the peer names (dst, src), the
+  // ids of one of our queue pairs and its peer (the endpoint checked the
+  // pair). Its direction's PSNs start at that queue pair's rx_psn; false
+  // (dropped) when the packet does not carry that direction's job id.
+  bool learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, uint16_t src);
   // Queues the connection puts its id on whenever it may have become ready
   // to send (a post, a packet, a timer, an error): its owner's transmit
   // lists. An owner that polls every connection needs none.
@@ -416,6 +476,11 @@ class Connection {
   // It flushes, and its requests not yet acknowledged become NO_OPs (what
   // they carried must not be read again: the program has its buffers back).
   [[gnu::noinline]] void stop_qp_multi(uint16_t slot, WcStatus e);
+  // The requests of the queue pair in `slot` not yet acknowledged become
+  // NO_OPs.
+  void nop_fill_requests(uint16_t slot);
+  // Some queue pair answered READs (its PSNs have started).
+  bool answered_reads() const;
   // Several queue pairs: a lost packet at the head of the retransmit queue
   // is a request of a queue pair in its RNR wait: the first other one goes.
   [[gnu::noinline]] uint32_t produce_retx_past_held(TxOut& out, TimeNs now);
@@ -540,6 +605,10 @@ class Connection {
     stop_qp(r.qp, qp_of(r).fail_request(r.seq, status, snd_una_));
   }
   // connection_tx.cc
+  void set_names(uint16_t src, uint16_t dst) {
+    name_src_ = src;
+    name_dst_ = dst;
+  }
   uint32_t build_data(TxOut& out, TxRecord& r, bool retx, TimeNs now);
   template <bool kTable>
   uint32_t build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs now);
@@ -711,7 +780,15 @@ class Connection {
   std::vector<std::unique_ptr<QueuePair>> more_qps_;
   std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
   ReadyQueue sending_, outstanding_, receiving_;
-  bool multi_ = false;  // more than one queue pair
+  bool multi_ = false;    // more than one queue pair
+  uint32_t removed_ = 0;  // queue pairs removed
+  // A sink for what removed queue pairs would complete (never polled).
+  std::unique_ptr<CompletionQueue> removed_cq_;
+  // The ids named on the wire: ours (spdcid, dpdcid) and the peer's (what
+  // it puts there). A shared PDC's change as it learns (shared above).
+  uint16_t name_src_ = 0, name_dst_ = 0, peer_src_ = 0, peer_dst_ = 0;
+  bool peer_named_ = false;  // a shared PDC learnt the peer's
+  bool spoken_ = false;      // ... fixed ours (speak_as)
 
   // Transmit state.
   std::vector<TxRecord> tx_;

@@ -98,8 +98,8 @@ uint32_t Connection::write_ack(uint8_t* buf, uint32_t trigger, uint32_t base, ui
   a.pro.flags = flags;
   a.ack_psn_offset = static_cast<uint16_t>(trigger - cack);
   a.cack_psn = cack;
-  a.spdcid = cfg_.local_id;
-  a.dpdcid = cfg_.remote_id;
+  a.spdcid = name_src_;
+  a.dpdcid = name_dst_;
   a.cc_type = static_cast<uint8_t>(wire::CcType::kNscc);
   a.mpr = static_cast<uint8_t>(std::countr_zero(rx_.window()));  // log2 of the window
   a.sack_psn_offset = static_cast<uint16_t>(base - cack);
@@ -126,8 +126,8 @@ uint32_t Connection::build_nack(uint8_t* buf, uint32_t cap) {
   h.vendor_code = n.vendor;
   h.nack_psn = n.psn;
   h.payload = n.payload;
-  h.spdcid = cfg_.local_id;
-  h.dpdcid = cfg_.remote_id;
+  h.spdcid = name_src_;
+  h.dpdcid = name_dst_;
   wire::encode_nack(buf + wire::kL2L4Size, h);
   return finish_frame(buf, wire::kNackSize, paths_.control_port(),
                       static_cast<uint8_t>(wire::kDscpAck << 2));
@@ -140,8 +140,8 @@ uint32_t Connection::build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType 
   h.pro.type = static_cast<uint8_t>(wire::PdsType::kCtrl);
   h.pro.next_hdr = static_cast<uint8_t>(type);
   h.psn = rx_.cack();
-  h.spdcid = cfg_.local_id;
-  h.dpdcid = cfg_.remote_id;
+  h.spdcid = name_src_;
+  h.dpdcid = name_dst_;
   wire::encode_ctrl(buf + wire::kL2L4Size, h);
   return finish_frame(buf, wire::kCtrlSize, paths_.control_port(),
                       static_cast<uint8_t>(wire::kDscpAck << 2));

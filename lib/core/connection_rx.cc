@@ -142,6 +142,10 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
 }
 
 void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, uint32_t advanced) {
+  if (slot == kNoSlot) {  // a NO_OP for a queue pair no longer here
+    if (advanced > 0) in_order_multi();
+    return;
+  }
   QueuePair& q = *qps_[slot];
   if (pkt.has_ses_request && q.in_order_pending()) receiving_.push(slot);
   if (advanced > 0) in_order_multi();
@@ -156,6 +160,7 @@ void Connection::refuse_multi(uint16_t slot, uint32_t psn, Refusal why) {
       psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr),
       static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
                                                    : wire::BraidNackReason::kInvalidRequest));
+  if (slot == kNoSlot) return;  // a queue pair this connection no longer has
   QueuePair& q = *qps_[slot];
   if (q.state() != ConnectionState::kActive) return;
   q.refuse_from(psn);
@@ -214,7 +219,12 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     }
     if (!ours) [[unlikely]] {
       ++stats_.wrong_qp;
-      return;
+      // With several queue pairs, a request for one this connection no
+      // longer has (destroyed) still takes its PSN: it is refused below,
+      // and its sender's queue pair alone ends (it fills the PSN with a
+      // NO_OP, taken here). Dropped, it would stop the PSN space of all.
+      if (!multi() || !pkt.has_ses_request) return;
+      qp_slot = kNoSlot;
     }
   }
   const ReceiveWindow::Verdict v = rx_.check(psn);
@@ -290,8 +300,16 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   }
   Refusal why = Refusal::kNone;
   bool ok = false;
-  QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot];
-  if (multi() && !may_place(q, pkt)) [[unlikely]] {
+  if (qp_slot == kNoSlot) [[unlikely]] {
+    if (pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)) {
+      ok = true;
+      ++stats_.nops_received;
+    } else {
+      ++stats_.invalid_requests;
+      why = Refusal::kInvalid;
+    }
+  } else if (QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot]; multi() && !may_place(q, pkt))
+      [[unlikely]] {
     why = Refusal::kInvalid;
   } else if (pkt.has_ses_request) {
     ok = q.place_request(pkt, rx_.cack(), &why);

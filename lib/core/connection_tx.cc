@@ -282,8 +282,8 @@ uint32_t Connection::build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs 
                                                    : wire::NextHeader::kSesStandard);
   pds.pro.flags = (retx ? wire::kReqFlagRetx : 0) | (unscheduled ? wire::kReqFlagUnscheduled : 0);
   pds.psn = r.psn;
-  pds.spdcid = cfg_.local_id;
-  pds.dpdcid = cfg_.remote_id;
+  pds.spdcid = name_src_;
+  pds.dpdcid = name_dst_;
   const uint8_t* in_place = nullptr;
   const bool read =
       qp.write_packet(slice, src, tx_job_id_, out.in_place_ok && payload_by_reference(),
@@ -405,8 +405,8 @@ uint32_t Connection::build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlTyp
   // A CREDIT names our cumulative received PSN (the peer's data), a
   // CREDIT_REQ the last PSN we sent: each in a space its receiver checks.
   h.psn = type == wire::CtrlType::kCreditReq ? snd_nxt_ - 1 : rx_.cack();
-  h.spdcid = cfg_.local_id;
-  h.dpdcid = cfg_.remote_id;
+  h.spdcid = name_src_;
+  h.dpdcid = name_dst_;
   uint8_t* p = buf + wire::kL2L4Size;
   wire::encode_ctrl(p, h);
   wire::store_be32(p + wire::kCtrlSize, value);  // UET's 4-byte CTRL payload

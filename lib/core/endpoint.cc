@@ -42,7 +42,7 @@ uint32_t Endpoint::grant_thunk(void* owner, uint16_t id, uint32_t max_bytes, boo
 
 Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
                                         CompletionQueue* recv_cq) {
-  if (connection(cfg.local_id) != nullptr) return nullptr;
+  if (connection(cfg.local_id) != nullptr || aliases_.contains(cfg.local_id)) return nullptr;
   erase_closing(cfg.local_id);  // the id's last user waits no longer
   cfg.local_mac = cfg_.mac;
   cfg.local_ip = cfg_.ip;
@@ -66,7 +66,42 @@ Connection* Endpoint::create_connection(ConnectionConfig cfg, CompletionQueue* s
   c->set_ack_asked(&ack_asked_);
   c->set_ready_queues(&control_, &data_);
   c->set_credit_pacer(&pacer_);
+  if (cfg.shared) aliases_[cfg.local_id] = Alias{cfg.local_id, cfg.remote_id};
   return c;
+}
+
+uint16_t Endpoint::attach_queue_pair(uint16_t local_id, QpConfig q, CompletionQueue* send_cq,
+                                     CompletionQueue* recv_cq) {
+  Connection* c = connection(local_id);
+  if (c == nullptr || !c->shared() || q.qp_num == 0 || q.qp_num > 0xffff || q.remote_qpn > 0xffff) {
+    return Connection::kNoSlot;
+  }
+  const auto id = static_cast<uint16_t>(q.qp_num);
+  if (connection(id) != nullptr || aliases_.contains(id)) return Connection::kNoSlot;
+  const uint16_t slot = c->add_queue_pair(q, send_cq, recv_cq);
+  if (slot != Connection::kNoSlot)
+    aliases_[id] = Alias{local_id, static_cast<uint16_t>(q.remote_qpn)};
+  return slot;
+}
+
+bool Endpoint::detach_queue_pair(uint16_t local_id, uint16_t slot) {
+  Connection* c = connection(local_id);
+  if (c == nullptr || slot >= c->queue_pair_slots() || !c->remove_queue_pair(slot)) return false;
+  const auto id = static_cast<uint16_t>(c->queue_pair(slot).config().qp_num);
+  // The peer names the number it learnt from our first data (or, before,
+  // any of them): those stay.
+  if (id == local_id || !c->peer_named() || id == c->peer_wire_remote() || id == c->wire_id()) {
+    return false;
+  }
+  aliases_.erase(id);
+  return true;
+}
+
+Connection* Endpoint::by_alias(uint16_t dst, uint16_t src) const {
+  const auto it = aliases_.find(dst);
+  if (it == aliases_.end() || it->second.remote != src) return nullptr;
+  Connection* c = connection(it->second.conn);
+  return c != nullptr && c->config().remote_ip == pkt_.ip.src ? c : nullptr;
 }
 
 PeerCongestion* Endpoint::peer_for(const ConnectionConfig& cfg) {
@@ -92,6 +127,8 @@ void Endpoint::destroy_connection(uint16_t local_id) {
   Connection* c = connection(local_id);
   if (c == nullptr) return;
   const PeerCongestion* shared = &c->peer();
+  if (c->shared())
+    std::erase_if(aliases_, [&](const auto& a) { return a.second.conn == local_id; });
   conns_[local_id].reset();
   control_.remove(local_id);
   data_.remove(local_id);
@@ -121,12 +158,14 @@ void Endpoint::close_connection(uint16_t local_id) {
     r->answer_len = c->build_close_answer(r->answer_frame.data(),
                                           static_cast<uint32_t>(r->answer_frame.size()));
     if (r->close_len > 0 && r->answer_len > 0) {
-      erase_closing(local_id);
       r->timer.fn = &Endpoint::closing_timer;
       r->timer.owner = r.get();
       r->endpoint = this;
-      r->local_id = local_id;
-      r->remote_id = c->config().remote_id;
+      // Kept under the id the peer names, from the id it names as its own
+      // (a shared PDC's are those of its queue pairs: Connection::shared).
+      r->local_id = c->peer_wire_remote();
+      r->remote_id = c->peer_wire_id();
+      r->dst_pdc = c->wire_remote();
       r->remote_ip = c->config().remote_ip;
       r->sends_left = std::min<uint8_t>(cfg_.close_sends, kMaxCloseSends);
       r->interval = cfg_.close_retry_ns;
@@ -135,8 +174,10 @@ void Endpoint::close_connection(uint16_t local_id) {
       const PathSet& paths = c->paths();
       r->nports = static_cast<uint8_t>(std::min<size_t>(paths.count(), r->ports.size()));
       for (uint8_t i = 0; i < r->nports; ++i) r->ports[i] = paths.entropy(i);
-      if (closing_.size() <= local_id) closing_.resize(size_t{local_id} + 1);
-      Closing& kept = *(closing_[local_id] = std::move(r));
+      const uint16_t key = r->local_id;
+      erase_closing(key);
+      if (closing_.size() <= key) closing_.resize(size_t{key} + 1);
+      Closing& kept = *(closing_[key] = std::move(r));
       ++closing_count_;
       kept.timer_due = true;  // the first CLOSE leaves with the next transmit
       queue_closing(kept);
@@ -290,7 +331,7 @@ uint32_t Endpoint::transmit_closing(TxOut& out, TimeNs now) {
     r->queued = false;
     ++stats_.tx_frames;
     out.dst_ip = r->remote_ip;
-    out.dst_pdc = r->remote_id;
+    out.dst_pdc = r->dst_pdc;
     if (answer) {
       put_closing_frame(*r, r->answer_frame.data(), len, buf);
       erase_closing(id);
@@ -325,7 +366,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     return;
   }
   uint16_t dst = 0, src = 0;
-  bool close = false;
+  bool close = false, data = false;
   switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
@@ -350,9 +391,25 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
       }
       dst = pkt_.req.dpdcid;
       src = pkt_.req.spdcid;
+      data = true;
       break;
   }
   Connection* c = connection(dst);
+  if (c == nullptr || c->shared() || c->config().remote_id != src ||
+      c->config().remote_ip != pkt_.ip.src) [[unlikely]] {
+    Connection* a = aliases_.empty() ? nullptr : by_alias(dst, src);
+    if (a != nullptr) {
+      // A shared PDC: its peer's first data says which of its queue pairs
+      // the peer names, and so where the peer's PSNs start.
+      if (data && !a->peer_named() && !pkt_.sealed && !a->learn_peer_names(pkt_, dst, src)) {
+        drop(wire::DropReason::kUnknownConnection);
+        return;
+      }
+      a->on_packet(pkt_, now);
+      return;
+    }
+    if (c != nullptr && c->shared()) c = nullptr;
+  }
   if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
     if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
     if (pkt_.sealed) {
@@ -410,7 +467,7 @@ uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
     if (len > 0) {
       ++stats_.tx_frames;
       out.dst_ip = c.config().remote_ip;
-      out.dst_pdc = c.config().remote_id;
+      out.dst_pdc = c.wire_remote();
       return len;
     }
   }
@@ -432,7 +489,7 @@ uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
     const uint32_t len = c.produce_data_frame(out, now);
     if (len > 0) {
       out.dst_ip = c.config().remote_ip;
-      out.dst_pdc = c.config().remote_id;
+      out.dst_pdc = c.wire_remote();
       if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
         data_.pop();
         data_.push(id);

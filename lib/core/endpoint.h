@@ -11,6 +11,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "core/connection.h"
@@ -101,6 +102,17 @@ class Endpoint {
   // Returns nullptr when cfg.local_id is taken.
   Connection* create_connection(ConnectionConfig cfg, CompletionQueue* send_cq,
                                 CompletionQueue* recv_cq);
+  // A shared PDC's queue pairs (ConnectionConfig::shared): another queue
+  // pair on connection `local_id` (Connection::add_queue_pair), whose QP
+  // number names the connection on the wire from then on, taken only from
+  // that queue pair's peer (its remote_qpn). kNoSlot: the number names
+  // another connection already, or the connection is not shared.
+  uint16_t attach_queue_pair(uint16_t local_id, QpConfig q, CompletionQueue* send_cq,
+                             CompletionQueue* recv_cq);
+  // ... and off it again (Connection::remove_queue_pair). Returns whether
+  // its QP number is free again: false while the peer may still name it
+  // (the number the connection is kept under, or the one the peer names).
+  bool detach_queue_pair(uint16_t local_id, uint16_t slot);
   // Removes the connection at once: nothing more is sent for it.
   void destroy_connection(uint16_t local_id);
   // Removes the connection as an RC QP goes. When the peer may still wait
@@ -161,7 +173,8 @@ class Endpoint {
     Timer timer;
     Endpoint* endpoint = nullptr;
     uint16_t local_id = 0;
-    uint16_t remote_id = 0;
+    uint16_t remote_id = 0;  // the id the peer names as its own
+    uint16_t dst_pdc = 0;    // ... the one we name as the peer's
     uint32_t remote_ip = 0;
     uint8_t sends_left = 0;  // timed sends
     bool queued = false;     // on closing_due_
@@ -220,6 +233,15 @@ class Endpoint {
   // each id names, nullptr when free.
   std::vector<PeerCongestion*> turn_owner_;
   std::vector<std::unique_ptr<Connection>> conns_;
+  // Shared PDCs: every QP number on one (theirs included) names it, with
+  // the peer id that must come with it.
+  struct Alias {
+    uint16_t conn = 0;
+    uint16_t remote = 0;
+  };
+  std::unordered_map<uint16_t, Alias> aliases_;
+  // The shared connection (dst, src) names, from its peer's address.
+  Connection* by_alias(uint16_t dst, uint16_t src) const;
   ReadyQueue control_;        // connections with an ACK or NACK due
   ReadyQueue data_;           // connections that may have data to send
   uint16_t data_run_id_ = 0;  // the connection whose turn data_run_ counts

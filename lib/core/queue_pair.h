@@ -39,7 +39,11 @@ struct QpConfig {
   uint32_t max_dest_rd_atomic = 16;  // ... accepted as responder
   uint32_t remote_access = 0;        // kAccessRemoteWrite, kAccessRemoteRead
   uint32_t max_tails = 1024;         // deferred tails held at most (a receive window's)
-  bool grow_rings = true;            // queues start small and double on first use
+  // Where the peer queue pair's PSNs start (IB's rq_psn): in a shared PDC,
+  // where the peer's PSN space starts when the peer names this queue pair
+  // (ConnectionConfig::shared).
+  uint32_t rx_psn = 0;
+  bool grow_rings = true;  // queues start small and double on first use
 };
 
 enum class ConnectionState : uint8_t { kActive, kError };
@@ -199,6 +203,15 @@ class QueuePair {
   // The error state: completions as InfiniBand's (connection.h set_error),
   // every queue flushed.
   void flush(WcStatus status, uint32_t snd_una);
+  // Taken off its connection (Connection::remove_queue_pair): flushed into
+  // `sink` rather than its completion queues, which may go before the
+  // connection does.
+  void remove(CompletionQueue* sink, uint32_t snd_una) {
+    send_cq_ = recv_cq_ = sink;
+    removed_ = true;
+    flush(WcStatus::kWrFlushErr, snd_una);
+  }
+  bool removed() const { return removed_; }
   // Outstanding work requests using lkey fail with LOC_PROT_ERR (dereg_mr).
   bool revoke_local_key(uint32_t lkey);
 
@@ -349,6 +362,7 @@ class QueuePair {
   CompletionQueue* send_cq_;
   CompletionQueue* recv_cq_;
   ConnectionState state_ = ConnectionState::kActive;
+  bool removed_ = false;
   TimeNs hold_until_ = 0;
   bool refusal_pending_ = false;
   uint32_t refusal_psn_ = 0;

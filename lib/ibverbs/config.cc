@@ -65,6 +65,7 @@ braid_device_config DeviceSettings::to_config() const {
   c.idle_yield = idle_yield;
   c.credit = credit;
   c.cc_per_qp = cc_per_qp;
+  c.pdc_per_peer = pdc_per_peer;
   c.tx_copy = tx_copy;
   c.engines = engines;
   c.auth = auth;
@@ -92,11 +93,11 @@ DeviceSettings load_settings(std::string* error) {
     return s;
   }
   static const char* const kKeys[] = {
-      "name",         "port",   "ip",        "prefix_len", "gateway",   "neighbors",
-      "eal_args",     "mtu",    "entropies", "udp_port",   "lcore",     "progress_thread",
-      "link_wait_ms", "crc",    "paths",     "cc",         "link_mbps", "base_rtt_us",
-      "idle_yield",   "credit", "tx_copy",   "engines",    "auth",      "auth_key",
-      "cc_scope"};
+      "name",         "port",     "ip",        "prefix_len", "gateway",   "neighbors",
+      "eal_args",     "mtu",      "entropies", "udp_port",   "lcore",     "progress_thread",
+      "link_wait_ms", "crc",      "paths",     "cc",         "link_mbps", "base_rtt_us",
+      "idle_yield",   "credit",   "tx_copy",   "engines",    "auth",      "auth_key",
+      "cc_scope",     "pdc_scope"};
   for (const char* k : kKeys) {
     std::string env = "BRAID_IBV_";
     for (const char* p = k; *p; ++p) env += static_cast<char>(std::toupper(*p));
@@ -178,6 +179,7 @@ DeviceSettings load_settings(std::string* error) {
     if (s.cc == 0) return bad("cc");
   }
   if (!named("cc_scope", {{"peer", 0}, {"qp", 1}}, &s.cc_per_qp)) return bad("cc_scope");
+  if (!named("pdc_scope", {{"qp", 0}, {"peer", 1}}, &s.pdc_per_peer)) return bad("pdc_scope");
   if (!named("auth",
              {{"off", BRAID_AUTH_OFF}, {"on", BRAID_AUTH_ON}, {"required", BRAID_AUTH_REQUIRED}},
              &s.auth)) {

@@ -43,6 +43,7 @@ struct DeviceSettings {
   uint32_t idle_yield = 0;   // braid_device_config.idle_yield
   int credit = 0;            // braid_device_config.credit
   int cc_per_qp = 0;         // braid_device_config.cc_per_qp (cc_scope = peer or qp)
+  int pdc_per_peer = 0;      // braid_device_config.pdc_per_peer (pdc_scope = qp or peer)
   int crc = 0;               // braid_device_config.crc: 0 auto, 1 on, -1 off
   int auth = 0;              // enum braid_auth
   std::string auth_key;      // 64 hex digits or @file (braid_device_config.auth_key)

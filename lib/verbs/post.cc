@@ -91,7 +91,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
   if (qp->state != BRAID_QPS_RTS) return fail(EINVAL, "post_send: QP not in RTS");
   req->fence = (wr->send_flags & BRAID_SEND_FENCE) != 0;
   // The QP's own depth, not the core's (rounded up to a power of two).
-  if (qp->conn->outstanding_sends() >= qp->init.cap.max_send_wr) {
+  if (qp->outstanding_sends() >= qp->init.cap.max_send_wr) {
     return fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
   }
   if ((wr->send_flags & BRAID_SEND_INLINE) && req->opcode != braid::Opcode::kRead) {
@@ -106,7 +106,8 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     // it is free until that entry completes, and a request refused after
     // the copy leaves no other request's bytes changed.
     const size_t cap = qp->init.cap.max_inline_data;
-    uint8_t* slot = qp->inline_buf.data() + (qp->conn->next_msn() & (qp->inline_slots - 1)) * cap;
+    uint8_t* slot = qp->inline_buf.data() +
+                    (qp->conn->queue_pair(qp->slot).next_msn() & (qp->inline_slots - 1)) * cap;
     size_t off = 0;
     for (int i = 0; i < wr->num_sge; ++i) {
       if (wr->sg_list[i].length == 0) continue;  // its address may be anything
@@ -125,8 +126,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
 }
 
 bool in_error(const braid_qp* qp) {
-  return qp->state == BRAID_QPS_ERR ||
-         (qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError);
+  return qp->state == BRAID_QPS_ERR || qp->in_error();
 }
 
 braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
@@ -177,7 +177,7 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
         qp->early_recvs.emplace_back(wr->wr_id, sgl);
       }
     } else {
-      rc = post_error(qp->conn->post_recv(wr->wr_id, sgl), "post_recv");
+      rc = post_error(qp->conn->post_recv(qp->slot, wr->wr_id, sgl), "post_recv");
     }
     if (rc != 0) {
       if (bad != nullptr) *bad = wr;
@@ -198,11 +198,11 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
     flush_send_list(qp, wr);
     return 0;
   }
-  const bool was_idle = qp->conn != nullptr && qp->conn->outstanding_sends() == 0;
+  const bool was_idle = qp->conn != nullptr && qp->outstanding_sends() == 0;
   for (; wr != nullptr; wr = wr->next) {
     braid::SendRequest req;
     int rc = prepare_send(qp, wr, true, &req);
-    if (rc == 0) rc = post_error(qp->conn->post_send(req), "post_send");
+    if (rc == 0) rc = post_error(qp->conn->post_send(qp->slot, req), "post_send");
     if (rc != 0) {
       if (bad != nullptr) *bad = wr;
       return rc;
@@ -228,14 +228,14 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
     if (const int rc = prepare_send(qp, w, false, &req)) return rc;
   }
   if (n == 0) return 0;
-  if (qp->conn->outstanding_sends() + n > qp->init.cap.max_send_wr) {
+  if (qp->outstanding_sends() + n > qp->init.cap.max_send_wr) {
     return fail(ENOMEM, "post_send: queue full");
   }
-  const bool was_idle = qp->conn->outstanding_sends() == 0;
+  const bool was_idle = qp->outstanding_sends() == 0;
   for (; wr != nullptr; wr = wr->next) {
     braid::SendRequest req;
     int rc = prepare_send(qp, wr, true, &req);
-    if (rc == 0) rc = post_error(qp->conn->post_send(req), "post_send");
+    if (rc == 0) rc = post_error(qp->conn->post_send(qp->slot, req), "post_send");
     if (rc != 0) return rc;  // not reached: checked above
   }
   if (was_idle) c->slots[qp->engine]->engine->transmit();

@@ -39,6 +39,39 @@ braid::TimeNs rnr_delay_ns(uint8_t code) {
 
 }  // namespace
 
+// The QP leaves its connection (destroy, or RESET): the connection goes
+// with it (closed as an RC QP goes, or at once), unless it is a shared PDC
+// that other QPs still use. Returns whether the QP's number is free again
+// (a shared PDC's peer may still name it: held until the PDC goes).
+static bool release_connection(braid_qp* qp, bool close) {
+  braid_context* c = qp->context;
+  braid::Engine& e = *c->slots[qp->engine]->engine;
+  braid::Connection* conn = qp->conn;
+  const uint16_t key = conn->config().local_id;
+  qp->conn = nullptr;
+  if (conn->shared() && conn->live_queue_pairs() > 1) {
+    if (e.endpoint().detach_queue_pair(key, qp->slot)) return true;
+    if (qp->qp_num != key) c->pdc_held_qpns[key].push_back(qp->qp_num);
+    return false;
+  }
+  const bool shared = conn->shared();
+  if (close) {
+    e.close_connection(key);
+    e.transmit();
+  } else {
+    e.destroy_connection(key);
+  }
+  if (!shared) return true;
+  // The PDC is gone: the numbers it held are free, its key too (its QP went
+  // before, or is this one).
+  if (auto it = c->pdc_held_qpns.find(key); it != c->pdc_held_qpns.end()) {
+    for (uint32_t n : it->second) c->qpn_used[n] = false;
+    c->pdc_held_qpns.erase(it);
+  }
+  c->qpn_used[key] = false;
+  return true;
+}
+
 extern "C" {
 
 uint32_t braid_qp_num(const struct braid_qp* qp) {
@@ -105,17 +138,17 @@ int braid_destroy_qp(struct braid_qp* qp) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
+  bool number_free = true;
   if (qp->conn != nullptr) {
     // The peer's last sends completed here; it learns so from our ACK. An
     // ACK not yet sent (coalesced, held), lost, or left in a ring the peer
     // has not read when our port closes would end them in RETRY_EXC_ERR
     // there: the connection's CLOSE says it again until the peer answers
     // (Endpoint::close_connection; close_device waits for the answers).
-    braid::Engine& e = *c->slots[qp->engine]->engine;
-    e.close_connection(static_cast<uint16_t>(qp->qp_num));
-    e.transmit();
+    // A QP on a shared PDC with others leaves it alone.
+    number_free = release_connection(qp, true);
   }
-  c->qpn_used[qp->qp_num] = false;
+  if (number_free) c->qpn_used[qp->qp_num] = false;
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   // A CQ keeps its rings (and the completions in them) until it goes.
   --qp->send_cq->users;
@@ -210,16 +243,52 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.rnr_delay_ns = rnr_delay_ns(qp->attr.min_rnr_timer);
   cc.peer_ack_hold_ns = braid::kAckHoldNs;
   if (mask & BRAID_QP_AUTH_NONCE) std::memcpy(cc.auth_nonce.data(), a->auth_nonce, 16);
-  qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
-                                            &qp->recv_cq->ring(qp->engine));
+  cc.shared = c->config.pdc_per_peer == 1;
+  // A PDC per peer: the QP joins the one its engine has to this peer (same
+  // path MTU), unless that one failed.
+  braid::Connection* shared = nullptr;
+  if (cc.shared) {
+    for (braid_qp* o : c->qps) {
+      braid::Connection* oc = o->conn;
+      if (o != qp && oc != nullptr && oc->shared() && o->engine == qp->engine &&
+          oc->config().remote_ip == peer_ip && oc->config().mtu == cc.mtu &&
+          oc->state() == braid::ConnectionState::kActive) {
+        shared = oc;
+        break;
+      }
+    }
+  }
+  if (shared != nullptr) {
+    braid::QpConfig q = shared->queue_pair_config(qp->qp_num, a->dest_qp_num);
+    q.pd = cc.pd;
+    q.sq_depth = cc.sq_depth;
+    q.rq_depth = cc.rq_depth;
+    q.max_rd_atomic = cc.max_rd_atomic;
+    q.max_dest_rd_atomic = cc.max_dest_rd_atomic;
+    q.remote_access = cc.remote_access;
+    q.rx_psn = cc.rx_psn;
+    const uint16_t slot =
+        e.endpoint().attach_queue_pair(shared->config().local_id, q, &qp->send_cq->ring(qp->engine),
+                                       &qp->recv_cq->ring(qp->engine));
+    if (slot == braid::Connection::kNoSlot) {
+      return fail(EBUSY, "modify_qp RTR: the QP could not join its peer's PDC");
+    }
+    qp->conn = shared;
+    qp->slot = slot;
+  } else {
+    qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
+                                              &qp->recv_cq->ring(qp->engine));
+    qp->slot = 0;
+  }
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
   // The device has a peer now: from here to close its bursts must not race
   // the peer's going (a memif peer that exits makes DPDK unmap the rings a
   // burst reads). Before the first RTR the link may still come and go (a
   // client that retries its connection).
   for (auto& s : c->slots) s->engine->io().hold_events_until_close();
-  if (!known) e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
-  for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(id, sgl);
+  if (!known && shared == nullptr)
+    e.route_when_resolved(static_cast<uint16_t>(qp->qp_num), peer_ip);
+  for (auto& [id, sgl] : qp->early_recvs) qp->conn->post_recv(qp->slot, id, sgl);
   qp->early_recvs.clear();
   qp->attr.dest_qp_num = a->dest_qp_num;
   qp->attr.rq_psn = a->rq_psn;
@@ -235,7 +304,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
 static void apply_access_and_rnr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if (mask & BRAID_QP_ACCESS_FLAGS) {
     qp->attr.qp_access_flags = a->qp_access_flags;
-    qp->conn->set_remote_access(remote_access_of(a->qp_access_flags));
+    qp->conn->set_remote_access(qp->slot, remote_access_of(a->qp_access_flags));
   }
   if (mask & BRAID_QP_MIN_RNR_TIMER) {
     qp->attr.min_rnr_timer = a->min_rnr_timer;
@@ -260,7 +329,9 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
     return fail(EINVAL, "modify_qp: timeout must be 0..31");
   }
-  if (!qp->conn->set_send_psn(a->sq_psn)) {
+  if (qp->conn->shared()) {
+    qp->conn->speak_as(qp->slot, a->sq_psn);  // the first QP's PSNs are the PDC's
+  } else if (!qp->conn->set_send_psn(a->sq_psn)) {
     if (qp->conn->auth_broken()) {
       return fail(EIO, "modify_qp RTS: the QP's keys could not be made (libcrypto failed)");
     }
@@ -280,7 +351,7 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   const braid::TimeNs rto_max =
       timeout == 0 ? 50'000'000ull : std::min<braid::TimeNs>(4096ull << timeout, 60'000'000'000ull);
   qp->conn->set_retry(qp->attr.retry_cnt, qp->attr.rnr_retry, rto_max, timeout == 0);
-  qp->conn->set_max_rd_atomic(qp->attr.max_rd_atomic);
+  qp->conn->set_max_rd_atomic(qp->slot, qp->attr.max_rd_atomic);
   apply_access_and_rnr(qp, a, mask);
   return 0;
 }
@@ -293,16 +364,16 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   const braid_qp_state from = qp->state, to = a->qp_state;
   int rc = 0;
   if (to == BRAID_QPS_ERR) {
-    if (qp->conn != nullptr) qp->conn->set_error(braid::WcStatus::kWrFlushErr);
+    if (qp->conn != nullptr) qp->conn->set_queue_pair_error(qp->slot, braid::WcStatus::kWrFlushErr);
     // Receives posted before RTR have no connection to flush them.
     for (auto& r : qp->early_recvs) {
       flush_posted(qp->recv_cq, qp, r.first, braid::WcOpcode::kRecv);
     }
     qp->early_recvs.clear();
   } else if (to == BRAID_QPS_RESET) {
-    if (qp->conn != nullptr) {
-      c->slots[qp->engine]->engine->destroy_connection(static_cast<uint16_t>(qp->qp_num));
-      qp->conn = nullptr;
+    if (qp->conn != nullptr && !release_connection(qp, false)) {
+      // Its number still names a shared PDC: the QP cannot keep it.
+      c->qpn_used[qp->qp_num] = true;
     }
     qp->early_recvs.clear();
   } else if (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) {
@@ -330,9 +401,7 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
   if (qp == nullptr || a == nullptr) return EINVAL;
   EngineGuard g(qp->context, qp->engine);
   *a = qp->attr;
-  a->qp_state = a->cur_qp_state =
-      qp->conn != nullptr && qp->conn->state() == braid::ConnectionState::kError ? BRAID_QPS_ERR
-                                                                                 : qp->state;
+  a->qp_state = a->cur_qp_state = qp->in_error() ? BRAID_QPS_ERR : qp->state;
   a->cap = qp->init.cap;
   if (init != nullptr) *init = qp->init;
   return 0;

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "braid/verbs.h"
@@ -98,6 +99,10 @@ struct braid_context {
   uint64_t qpn_key = 0;
   std::vector<braid_cq*> cqs;
   std::vector<braid_qp*> qps;
+  // Shared PDCs (config.pdc_per_peer), by the id they are kept under: the
+  // QP numbers of their destroyed QPs that the peer may still name, held
+  // (qpn_used) until the PDC goes.
+  std::unordered_map<uint16_t, std::vector<uint32_t>> pdc_held_qpns;
   int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
   uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
@@ -205,6 +210,14 @@ struct braid_qp {
   braid_qp_attr attr{};
   bool sq_sig_all = false;
   braid::Connection* conn = nullptr;  // from RTR on
+  // Its queue pair's slot on conn: 0 on a connection of its own; on a PDC
+  // the device's QPs to one peer share (config.pdc_per_peer), any.
+  uint16_t slot = 0;
+  bool in_error() const {
+    return conn != nullptr && (conn->state() == braid::ConnectionState::kError ||
+                               conn->queue_pair(slot).state() == braid::ConnectionState::kError);
+  }
+  uint32_t outstanding_sends() const { return conn->queue_pair(slot).outstanding_sends(); }
   // Receives posted in INIT, before the connection exists.
   std::vector<std::pair<uint64_t, braid::SgList>> early_recvs;
   // Inline data is copied here at post time: one slot per send queue

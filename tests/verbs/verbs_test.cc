@@ -49,6 +49,7 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     ca.stats = stats_;
     cb.stats = stats_;
     ca.auth = cb.auth = auth_;
+    ca.pdc_per_peer = cb.pdc_per_peer = pdc_per_peer_;
     ca.auth_key = key_a_;
     cb.auth_key = key_b_;
     if (GetParam() == Backend::kPipe) {
@@ -189,6 +190,7 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
   int crc_ = 0;                // both devices' integrity trailer (braid_device_config.crc)
   int crc_b_ = 0;              // b's, when it differs
   int stats_ = -1;             // braid_device_config.stats: none unless a test asks
+  int pdc_per_peer_ = 0;       // both devices' braid_device_config.pdc_per_peer
   int auth_ = BRAID_AUTH_OFF;  // both devices' authenticated mode, and their keys
   const char* key_a_ = nullptr;
   const char* key_b_ = nullptr;
@@ -1460,6 +1462,133 @@ TEST(VerbsConfig, AuthNeedsAKeyOf64HexDigitsOrAFileOfThem) {
   EXPECT_EQ(braid_close_device(ctx), 0);
   std::remove(file.c_str());
 }
+
+// Devices with a PDC per peer: a's QPs to b share one connection (and b's
+// to a), whatever order each side connects them in; each QP keeps its own
+// PSNs out of band (only the first's are used) and its own completions.
+class VerbsSharedPdc : public VerbsPipe {
+ protected:
+  VerbsSharedPdc() { pdc_per_peer_ = 1; }
+  // INIT -> RTR -> RTS for the pair (qa, qb), with PSNs of their own.
+  void connect_pair(braid_qp* qa, braid_qp* qb, uint32_t psn_a, uint32_t psn_b, bool a_side) {
+    braid_qp* me = a_side ? qa : qb;
+    braid_qp* peer = a_side ? qb : qa;
+    Side& ms = a_side ? a : b;
+    Side& ps = a_side ? b : a;
+    braid_qp_attr at{};
+    at.qp_state = BRAID_QPS_INIT;
+    at.qp_access_flags = BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
+    ASSERT_EQ(braid_modify_qp(me, &at, BRAID_QP_STATE | BRAID_QP_ACCESS_FLAGS), 0);
+    at = {};
+    at.qp_state = BRAID_QPS_RTR;
+    at.path_mtu = BRAID_MTU_1024;
+    at.dest_qp_num = braid_qp_num(peer);
+    at.rq_psn = a_side ? psn_b : psn_a;
+    braid_query_gid(ps.ctx, 1, 0, &at.ah_attr.dgid);
+    braid_progress(ps.ctx);
+    ASSERT_EQ(braid_modify_qp(me, &at,
+                              BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                                  BRAID_QP_RQ_PSN),
+              0)
+        << braid_last_error();
+    at = {};
+    at.qp_state = BRAID_QPS_RTS;
+    at.sq_psn = a_side ? psn_a : psn_b;
+    at.retry_cnt = 7;
+    at.timeout = 10;
+    ASSERT_EQ(
+        braid_modify_qp(me, &at,
+                        BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT),
+        0);
+    (void)ms;
+  }
+};
+
+TEST_P(VerbsSharedPdc, QpsToOnePeerShareAConnectionAndLeaveItOneByOne) {
+  // The fixture's pair (a.qp, b.qp) is connected; three more pairs, a's
+  // side in one order and b's in the reverse.
+  std::vector<braid_qp*> qa{a.qp}, qb{b.qp};
+  for (int i = 0; i < 3; ++i) {
+    qa.push_back(new_qp(a, {128, 128, 1, 1, 64}));
+    qb.push_back(new_qp(b, {128, 128, 1, 1, 64}));
+    ASSERT_NE(qa.back(), nullptr);
+    ASSERT_NE(qb.back(), nullptr);
+  }
+  for (int i = 1; i < 4; ++i) connect_pair(qa[i], qb[i], 1000 * i, 50000 + 333 * i, true);
+  for (int i = 3; i >= 1; --i) connect_pair(qa[i], qb[i], 1000 * i, 50000 + 333 * i, false);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(qa[i]->conn, a.qp->conn);
+    EXPECT_EQ(qb[i]->conn, b.qp->conn);
+  }
+  // Each pair WRITEs both ways into its own 4 KiB, 3 KiB at a time.
+  auto write_all = [&](uint8_t seed, size_t live_from) {
+    for (size_t i = live_from; i < 4; ++i) {
+      for (int side = 0; side < 2; ++side) {
+        Side& from = side == 0 ? a : b;
+        Side& to = side == 0 ? b : a;
+        braid_qp* q = side == 0 ? qa[i] : qb[i];
+        for (size_t k = 0; k < 3000; ++k) {
+          from.buf[i * 4096 + k] = static_cast<uint8_t>(seed + 31 * i + k * 7 + side);
+        }
+        braid_sge s = sge(from, i * 4096, 3000);
+        braid_send_wr w = rdma_write(&s, 10 * i + side, to, 65536 + i * 4096);
+        ASSERT_EQ(braid_post_send(q, &w, nullptr), 0) << braid_last_error();
+      }
+    }
+    const size_t n = 4 - live_from;
+    const auto wa = wait(a, n), wb = wait(b, n);
+    ASSERT_EQ(wa.size(), n);
+    ASSERT_EQ(wb.size(), n);
+    for (const auto& wc : wa) EXPECT_EQ(wc.status, BRAID_WC_SUCCESS);
+    for (const auto& wc : wb) EXPECT_EQ(wc.status, BRAID_WC_SUCCESS);
+    for (size_t i = live_from; i < 4; ++i) {
+      EXPECT_EQ(std::memcmp(a.buf.data() + i * 4096, b.buf.data() + 65536 + i * 4096, 3000), 0);
+      EXPECT_EQ(std::memcmp(b.buf.data() + i * 4096, a.buf.data() + 65536 + i * 4096, 3000), 0);
+    }
+  };
+  write_all(1, 0);
+  EXPECT_EQ(a.qp->conn->live_queue_pairs(), 4u);
+  // The PDC's first QPs go (each side's is another pair); the rest go on.
+  ASSERT_EQ(braid_destroy_qp(qa[0]), 0);
+  ASSERT_EQ(braid_destroy_qp(qb[0]), 0);
+  a.qp = b.qp = nullptr;
+  ASSERT_EQ(qa[1]->conn->live_queue_pairs(), 3u);
+  write_all(2, 1);
+  ASSERT_EQ(braid_destroy_qp(qa[3]), 0);
+  ASSERT_EQ(braid_destroy_qp(qb[3]), 0);
+  for (int i = 1; i < 3; ++i) {
+    ASSERT_EQ(braid_destroy_qp(qa[i]), 0);
+    ASSERT_EQ(braid_destroy_qp(qb[i]), 0);
+  }
+  // All gone: so is the PDC, and a new pair sets one up again.
+  size_t live = 0;
+  for (size_t id = 0; id < a.ctx->engine->endpoint().connection_slots(); ++id) {
+    live += a.ctx->engine->endpoint().connection(static_cast<uint16_t>(id)) != nullptr;
+  }
+  EXPECT_EQ(live, 0u);
+  a.qp = new_qp(a, {128, 128, 1, 1, 64});
+  b.qp = new_qp(b, {128, 128, 1, 1, 64});
+  connect();
+  braid_sge s = sge(a, 0, 100);
+  braid_send_wr w = write_to_b(&s, 99);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  const auto wc = wait(a, 1);
+  ASSERT_EQ(wc.size(), 1u);
+  EXPECT_EQ(wc[0].status, BRAID_WC_SUCCESS);
+}
+
+TEST(VerbsConfig, APdcPerPeerNeedsOneEngineAndAuthOff) {
+  braid_device_config c{};
+  c.ipv4 = "198.18.0.1";
+  c.pdc_per_peer = 2;
+  const MacAddr m{2, 0, 0, 0, 0, 1}, n{2, 0, 0, 0, 0, 2};
+  auto [ia, ib] = braid::PipeIo::make_pair(m, n, 1514);
+  EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr);
+  EXPECT_NE(std::string(braid_last_error()).find("pdc_per_peer"), std::string::npos);
+}
+
+INSTANTIATE_TEST_SUITE_P(Pipe, VerbsSharedPdc, ::testing::Values(Backend::kPipe),
+                         [](const auto&) { return std::string("pipe"); });
 
 INSTANTIATE_TEST_SUITE_P(Backends, VerbsAuth, ::testing::Values(Backend::kPipe, Backend::kMemif),
                          [](const auto& info) {

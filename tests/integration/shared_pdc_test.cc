@@ -1,0 +1,291 @@
+// A PDC shared by the queue pairs of two endpoints (ConnectionConfig::
+// shared, Endpoint::attach_queue_pair): its ids on the wire are QP numbers,
+// and each side learns from the other's first data which of its queue
+// pairs the peer names and so where the peer's PSNs start. Queue pairs
+// leave it (destroy) with packets in flight.
+#include <algorithm>
+#include <deque>
+
+#include "direct_pair.h"
+
+namespace braid::test {
+namespace {
+
+// a's QPs 10 and 11 talk to b's 20 and 21. As two hosts may, each side set
+// its PDC up from another pair: a's from 10 <-> 20, b's from 21 <-> 11.
+// Each QP has its own PSNs, as an application exchanges them: a10 sends
+// from 1000, a11 from 7000, b20 from 5000, b21 from 9000.
+struct Shared {
+  DirectPair& p;
+  Connection* ca = nullptr;
+  Connection* cb = nullptr;
+  std::deque<CompletionQueue> cqs;  // a10, a11, b20, b21: send and receive each
+  uint16_t a11 = Connection::kNoSlot, b20 = Connection::kNoSlot;
+
+  CompletionQueue* cq() { return &cqs.emplace_back(256); }
+  explicit Shared(DirectPair& pair, bool speak = true) : p(pair) {
+    ConnectionConfig c;
+    c.shared = true;
+    c.local_id = 10;
+    c.remote_id = 20;
+    c.qp_num = 10;
+    c.remote_qpn = 20;
+    c.rx_psn = c.tx_psn = 5000;  // until RTS: its rq_psn (as the verbs layer)
+    c.remote_mac = mac_of(2);
+    c.remote_ip = kIpB;
+    CompletionQueue* q = cq();
+    ca = p.a.create_connection(c, q, q);
+    c.local_id = 21;
+    c.remote_id = 11;
+    c.qp_num = 21;
+    c.remote_qpn = 11;
+    c.rx_psn = c.tx_psn = 7000;
+    c.remote_mac = mac_of(1);
+    c.remote_ip = kIpA;
+    q = cq();
+    cb = p.b.create_connection(c, q, q);
+    EXPECT_NE(ca, nullptr);
+    EXPECT_NE(cb, nullptr);
+    QpConfig qa = ca->queue_pair_config(11, 21);
+    qa.rx_psn = 9000;
+    q = cq();
+    a11 = p.a.attach_queue_pair(10, qa, q, q);
+    QpConfig qb = cb->queue_pair_config(20, 10);
+    qb.rx_psn = 1000;
+    q = cq();
+    b20 = p.b.attach_queue_pair(21, qb, q, q);
+    EXPECT_NE(a11, Connection::kNoSlot);
+    EXPECT_NE(b20, Connection::kNoSlot);
+    if (!speak) return;
+    // RTS: a11 first on a, b20 first on b; the later ones change nothing.
+    ca->speak_as(a11, 7000);
+    ca->speak_as(0, 1000);
+    cb->speak_as(b20, 5000);
+    cb->speak_as(0, 9000);
+  }
+  CompletionQueue& a10cq() { return cqs[0]; }
+  CompletionQueue& b21cq() { return cqs[1]; }
+  CompletionQueue& a11cq() { return cqs[2]; }
+  CompletionQueue& b20cq() { return cqs[3]; }
+};
+
+std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
+  std::vector<uint8_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
+  return v;
+}
+
+TEST(SharedPdc, EndsThatSetItUpFromDifferentQueuePairsLearnEachOthersNamesAndPsns) {
+  DirectPair p;
+  Shared s(p);
+  constexpr uint32_t kLen = 5000;
+  // Every QP WRITEs to its peer and SENDs to it.
+  struct Flow {
+    Connection* from;
+    uint16_t slot;
+    Endpoint* to_ep;
+    Connection* to;
+    uint16_t to_slot;
+    CompletionQueue* scq;
+    CompletionQueue* rcq;
+  };
+  const Flow flows[] = {{s.ca, 0, &p.b, s.cb, s.b20, &s.a10cq(), &s.b20cq()},
+                        {s.ca, s.a11, &p.b, s.cb, 0, &s.a11cq(), &s.b21cq()},
+                        {s.cb, s.b20, &p.a, s.ca, 0, &s.b20cq(), &s.a10cq()},
+                        {s.cb, 0, &p.a, s.ca, s.a11, &s.b21cq(), &s.a11cq()}};
+  std::vector<std::vector<uint8_t>> src, wdst, rdst;
+  for (int i = 0; i < 4; ++i) {
+    src.push_back(pattern(kLen, static_cast<uint8_t>(i)));
+    wdst.emplace_back(kLen, 0);
+    rdst.emplace_back(kLen, 0);
+  }
+  for (int i = 0; i < 4; ++i) {
+    const Flow& f = flows[i];
+    const uint32_t key =
+        f.to_ep->memory().register_region(wdst[i].data(), kLen, kAccessRemoteWrite, 0);
+    ASSERT_EQ(f.to->post_recv(f.to_slot, 50 + i, sgl_of(rdst[i].data(), kLen)), PostError::kOk);
+    ASSERT_EQ(f.from->post_send(
+                  f.slot, request(1, Opcode::kWrite, src[i].data(), kLen, wdst[i].data(), key)),
+              PostError::kOk);
+    ASSERT_EQ(f.from->post_send(f.slot, request(2, Opcode::kSend, src[i].data(), kLen)),
+              PostError::kOk);
+  }
+  // What each side names on the wire: the pair of its first QP to reach RTS.
+  for (const Frame& f : p.drain(p.a)) {
+    const wire::ParsedPacket pkt = parse(f);
+    EXPECT_EQ(pkt.req.spdcid, 11);
+    EXPECT_EQ(pkt.req.dpdcid, 21);
+    EXPECT_LT(pkt.req.psn - 7000, 64u);  // a11's PSNs
+    p.b.receive(f.data(), static_cast<uint32_t>(f.size()), p.now);
+  }
+  EXPECT_TRUE(s.cb->peer_named());
+  ASSERT_TRUE(p.run_for(20'000'000, 1'000, [&] {
+    return std::all_of(std::begin(flows), std::end(flows),
+                       [](const Flow& f) { return f.rcq->size() >= 1; }) &&
+           s.a10cq().size() == 3 && s.a11cq().size() == 3 && s.b20cq().size() == 3 &&
+           s.b21cq().size() == 3;
+  }));
+  for (CompletionQueue* q : {&s.a10cq(), &s.a11cq(), &s.b20cq(), &s.b21cq()}) {
+    for (const WorkCompletion& wc : poll_all(*q)) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  }
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(wdst[i], src[i]) << i;
+    EXPECT_EQ(rdst[i], src[i]) << i;
+  }
+  EXPECT_EQ(s.ca->wire_id(), 11);
+  EXPECT_EQ(s.cb->wire_id(), 20);
+  EXPECT_EQ(s.ca->peer_wire_id(), 20);
+  EXPECT_EQ(s.cb->peer_wire_id(), 11);
+  EXPECT_EQ(s.ca->stats().wrong_job_id + s.cb->stats().wrong_job_id, 0u);
+  // One PSN space each way: 2 WRITEs + 2 SENDs of 2 packets at 4096.
+  EXPECT_EQ(s.cb->stats().data_received, 8u);
+  EXPECT_EQ(s.ca->stats().data_received, 8u);
+}
+
+// Only a queue pair's own peer may name it, and the first data must carry
+// the job id of the pair it names: a stranger's frame teaches nothing.
+TEST(SharedPdc, AFrameNamingAPairThatIsNotOursTeachesNothing) {
+  DirectPair p;
+  Shared s(p);
+  static std::vector<uint8_t> src(100, 9);
+  std::vector<uint8_t> dst(100, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 100, kAccessRemoteWrite, 0);
+  ASSERT_EQ(s.ca->post_send(s.a11, request(1, Opcode::kWrite, src.data(), 100, dst.data(), key)),
+            PostError::kOk);
+  const std::vector<Frame> frames = p.drain(p.a);
+  ASSERT_EQ(frames.size(), 1u);
+  auto renamed = [](Frame f, uint16_t src_id, uint16_t dst_id) {
+    const wire::ParsedPacket pkt = parse(f);
+    wire::RequestHeader h = pkt.req;
+    h.spdcid = src_id;
+    h.dpdcid = dst_id;
+    wire::encode_request(f.data() + wire::kL2L4Size, h);
+    return f;
+  };
+  const uint64_t unknown = p.b.stats().drops_for(wire::DropReason::kUnknownConnection);
+  // 20's peer is 10, not 11; 22 is no QP of b's.
+  for (const Frame& f : {renamed(frames[0], 11, 20), renamed(frames[0], 11, 22)}) {
+    p.b.receive(f.data(), static_cast<uint32_t>(f.size()), p.now);
+  }
+  EXPECT_EQ(p.b.stats().drops_for(wire::DropReason::kUnknownConnection), unknown + 2);
+  // A pair of b's (20 <-> 10), but the job id is the one of 21 <-> 11.
+  const Frame forged = renamed(frames[0], 10, 20);
+  p.b.receive(forged.data(), static_cast<uint32_t>(forged.size()), p.now);
+  EXPECT_FALSE(s.cb->peer_named());
+  EXPECT_EQ(s.cb->stats().wrong_job_id, 1u);
+  EXPECT_EQ(dst[0], 0);
+  // The real one still teaches and writes.
+  p.deliver(p.b, frames);
+  EXPECT_TRUE(s.cb->peer_named());
+  EXPECT_EQ(s.cb->peer_wire_id(), 11);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
+  EXPECT_EQ(poll_all(s.a11cq())[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst, src);
+}
+
+// b destroys QP 21 while a's WRITEs to it are on their way: they are
+// refused, a's QP 11 alone ends, and the PDC carries QP 10's WRITEs on.
+// Nothing reaches 21's completion queue once it has gone.
+TEST(SharedPdc, AQueuePairDestroyedUnderItsPeersWritesEndsOnlyThatPeer) {
+  DirectPair p;
+  Shared s(p);
+  static std::vector<uint8_t> src(4096, 5);
+  std::vector<uint8_t> dst(4096, 0), other(4096, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 4096, kAccessRemoteWrite, 0);
+  const uint32_t okey = p.b.memory().register_region(other.data(), 4096, kAccessRemoteWrite, 0);
+  ASSERT_EQ(s.ca->post_send(s.a11, request(1, Opcode::kWrite, src.data(), 100, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
+  poll_all(s.a11cq());
+  std::vector<uint8_t> rbuf(64);
+  ASSERT_EQ(s.cb->post_recv(0, 77, sgl_of(rbuf.data(), 64)), PostError::kOk);  // (never completes)
+  for (uint64_t k = 0; k < 4; ++k) {
+    ASSERT_EQ(
+        s.ca->post_send(s.a11, request(10 + k, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
+        PostError::kOk);
+  }
+  const std::vector<Frame> in_flight = p.drain(p.a);
+  ASSERT_EQ(in_flight.size(), 4u);
+  std::fill(dst.begin(), dst.end(), 0);
+  // 21 is the QP b's PDC is kept under: it goes, the PDC stays.
+  EXPECT_FALSE(p.b.detach_queue_pair(21, 0));  // its number stays the PDC's
+  EXPECT_TRUE(s.cb->removed(0));
+  EXPECT_EQ(s.cb->live_queue_pairs(), 1u);
+  p.deliver(p.b, in_flight);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a11cq().size() == 4; }));
+  const auto wcs = poll_all(s.a11cq());
+  EXPECT_NE(wcs[0].status, WcStatus::kSuccess);
+  for (size_t i = 1; i < wcs.size(); ++i) EXPECT_EQ(wcs[i].status, WcStatus::kWrFlushErr);
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(s.b21cq().size(), 0u);
+  EXPECT_GE(s.cb->stats().wrong_qp, 4u);
+  // The PDC goes on: QP 10 -> 20.
+  ASSERT_EQ(s.ca->post_send(0, request(20, Opcode::kWrite, src.data(), 4096, other.data(), okey)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a10cq().size() == 1; }));
+  EXPECT_EQ(poll_all(s.a10cq())[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(other, src);
+  EXPECT_EQ(s.ca->state(), ConnectionState::kActive);
+  EXPECT_EQ(s.cb->state(), ConnectionState::kActive);
+}
+
+// a destroys QP 10 with its WRITEs lost on the way: they go again as
+// NO_OPs (their buffers are the program's again), the PSN space moves on,
+// and QP 11 goes on. 10's completion queue gets nothing.
+TEST(SharedPdc, ARemovedQueuePairsLostRequestsGoAgainAsNoOps) {
+  DirectPair p;
+  Shared s(p);
+  static std::vector<uint8_t> src(4096, 8);
+  std::vector<uint8_t> dst(4096, 0), other(4096, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 4096, kAccessRemoteWrite, 0);
+  const uint32_t okey = p.b.memory().register_region(other.data(), 4096, kAccessRemoteWrite, 0);
+  for (uint64_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(s.ca->post_send(0, request(k, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
+              PostError::kOk);
+  }
+  ASSERT_EQ(p.drain(p.a).size(), 3u);          // lost
+  EXPECT_FALSE(p.a.detach_queue_pair(10, 0));  // 10 keeps the PDC: its number stays
+  EXPECT_TRUE(s.ca->removed(0));
+  ASSERT_EQ(
+      s.ca->post_send(s.a11, request(9, Opcode::kWrite, src.data(), 4096, other.data(), okey)),
+      PostError::kOk);
+  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
+  EXPECT_EQ(poll_all(s.a11cq())[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(other, src);
+  EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(s.cb->stats().nops_received, 3u);
+  EXPECT_EQ(s.a10cq().size(), 0u);
+  EXPECT_EQ(s.ca->unacked_packets(), 0u);
+}
+
+// A QP that was not the PDC's first may leave and give its number back.
+TEST(SharedPdc, AnotherQueuePairsNumberIsFreeOnceItLeaves) {
+  DirectPair p;
+  Shared s(p);
+  static std::vector<uint8_t> src(64, 1);
+  std::vector<uint8_t> dst(64, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 64, kAccessRemoteWrite, 0);
+  std::vector<uint8_t> back(64, 0);
+  const uint32_t bkey = p.a.memory().register_region(back.data(), 64, kAccessRemoteWrite, 0);
+  ASSERT_EQ(s.ca->post_send(0, request(1, Opcode::kWrite, src.data(), 64, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_EQ(s.cb->post_send(0, request(2, Opcode::kWrite, src.data(), 64, back.data(), bkey)),
+            PostError::kOk);
+  ASSERT_TRUE(
+      p.run_for(10'000'000, 1'000, [&] { return s.a10cq().size() == 1 && s.b21cq().size() == 1; }));
+  ASSERT_TRUE(s.ca->peer_named());
+  // b's PDC: kept under 21, speaks as 20, the peer names 21: 20 stays too.
+  EXPECT_FALSE(p.b.detach_queue_pair(21, s.b20));
+  // a's: kept under 10, speaks as 11, b names 10; a QP 12 joins and leaves.
+  QpConfig q = s.ca->queue_pair_config(12, 22);
+  CompletionQueue cq(16);
+  const uint16_t slot = p.a.attach_queue_pair(10, q, &cq, &cq);
+  ASSERT_NE(slot, Connection::kNoSlot);
+  EXPECT_EQ(p.a.attach_queue_pair(10, q, &cq, &cq), Connection::kNoSlot);  // taken
+  EXPECT_TRUE(p.a.detach_queue_pair(10, slot));
+  EXPECT_NE(p.a.attach_queue_pair(10, s.ca->queue_pair_config(12, 23), &cq, &cq),
+            Connection::kNoSlot);
+}
+
+}  // namespace
+}  // namespace braid::test
