@@ -397,36 +397,8 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   Connection* c = connection(dst);
   if (c == nullptr || c->shared() || c->config().remote_id != src ||
       c->config().remote_ip != pkt_.ip.src) [[unlikely]] {
-    Connection* a = aliases_.empty() ? nullptr : by_alias(dst, src);
-    if (a != nullptr) {
-      // A shared PDC: its peer's first data says which of its queue pairs
-      // the peer names, and so where the peer's PSNs start.
-      if (data && !a->peer_named() && !pkt_.sealed && !a->learn_peer_names(pkt_, dst, src)) {
-        drop(wire::DropReason::kUnknownConnection);
-        return;
-      }
-      a->on_packet(pkt_, now);
-      return;
-    }
-    if (c != nullptr && c->shared()) c = nullptr;
-  }
-  if (c == nullptr || c->config().remote_id != src || c->config().remote_ip != pkt_.ip.src) {
-    if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return;
-    if (pkt_.sealed) {
-      ++stats_.sealed_strangers;  // nothing to open it with
-      drop(wire::DropReason::kUnknownConnection);
-      return;
-    }
-    // A CLOSE for an id we do not have, or from someone else than its peer,
-    // is answered the same way: which ids are live does not show.
-    if (close && cfg_.auth != AuthMode::kRequired) {
-      if (c == nullptr) ++stats_.closes_answered_unknown;
-      if (c != nullptr) c->note_stale_close();
-      answer_unknown_close(now);
-      return;
-    }
-    drop(wire::DropReason::kUnknownConnection);
-    return;
+    c = route_other(c, dst, src, close, data, now);
+    if (c == nullptr) return;  // dropped or answered there
   }
   if (pkt_.sealed && !c->open_sealed(&pkt_, open_buf_.data(), open_buf_.size())) {
     return;  // counted there
@@ -439,6 +411,36 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     return;
   }
   c->on_packet(pkt_, now);
+}
+
+Connection* Endpoint::route_other(Connection* c, uint16_t dst, uint16_t src, bool close, bool data,
+                                  TimeNs now) {
+  if (Connection* a = aliases_.empty() ? nullptr : by_alias(dst, src)) {
+    // A shared PDC: its peer's first data says which of its queue pairs
+    // the peer names, and so where the peer's PSNs start.
+    if (data && !a->peer_named() && !pkt_.sealed && !a->learn_peer_names(pkt_, dst, src)) {
+      drop(wire::DropReason::kUnknownConnection);
+      return nullptr;
+    }
+    return a;
+  }
+  if (c != nullptr && c->shared()) c = nullptr;  // (not from a pair of its own)
+  if (closing_count_ > 0 && c == nullptr && on_closing_packet(dst, src)) return nullptr;
+  if (pkt_.sealed) {
+    ++stats_.sealed_strangers;  // nothing to open it with
+    drop(wire::DropReason::kUnknownConnection);
+    return nullptr;
+  }
+  // A CLOSE for an id we do not have, or from someone else than its peer,
+  // is answered the same way: which ids are live does not show.
+  if (close && cfg_.auth != AuthMode::kRequired) {
+    if (c == nullptr) ++stats_.closes_answered_unknown;
+    if (c != nullptr) c->note_stale_close();
+    answer_unknown_close(now);
+    return nullptr;
+  }
+  drop(wire::DropReason::kUnknownConnection);
+  return nullptr;
 }
 
 bool Endpoint::wants_to_send() {

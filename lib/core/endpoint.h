@@ -240,6 +240,11 @@ class Endpoint {
     uint16_t remote = 0;
   };
   std::unordered_map<uint16_t, Alias> aliases_;
+  // A received frame that names no connection of its own (dst, src): a
+  // shared PDC's, or a closed connection's, or a stranger's. The
+  // connection to take it, or nullptr (dropped or answered here).
+  [[gnu::noinline]] Connection* route_other(Connection* c, uint16_t dst, uint16_t src, bool close,
+                                            bool data, TimeNs now);
   // The shared connection (dst, src) names, from its peer's address.
   Connection* by_alias(uint16_t dst, uint16_t src) const;
   ReadyQueue control_;        // connections with an ACK or NACK due

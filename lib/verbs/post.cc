@@ -106,8 +106,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     // it is free until that entry completes, and a request refused after
     // the copy leaves no other request's bytes changed.
     const size_t cap = qp->init.cap.max_inline_data;
-    uint8_t* slot = qp->inline_buf.data() +
-                    (qp->conn->queue_pair(qp->slot).next_msn() & (qp->inline_slots - 1)) * cap;
+    uint8_t* slot = qp->inline_buf.data() + (qp->core->next_msn() & (qp->inline_slots - 1)) * cap;
     size_t off = 0;
     for (int i = 0; i < wr->num_sge; ++i) {
       if (wr->sg_list[i].length == 0) continue;  // its address may be anything

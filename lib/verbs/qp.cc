@@ -49,6 +49,7 @@ static bool release_connection(braid_qp* qp, bool close) {
   braid::Connection* conn = qp->conn;
   const uint16_t key = conn->config().local_id;
   qp->conn = nullptr;
+  qp->core = nullptr;
   if (conn->shared() && conn->live_queue_pairs() > 1) {
     if (e.endpoint().detach_queue_pair(key, qp->slot)) return true;
     if (qp->qp_num != key) c->pdc_held_qpns[key].push_back(qp->qp_num);
@@ -281,6 +282,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
     qp->slot = 0;
   }
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
+  qp->core = &qp->conn->queue_pair(qp->slot);
   // The device has a peer now: from here to close its bursts must not race
   // the peer's going (a memif peer that exits makes DPDK unmap the rings a
   // burst reads). Before the first RTR the link may still come and go (a

@@ -213,11 +213,12 @@ struct braid_qp {
   // Its queue pair's slot on conn: 0 on a connection of its own; on a PDC
   // the device's QPs to one peer share (config.pdc_per_peer), any.
   uint16_t slot = 0;
+  braid::QueuePair* core = nullptr;  // &conn->queue_pair(slot)
   bool in_error() const {
     return conn != nullptr && (conn->state() == braid::ConnectionState::kError ||
-                               conn->queue_pair(slot).state() == braid::ConnectionState::kError);
+                               core->state() == braid::ConnectionState::kError);
   }
-  uint32_t outstanding_sends() const { return conn->queue_pair(slot).outstanding_sends(); }
+  uint32_t outstanding_sends() const { return core->outstanding_sends(); }
   // Receives posted in INIT, before the connection exists.
   std::vector<std::pair<uint64_t, braid::SgList>> early_recvs;
   // Inline data is copied here at post time: one slot per send queue
