@@ -236,11 +236,19 @@ bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, u
     if (q->config().qp_num == dst && q->config().remote_qpn == src) named = q;
   }
   if (named == nullptr) return false;
-  const uint32_t start = named->config().rx_psn;
-  const uint32_t job = direction_job_id(start, src, dst, cfg_.remote_ip, cfg_.local_ip);
+  uint32_t start = named->config().rx_psn;
+  uint32_t job = direction_job_id(start, src, dst, cfg_.remote_ip, cfg_.local_ip);
   const uint32_t got = pkt.has_ses_request    ? pkt.ses.job_id
                        : pkt.has_ses_response ? pkt.resp.job_id
                                               : ~0u;
+  if (got != job && pkt.has_ses_response && dst == name_src_ && src == name_dst_ &&
+      pkt.req.psn == cfg_.tx_psn && pkt.resp.message_offset == 0) {
+    // A responder that answers in RTR (it has no send PSN) starts its
+    // responses at ours, under our names reversed, as with one QP
+    // (learn_responder_psn): the first packet of its first response.
+    start = cfg_.tx_psn;
+    job = direction_job_id(start, src, dst, cfg_.remote_ip, cfg_.local_ip);
+  }
   if (pkt.trimmed || got != job) {
     ++stats_.wrong_job_id;
     return false;
@@ -274,6 +282,7 @@ bool Connection::remove_queue_pair(uint16_t slot) {
   if (active) nop_fill_requests(slot);    // (an error did it already)
   ++removed_;
   slot_of_qpn_.erase(q.config().qp_num & 0xffffff);
+  removed_qpns_.insert(q.config().qp_num & 0xffffff);
   sending_.remove(slot);
   outstanding_.remove(slot);
   receiving_.remove(slot);
@@ -341,6 +350,7 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
   multi_ = true;
   if (slot_of_qpn_.empty()) slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
   slot_of_qpn_.emplace(q.qp_num & 0xffffff, slot);
+  removed_qpns_.erase(q.qp_num & 0xffffff);
   for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
   if (slot == 1) {
     // The lists start now: the first queue pair's work joins them.

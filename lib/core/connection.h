@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "core/completion_queue.h"
@@ -423,6 +424,8 @@ class Connection {
   // for this end's acknowledgement of what it sent: data arrived from it,
   // and it has not said it closes itself.
   bool peer_may_wait() const { return mac_known_ && stats_.data_received > 0 && !peer_closed_; }
+  // The peer said it closes (its CLOSE): nothing new should join it.
+  bool peer_closed() const { return peer_closed_; }
   // The CTRL CLOSE this end sends as it goes: its cumulative PSN (what it
   // received in order), so that the peer's last sends complete even when
   // the last ACK was lost. 0 when cap is too small or the MAC is unknown.
@@ -779,6 +782,9 @@ class Connection {
   // (completions on ACKs) and with work waiting for PSNs in order.
   std::vector<std::unique_ptr<QueuePair>> more_qps_;
   std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
+  // QP numbers of queue pairs removed (a request for one is refused; for
+  // one not here yet, the sender waits as for RNR).
+  std::unordered_set<uint32_t> removed_qpns_;
   ReadyQueue sending_, outstanding_, receiving_;
   bool multi_ = false;    // more than one queue pair
   uint32_t removed_ = 0;  // queue pairs removed

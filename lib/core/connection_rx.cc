@@ -219,10 +219,11 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     }
     if (!ours) [[unlikely]] {
       ++stats_.wrong_qp;
-      // With several queue pairs, a request for one this connection no
-      // longer has (destroyed) still takes its PSN: it is refused below,
-      // and its sender's queue pair alone ends (it fills the PSN with a
-      // NO_OP, taken here). Dropped, it would stop the PSN space of all.
+      // With several queue pairs, a request for one this connection does
+      // not have still takes its PSN: refused below (for one destroyed,
+      // for good: its sender's queue pair alone ends; for one not here
+      // yet, as RNR: it comes again), its sender fills the PSN with a
+      // NO_OP, taken here. Dropped, it would stop the PSN space of all.
       if (!multi() || !pkt.has_ses_request) return;
       qp_slot = kNoSlot;
     }
@@ -301,12 +302,18 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   Refusal why = Refusal::kNone;
   bool ok = false;
   if (qp_slot == kNoSlot) [[unlikely]] {
+    const uint32_t qpn = (uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index;
     if (pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)) {
       ok = true;
       ++stats_.nops_received;
-    } else {
+    } else if (removed_qpns_.contains(qpn)) {
       ++stats_.invalid_requests;
       why = Refusal::kInvalid;
+    } else {
+      // A queue pair not here yet (its peer reached RTS first): the sender
+      // waits and sends again, as for a missing receive.
+      why = Refusal::kNotReady;
+      ++stats_.rnr_nacks;
     }
   } else if (QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot]; multi() && !may_place(q, pkt))
       [[unlikely]] {

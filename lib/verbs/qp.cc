@@ -41,9 +41,10 @@ braid::TimeNs rnr_delay_ns(uint8_t code) {
 
 // The QP leaves its connection (destroy, or RESET): the connection goes
 // with it (closed as an RC QP goes, or at once), unless it is a shared PDC
-// that other QPs still use. Returns whether the QP's number is free again
-// (a shared PDC's peer may still name it: held until the PDC goes).
-static bool release_connection(braid_qp* qp, bool close) {
+// that other QPs still use. A number the shared PDC's peer may still name
+// is held by the PDC (qpn_holds) until the PDC goes; the QP's own hold is
+// its caller's (destroy).
+static void release_connection(braid_qp* qp, bool close) {
   braid_context* c = qp->context;
   braid::Engine& e = *c->slots[qp->engine]->engine;
   braid::Connection* conn = qp->conn;
@@ -51,9 +52,12 @@ static bool release_connection(braid_qp* qp, bool close) {
   qp->conn = nullptr;
   qp->core = nullptr;
   if (conn->shared() && conn->live_queue_pairs() > 1) {
-    if (e.endpoint().detach_queue_pair(key, qp->slot)) return true;
-    if (qp->qp_num != key) c->pdc_held_qpns[key].push_back(qp->qp_num);
-    return false;
+    // (The key is held by the PDC from its creation.)
+    if (!e.endpoint().detach_queue_pair(key, qp->slot) && qp->qp_num != key) {
+      ++c->qpn_holds[qp->qp_num];
+      c->pdc_held_qpns[key].push_back(qp->qp_num);
+    }
+    return;
   }
   const bool shared = conn->shared();
   if (close) {
@@ -62,15 +66,13 @@ static bool release_connection(braid_qp* qp, bool close) {
   } else {
     e.destroy_connection(key);
   }
-  if (!shared) return true;
-  // The PDC is gone: the numbers it held are free, its key too (its QP went
-  // before, or is this one).
+  if (!shared) return;
+  // The PDC is gone: its holds go (its key's and the numbers it kept).
   if (auto it = c->pdc_held_qpns.find(key); it != c->pdc_held_qpns.end()) {
-    for (uint32_t n : it->second) c->qpn_used[n] = false;
+    for (uint32_t n : it->second) --c->qpn_holds[n];
     c->pdc_held_qpns.erase(it);
   }
-  c->qpn_used[key] = false;
-  return true;
+  --c->qpn_holds[key];
 }
 
 extern "C" {
@@ -100,13 +102,13 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   for (uint32_t i = 0; i < 65535; ++i) {
     counter = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
     const uint32_t n = braid::qpn_of(counter, c->qpn_key);
-    if (!c->qpn_used[n]) {
+    if (c->qpn_holds[n] == 0) {
       qpn = n;
       break;
     }
   }
   if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
-  c->qpn_used[qpn] = true;
+  c->qpn_holds[qpn] = 1;  // the QP's own
   c->next_qpn = counter % 65535 + 1;
   auto* qp = new braid_qp{};
   qp->context = c;
@@ -139,7 +141,6 @@ int braid_destroy_qp(struct braid_qp* qp) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
-  bool number_free = true;
   if (qp->conn != nullptr) {
     // The peer's last sends completed here; it learns so from our ACK. An
     // ACK not yet sent (coalesced, held), lost, or left in a ring the peer
@@ -147,9 +148,9 @@ int braid_destroy_qp(struct braid_qp* qp) {
     // there: the connection's CLOSE says it again until the peer answers
     // (Endpoint::close_connection; close_device waits for the answers).
     // A QP on a shared PDC with others leaves it alone.
-    number_free = release_connection(qp, true);
+    release_connection(qp, true);
   }
-  if (number_free) c->qpn_used[qp->qp_num] = false;
+  --c->qpn_holds[qp->qp_num];
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   // A CQ keeps its rings (and the completions in them) until it goes.
   --qp->send_cq->users;
@@ -253,7 +254,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
       braid::Connection* oc = o->conn;
       if (o != qp && oc != nullptr && oc->shared() && o->engine == qp->engine &&
           oc->config().remote_ip == peer_ip && oc->config().mtu == cc.mtu &&
-          oc->state() == braid::ConnectionState::kActive) {
+          oc->state() == braid::ConnectionState::kActive && !oc->peer_closed()) {
         shared = oc;
         break;
       }
@@ -280,6 +281,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
     qp->conn = e.endpoint().create_connection(cc, &qp->send_cq->ring(qp->engine),
                                               &qp->recv_cq->ring(qp->engine));
     qp->slot = 0;
+    // A shared PDC holds the number it is kept under until it goes.
+    if (qp->conn != nullptr && cc.shared) ++c->qpn_holds[qp->qp_num];
   }
   if (qp->conn == nullptr) return fail(EBUSY, "modify_qp RTR: QP number in use in the core");
   qp->core = &qp->conn->queue_pair(qp->slot);
@@ -373,10 +376,7 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     }
     qp->early_recvs.clear();
   } else if (to == BRAID_QPS_RESET) {
-    if (qp->conn != nullptr && !release_connection(qp, false)) {
-      // Its number still names a shared PDC: the QP cannot keep it.
-      c->qpn_used[qp->qp_num] = true;
-    }
+    if (qp->conn != nullptr) release_connection(qp, false);
     qp->early_recvs.clear();
   } else if (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) {
     if (mask & BRAID_QP_ACCESS_FLAGS) qp->attr.qp_access_flags = a->qp_access_flags;

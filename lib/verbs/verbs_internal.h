@@ -89,7 +89,10 @@ struct braid_context {
   std::mutex wake_lock;
   std::condition_variable wake;
   uint32_t next_pd = 1;
-  std::vector<bool> qpn_used = std::vector<bool>(65536, false);
+  // Holders of each QP number: its QP, and a shared PDC while its peer may
+  // still name it (the number the PDC is kept under, a departed QP's). A
+  // number is free at 0.
+  std::vector<uint8_t> qpn_holds = std::vector<uint8_t>(65536, 0);
   // QP numbers: a counter that goes round 1..65535 (random start:
   // open_device) through a keyed permutation of 1..65535 (qpn_of), so that
   // one QP's number does not tell the next one's, and a number still comes
@@ -101,7 +104,7 @@ struct braid_context {
   std::vector<braid_qp*> qps;
   // Shared PDCs (config.pdc_per_peer), by the id they are kept under: the
   // QP numbers of their destroyed QPs that the peer may still name, held
-  // (qpn_used) until the PDC goes.
+  // (qpn_holds) until the PDC goes.
   std::unordered_map<uint16_t, std::vector<uint32_t>> pdc_held_qpns;
   int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }

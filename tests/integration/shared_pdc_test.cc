@@ -287,5 +287,78 @@ TEST(SharedPdc, AnotherQueuePairsNumberIsFreeOnceItLeaves) {
             Connection::kNoSlot);
 }
 
+// A responder that answers READs in RTR (no QP of b's reaches RTS): its
+// responses start at a's PSN under a's names reversed, and a takes them.
+TEST(SharedPdc, ReadsAreAnsweredByAResponderThatStaysInRtr) {
+  DirectPair p;
+  Shared s(p, /*speak=*/false);
+  s.ca->speak_as(s.a11, 7000);
+  std::vector<uint8_t> src = pattern(6000, 3), dst(6000, 0);
+  const uint32_t key = p.b.memory().register_region(src.data(), 6000, kAccessRemoteRead, 0);
+  ASSERT_EQ(s.ca->post_send(s.a11, request(1, Opcode::kRead, dst.data(), 6000, src.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(20'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
+  EXPECT_EQ(poll_all(s.a11cq())[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst, src);
+  EXPECT_EQ(s.cb->wire_id(), 21);  // a's pair reversed
+  EXPECT_EQ(s.ca->stats().wrong_job_id, 0u);
+}
+
+// A request for a QP the peer has not attached yet (its side is not at
+// RTR) waits as for a missing receive and arrives once it is there.
+TEST(SharedPdc, ARequestForAQueuePairNotThereYetWaitsForIt) {
+  DirectPair p;
+  Shared s(p);
+  CompletionQueue a12(16), b22(16);
+  const uint16_t slot = p.a.attach_queue_pair(10, s.ca->queue_pair_config(12, 22), &a12, &a12);
+  ASSERT_NE(slot, Connection::kNoSlot);
+  std::vector<uint8_t> msg = pattern(3000, 4), rbuf(3000, 0);
+  ASSERT_EQ(s.ca->post_send(slot, request(1, Opcode::kSend, msg.data(), 3000)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(2'000'000, 1'000, [&] { return s.cb->stats().rnr_nacks > 0; }));
+  EXPECT_EQ(a12.size(), 0u);
+  const uint16_t bslot = p.b.attach_queue_pair(21, s.cb->queue_pair_config(22, 12), &b22, &b22);
+  ASSERT_NE(bslot, Connection::kNoSlot);
+  ASSERT_EQ(s.cb->post_recv(bslot, 5, sgl_of(rbuf.data(), 3000)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return a12.size() == 1 && b22.size() == 1; }));
+  EXPECT_EQ(poll_all(a12)[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(poll_all(b22)[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(rbuf, msg);
+  EXPECT_EQ(s.ca->state(), ConnectionState::kActive);
+}
+
+// A CLOSE naming one of a shared PDC's pairs with a PSN the PDC never sent
+// (a stale one, or a stranger's guess) acknowledges nothing.
+TEST(SharedPdc, ACloseNamingAPsnNeverSentIsIgnored) {
+  DirectPair p;
+  Shared s(p);
+  static std::vector<uint8_t> src(4096, 2);
+  std::vector<uint8_t> dst(4096, 0), back(64, 0);
+  const uint32_t key = p.a.memory().register_region(dst.data(), 4096, kAccessRemoteWrite, 0);
+  const uint32_t bkey = p.b.memory().register_region(back.data(), 64, kAccessRemoteWrite, 0);
+  // Both learn each other's names first.
+  ASSERT_EQ(s.ca->post_send(s.a11, request(1, Opcode::kWrite, src.data(), 64, back.data(), bkey)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
+  ASSERT_EQ(s.cb->post_send(s.b20, request(2, Opcode::kWrite, src.data(), 64, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.b20cq().size() == 1; }));
+  poll_all(s.b20cq());
+  // b's WRITEs on their way; a CLOSE "from a" claims a PSN far beyond them.
+  for (uint64_t k = 0; k < 3; ++k) {
+    ASSERT_EQ(
+        s.cb->post_send(s.b20, request(3 + k, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
+        PostError::kOk);
+  }
+  ASSERT_EQ(p.drain(p.b).size(), 3u);
+  Frame close(256);
+  close.resize(s.ca->build_close(close.data(), static_cast<uint32_t>(close.size())));
+  ASSERT_GT(close.size(), 0u);
+  const Frame forged = with_ctrl(close, [](wire::CtrlHeader& h) { h.psn += 100'000; });
+  p.b.receive(forged.data(), static_cast<uint32_t>(forged.size()), p.now);
+  EXPECT_EQ(s.cb->stats().stale_closes, 1u);
+  EXPECT_EQ(s.b20cq().size(), 0u);
+  EXPECT_EQ(s.cb->unacked_packets(), 3u);
+}
+
 }  // namespace
 }  // namespace braid::test

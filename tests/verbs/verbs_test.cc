@@ -1549,11 +1549,19 @@ TEST_P(VerbsSharedPdc, QpsToOnePeerShareAConnectionAndLeaveItOneByOne) {
   write_all(1, 0);
   EXPECT_EQ(a.qp->conn->live_queue_pairs(), 4u);
   // The PDC's first QPs go (each side's is another pair); the rest go on.
+  std::vector<uint32_t> numbers;
+  for (braid_qp* q : qa) numbers.push_back(braid_qp_num(q));
   ASSERT_EQ(braid_destroy_qp(qa[0]), 0);
+  EXPECT_EQ(a.ctx->qpn_holds[numbers[0]], 1);  // the PDC is kept under it
   ASSERT_EQ(braid_destroy_qp(qb[0]), 0);
   a.qp = b.qp = nullptr;
   ASSERT_EQ(qa[1]->conn->live_queue_pairs(), 3u);
   write_all(2, 1);
+  // A QP moved to RESET keeps its number (and the PDC goes on).
+  braid_qp_attr reset{};
+  reset.qp_state = BRAID_QPS_RESET;
+  ASSERT_EQ(braid_modify_qp(qa[2], &reset, BRAID_QP_STATE), 0);
+  EXPECT_GE(a.ctx->qpn_holds[numbers[2]], 1);
   ASSERT_EQ(braid_destroy_qp(qa[3]), 0);
   ASSERT_EQ(braid_destroy_qp(qb[3]), 0);
   for (int i = 1; i < 3; ++i) {
@@ -1561,6 +1569,7 @@ TEST_P(VerbsSharedPdc, QpsToOnePeerShareAConnectionAndLeaveItOneByOne) {
     ASSERT_EQ(braid_destroy_qp(qb[i]), 0);
   }
   // All gone: so is the PDC, and a new pair sets one up again.
+  for (uint32_t n : numbers) EXPECT_EQ(a.ctx->qpn_holds[n], 0) << n;  // all free again
   size_t live = 0;
   for (size_t id = 0; id < a.ctx->engine->endpoint().connection_slots(); ++id) {
     live += a.ctx->engine->endpoint().connection(static_cast<uint16_t>(id)) != nullptr;
