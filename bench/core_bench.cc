@@ -208,7 +208,9 @@ BENCHMARK(BM_ReceiveWindowUpdate)->Arg(0)->Arg(1);
 struct Pair {
   // `idle`: connections on each side besides the measured pair, which
   // never send (as on a server with many QPs, few of them busy).
-  Pair(uint32_t mtu, uint16_t entropies, uint16_t idle = 0)
+  // `shared`: the measured pair is a shared PDC (ConnectionConfig::shared)
+  // carrying this many queue pairs, which post_write takes in turn.
+  Pair(uint32_t mtu, uint16_t entropies, uint16_t idle = 0, uint16_t shared = 0)
       : a(EndpointConfig{mac(1), 0xc6120001, wire::kUetUdpPort, false, 0xff, 1000, {}}),
         b(EndpointConfig{mac(2), 0xc6120002, wire::kUetUdpPort, false, 0xff, 1000, {}}),
         scq(1024),
@@ -230,8 +232,24 @@ struct Pair {
     cb.remote_id = 1;
     cb.remote_mac = mac(1);
     cb.remote_ip = 0xc6120001;
+    if (shared > 0) {
+      ca.shared = cb.shared = true;
+      ca.qp_num = cb.remote_qpn = 1;
+      cb.qp_num = ca.remote_qpn = 2;
+    }
     qa = a.create_connection(ca, &scq, &rcq);
     qb = b.create_connection(cb, &bscq, &brcq);
+    slots.push_back(0);
+    for (uint16_t i = 1; i < shared; ++i) {
+      // a's QP 1000 + i talks to b's 2000 + i.
+      const auto na = static_cast<uint32_t>(1000 + i), nb = static_cast<uint32_t>(2000 + i);
+      slots.push_back(a.attach_queue_pair(1, qa->queue_pair_config(na, nb), &scq, &rcq));
+      b.attach_queue_pair(2, qb->queue_pair_config(nb, na), &bscq, &brcq);
+    }
+    if (shared > 0) {
+      qa->speak_as(0, 0);
+      qb->speak_as(0, 0);
+    }
     ConnectionConfig small = c;
     small.window_packets = 128;
     small.sq_depth = small.rq_depth = 1;
@@ -259,8 +277,10 @@ struct Pair {
     wr.local.num = 1;
     wr.remote_addr = reinterpret_cast<uintptr_t>(dst.data());
     wr.rkey = rkey;
-    qa->post_send(wr);
+    qa->post_send(slots[next_slot++ % slots.size()], wr);
   }
+  std::vector<uint16_t> slots;
+  size_t next_slot = 0;
   Endpoint a, b;
   CompletionQueue scq, rcq, bscq, brcq;
   Connection* qa;
@@ -272,11 +292,11 @@ struct Pair {
 // Sender and receiver work per data packet: segmentation and header build,
 // decode, window update, placement, ACK generation, ACK processing. Frames
 // move in bursts of up to 32, as a poll-mode engine moves them.
-void BM_CoreTransfer(benchmark::State& state) {
+[[gnu::always_inline]] inline void BM_CoreTransferWith(benchmark::State& state, uint16_t shared) {
   const uint32_t payload = static_cast<uint32_t>(state.range(0));
   const uint16_t entropies = static_cast<uint16_t>(state.range(1));
   const uint16_t idle = static_cast<uint16_t>(state.range(2));
-  Pair p(payload, entropies, idle);
+  Pair p(payload, entropies, idle, shared);
   constexpr uint32_t kBurst = 32;
   // Buffers spaced like DPDK mbufs: 2 KiB data rooms, 9 KiB for jumbo frames.
   const uint32_t kFrame = payload + 256 <= 2048 ? 2048 : 9216;
@@ -311,6 +331,20 @@ void BM_CoreTransfer(benchmark::State& state) {
   state.counters["ns_per_packet"] = benchmark::Counter(
       static_cast<double>(packets), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
+void BM_CoreTransfer(benchmark::State& state) {
+  BM_CoreTransferWith(state, 0);
+}
+// The same on a shared PDC (a PDC per peer) of state.range(3) queue pairs,
+// each message on the next: what the queue pairs' turns, completions and
+// demultiplexing cost per packet.
+void BM_CoreTransferShared(benchmark::State& state) {
+  BM_CoreTransferWith(state, static_cast<uint16_t>(state.range(3)));
+}
+BENCHMARK(BM_CoreTransferShared)
+    ->Args({64, 64, 0, 1})
+    ->Args({64, 64, 0, 4})
+    ->Args({64, 64, 0, 64})
+    ->ArgNames({"payload", "entropies", "idle", "qps"});
 // Every case names all three arguments: state.range(2) of a two-argument
 // case reads past the argument list.
 BENCHMARK(BM_CoreTransfer)

@@ -105,6 +105,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   highest_sacked_ = cfg.tx_psn - 1;
   name_src_ = peer_dst_ = cfg_.local_id;
   name_dst_ = peer_src_ = cfg_.remote_id;
+  peer_named_ = !cfg_.shared;          // (only a shared PDC learns them)
   if (cfg_.shared) cfg_.auth = false;  // (not supported: a key per pair of QPs)
   tx_job_id_ = job_id_for(true, cfg_.tx_psn);
   rx_job_id_ = job_id_for(false, cfg_.rx_psn);

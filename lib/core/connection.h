@@ -238,7 +238,8 @@ class Connection {
   // The ids the peer names (its spdcid, the dpdcid it sends to).
   uint16_t peer_wire_id() const { return peer_src_; }
   uint16_t peer_wire_remote() const { return peer_dst_; }
-  // A shared PDC has learnt which of its queue pairs the peer names.
+  // A shared PDC has learnt which of its queue pairs the peer names (any
+  // other connection knows from the start).
   bool peer_named() const { return peer_named_; }
   bool shared() const { return cfg_.shared; }
   void set_remote_mac(const wire::MacAddr& mac);
@@ -793,8 +794,8 @@ class Connection {
   // The ids named on the wire: ours (spdcid, dpdcid) and the peer's (what
   // it puts there). A shared PDC's change as it learns (shared above).
   uint16_t name_src_ = 0, name_dst_ = 0, peer_src_ = 0, peer_dst_ = 0;
-  bool peer_named_ = false;  // a shared PDC learnt the peer's
-  bool spoken_ = false;      // ... fixed ours (speak_as)
+  bool peer_named_ = true;  // the peer's are known (a shared PDC learns them)
+  bool spoken_ = false;     // ... fixed ours (speak_as)
 
   // Transmit state.
   std::vector<TxRecord> tx_;

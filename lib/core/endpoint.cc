@@ -395,7 +395,9 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
       break;
   }
   Connection* c = connection(dst);
-  if (c == nullptr || c->shared() || c->config().remote_id != src ||
+  // (A shared PDC's own pair is its key's alias: it takes this path once
+  // it has learnt the peer's names.)
+  if (c == nullptr || !c->peer_named() || c->config().remote_id != src ||
       c->config().remote_ip != pkt_.ip.src) [[unlikely]] {
     c = route_other(c, dst, src, close, data, now);
     if (c == nullptr) return;  // dropped or answered there

@@ -246,6 +246,9 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.peer_ack_hold_ns = braid::kAckHoldNs;
   if (mask & BRAID_QP_AUTH_NONCE) std::memcpy(cc.auth_nonce.data(), a->auth_nonce, 16);
   cc.shared = c->config.pdc_per_peer == 1;
+  // A PDC per peer carries what a PDC per QP would for each of its QPs:
+  // its PSN window is the largest (its rings grow only as far as used).
+  if (cc.shared) cc.window_packets = 16384;
   // A PDC per peer: the QP joins the one its engine has to this peer (same
   // path MTU), unless that one failed.
   braid::Connection* shared = nullptr;
