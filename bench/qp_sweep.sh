@@ -6,6 +6,8 @@
 # run is repeated with it right after, side by side. With SAME_MEMORY=1,
 # each Q > 1 is followed by one QP whose buffers span as much memory as Q
 # QPs' (--buffer-span), row "1 over Q": what the memory footprint alone costs.
+# With PDC_PEER=1, each Q > 1 is followed by the same with one PDC for all
+# its QPs (--pdc-scope peer), row "Q peer".
 #   bench/qp_sweep.sh [memif|virtio]   (QPS="1 16 256 1024" SIZE=65536 SECONDS_PER_RUN=3 ROUNDS=3)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +24,9 @@ region=$(( (size + 4095) / 4096 * 4096 ))
 cases=()
 for q in $qps; do
   cases+=("$q:-q $q")
+  if [[ "${PDC_PEER:-0}" == 1 && "$q" -gt 1 ]]; then
+    cases+=("${q}_peer:-q $q --pdc-scope peer")
+  fi
   if [[ "${SAME_MEMORY:-0}" == 1 && "$q" -gt 1 ]]; then
     cases+=("1_over_$q:-q 1 --buffer-span $(( q * region ))")
   fi
