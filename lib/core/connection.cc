@@ -242,11 +242,15 @@ bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, u
   const uint32_t got = pkt.has_ses_request    ? pkt.ses.job_id
                        : pkt.has_ses_response ? pkt.resp.job_id
                                               : ~0u;
+  uint16_t first = 0;
   if (got != job && pkt.has_ses_response && dst == name_src_ && src == name_dst_ &&
-      pkt.req.psn == cfg_.tx_psn && pkt.resp.message_offset == 0) {
+      pkt.req.psn == cfg_.tx_psn && pkt.resp.message_offset == 0 &&
+      pkt.resp.message_id < qps_.size() && qps_[pkt.resp.message_id]->first_read(&first) &&
+      first == pkt.resp.read_request_message_id) {
     // A responder that answers in RTR (it has no send PSN) starts its
     // responses at ours, under our names reversed, as with one QP
-    // (learn_responder_psn): the first packet of its first response.
+    // (learn_responder_psn): the first packet of the response to the first
+    // READ of the queue pair it names.
     start = cfg_.tx_psn;
     job = direction_job_id(start, src, dst, cfg_.remote_ip, cfg_.local_ip);
   }
@@ -348,18 +352,22 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
   q.remote_qpn &= 0xffffff;
   more_qps_.push_back(std::make_unique<QueuePair>(q, &stats_, qp_.memory(), send_cq, recv_cq));
   qps_.push_back(more_qps_.back().get());
-  multi_ = true;
-  if (slot_of_qpn_.empty()) slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
+  go_multi();
   slot_of_qpn_.emplace(q.qp_num & 0xffffff, slot);
   removed_qpns_.erase(q.qp_num & 0xffffff);
   for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
-  if (slot == 1) {
-    // The lists start now: the first queue pair's work joins them.
-    if (!qp_.all_segmented()) sending_.push(0);
-    if (qp_.has_outstanding()) outstanding_.push(0);
-    if (qp_.in_order_pending()) receiving_.push(0);
-  }
   return slot;
+}
+
+void Connection::go_multi() {
+  if (multi_) return;
+  multi_ = true;
+  slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
+  // The lists start now: the first queue pair's work joins them.
+  for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
+  if (!qp_.all_segmented()) sending_.push(0);
+  if (qp_.has_outstanding()) outstanding_.push(0);
+  if (qp_.in_order_pending()) receiving_.push(0);
 }
 
 bool Connection::answered_reads() const {

@@ -307,10 +307,11 @@ class Connection {
   bool remove_queue_pair(uint16_t slot);
   // A queue pair's own error (modify_qp to ERR): it alone flushes.
   void set_queue_pair_error(uint16_t slot, WcStatus status) {
-    if (!multi()) {
+    if (!multi() && !cfg_.shared) {
       set_error(status);
       return;
     }
+    go_multi();
     stop_qp_multi(slot, status);
     poke();
   }
@@ -472,11 +473,18 @@ class Connection {
   void stop_qp(uint16_t slot, WcStatus e) {
     if (e == WcStatus::kSuccess) return;
     if (!multi()) {
-      set_error(e);
-      return;
+      // A shared PDC outlives its queue pairs' errors, even its only one's:
+      // the peer's PDC goes on, and new queue pairs must find this one.
+      if (!cfg_.shared) {
+        set_error(e);
+        return;
+      }
+      go_multi();
     }
     stop_qp_multi(slot, e);
   }
+  // Several queue pairs' ways from now on (their lists start).
+  void go_multi();
   // It flushes, and its requests not yet acknowledged become NO_OPs (what
   // they carried must not be read again: the program has its buffers back).
   [[gnu::noinline]] void stop_qp_multi(uint16_t slot, WcStatus e);
@@ -669,16 +677,25 @@ class Connection {
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
   // PSNs in the receive window refused for want of a receive and not yet
-  // taken (a bit each; allocated at the first such refusal).
-  bool refused_for_rnr(uint32_t psn) const {
-    const uint32_t i = psn & (rx_.window() - 1);
+  // taken (a bit each), and (`nop_only`) PSNs refused for a queue pair not
+  // here yet, where only a NO_OP is taken: two bitmaps in one allocation,
+  // made at the first such refusal.
+  bool refused_for_rnr(uint32_t psn, bool nop_only = false) const {
+    const uint32_t i = (psn & (rx_.window() - 1)) + (nop_only ? rx_.window() : 0);
     return (rnr_refused_[i >> 6] >> (i & 63)) & 1;
   }
-  void set_refused_for_rnr(uint32_t psn, bool on) {
-    if (rnr_refused_.empty()) rnr_refused_.resize(rx_.window() / 64);
-    const uint32_t i = psn & (rx_.window() - 1);
+  void set_refused_for_rnr(uint32_t psn, bool on, bool nop_only = false) {
+    if (rnr_refused_.empty()) rnr_refused_.resize(2 * rx_.window() / 64);
+    const uint32_t i = (psn & (rx_.window() - 1)) + (nop_only ? rx_.window() : 0);
     const uint64_t bit = uint64_t{1} << (i & 63);
     rnr_refused_[i >> 6] = on ? rnr_refused_[i >> 6] | bit : rnr_refused_[i >> 6] & ~bit;
+  }
+  // How long a sender waits before a request for a queue pair not there
+  // yet goes again: its RTO's floor, doubling with each refusal up to the
+  // local ACK timeout; it gives up (RETRY_EXC_ERR) after retry_limit + 4
+  // refusals, about InfiniBand's budget for a peer that does not answer.
+  TimeNs qp_not_ready_wait(uint8_t tries) const {
+    return std::min<TimeNs>(cfg_.rto_min_ns << std::min<uint8_t>(tries, 20), cfg_.rto_max_ns);
   }
   // connection_ack.cc
   uint32_t build_ack(uint8_t* buf, uint32_t cap, TimeNs now);
@@ -700,9 +717,11 @@ class Connection {
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   // The peer refused the request packet `r` for want of a receive (RNR).
   void rnr_refill(TxRecord& r);
+  // ... because the queue pair it names is not there yet (a shared PDC).
+  void qp_not_ready(TxRecord& r, TimeNs now);
   // The record becomes a NO_OP that fills its PSN; `resend`: its part goes
   // again under a new PSN.
-  void nop_fill(TxRecord& r, bool resend);
+  void nop_fill(TxRecord& r, bool resend, bool any_opcode = false);
   uint32_t build_cack_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type);
   // The peer's CLOSE: what it received in order is acknowledged (cack).
   void on_close(uint32_t cack, TimeNs now);

@@ -334,7 +334,27 @@ void Connection::rnr_refill(TxRecord& r) {
   nop_fill(r, true);
 }
 
-void Connection::nop_fill(TxRecord& r, bool resend) {
+void Connection::qp_not_ready(TxRecord& r, TimeNs now) {
+  // The peer's queue pair is not there yet (a shared PDC): the receiver
+  // takes nothing but a NO_OP at this PSN, so the part goes again under a
+  // new PSN whatever it is and however often it was sent, after a wait
+  // that grows as a timeout's would.
+  QueuePair& q = qp_of(r);
+  if (q.state() != ConnectionState::kActive) return;
+  if (now >= q.hold_until()) {
+    const uint8_t tries = q.rnr_tries(r.seq);
+    if (!cfg_.retry_forever && tries > cfg_.retry_limit + 3) {
+      stop_qp(r.qp, WcStatus::kRetryExcErr);
+      return;
+    }
+    q.rnr_try(r.seq, 255);
+    q.hold(now + qp_not_ready_wait(tries));
+    arm_hold(q.hold_until(), now);
+  }
+  if (r.state != TxState::kAcked) nop_fill(r, true, true);
+}
+
+void Connection::nop_fill(TxRecord& r, bool resend, bool any_opcode) {
   // The peer took nothing of this packet and holds its PSN open: a NOP
   // fills it at once (nothing of the PSN space waits for the receive), and
   // the part of the request goes again under a new PSN after the wait.
@@ -347,7 +367,7 @@ void Connection::nop_fill(TxRecord& r, bool resend) {
   }
   if (r.queued_for_retx) unqueue_retx_credit(r);  // queued as a request: the NOP needs no credit
   r.retries = 0;  // (a spurious timeout must not take it for a first copy still on its way)
-  if (resend && qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest})) {
+  if (resend && qp_of(r).resend(Slice{r.seq, r.offset, r.len, TxKind::kRequest}, any_opcode)) {
     if (credit_on_) unsent_credit_ += r.len + credit_header();
     if (multi()) sending_.push(r.qp);
   }
@@ -423,6 +443,10 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
       ++stats_.rnr_nacks_received;
       // A NOP's (its part has gone again) or a READ response's: nothing to do.
       if (r.kind != TxKind::kRequest) break;
+      if (n.vendor_code == static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady)) [[unlikely]] {
+        qp_not_ready(r, now);
+        break;
+      }
       // Receiver not ready: resend after the RNR delay (its queue pair's
       // requests wait); one episode counts once, against the request's own
       // count (IB's rnr_retry).

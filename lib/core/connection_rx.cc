@@ -224,7 +224,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       // for good: its sender's queue pair alone ends; for one not here
       // yet, as RNR: it comes again), its sender fills the PSN with a
       // NO_OP, taken here. Dropped, it would stop the PSN space of all.
-      if (!multi() || !pkt.has_ses_request) return;
+      if (!(multi() || cfg_.shared) || !pkt.has_ses_request) return;
       qp_slot = kNoSlot;
     }
   }
@@ -289,6 +289,18 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_due_ = true;
     return;
   }
+  if (!rnr_refused_.empty() && refused_for_rnr(psn, true) &&
+      !(pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)))
+      [[unlikely]] {
+    // Refused for a queue pair not here yet: only the NO_OP its sender
+    // fills it with is taken (a copy of the request, even a retransmission
+    // arriving once the queue pair is here, would be placed twice: the
+    // sender sends the part again under a new PSN). Refused the same way.
+    queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
+               static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
+    ++stats_.duplicates;
+    return;
+  }
   if (!rnr_refused_.empty() && !(pkt.req.pro.flags & wire::kReqFlagRetx) && refused_for_rnr(psn))
       [[unlikely]] {
     // A copy of a packet refused for want of a receive, as first sent (the
@@ -311,9 +323,12 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       why = Refusal::kInvalid;
     } else {
       // A queue pair not here yet (its peer reached RTS first): the sender
-      // waits and sends again, as for a missing receive.
-      why = Refusal::kNotReady;
+      // fills the PSN with a NO_OP and sends the part again after a wait.
+      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
+                 static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
+      set_refused_for_rnr(psn, true, true);
       ++stats_.rnr_nacks;
+      return;
     }
   } else if (QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot]; multi() && !may_place(q, pkt))
       [[unlikely]] {
@@ -339,7 +354,8 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
         break;
       case Refusal::kAccess:
       case Refusal::kInvalid:
-        if (multi()) {
+        if (multi() || cfg_.shared || qp_slot == kNoSlot) {
+          go_multi();
           refuse_multi(qp_slot, psn, why);
           break;
         }
@@ -379,8 +395,10 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
       ++ce_ack_count_;
     }
   }
-  if (!rnr_refused_.empty()) [[unlikely]]
+  if (!rnr_refused_.empty()) [[unlikely]] {
     set_refused_for_rnr(psn, false);
+    set_refused_for_rnr(psn, false, true);
+  }
   const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
   ++stats_.data_received;

@@ -172,9 +172,12 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   return true;
 }
 
-bool QueuePair::resend(const Slice& s) {
+bool QueuePair::resend(const Slice& s, bool any_opcode) {
   SendWqe* w = wqe_for_msn(s.seq);
-  if (w == nullptr || s.kind != TxKind::kRequest || !consumes_receive(w->wr.opcode)) return false;
+  if (w == nullptr || s.kind != TxKind::kRequest ||
+      (!any_opcode && !consumes_receive(w->wr.opcode))) {
+    return false;
+  }
   if (resend_count_ == resend_.size()) {
     // Grown in order from the head (doubling; at most a window's worth).
     std::vector<Slice> bigger(std::max<size_t>(16, 2 * resend_.size()));

@@ -151,11 +151,17 @@ class QueuePair {
   // it goes again under a new PSN (next_packet), and its request does not
   // complete before. False if its request is no longer outstanding or
   // consumes no receive (only SEND, SEND_IMM and WRITE_IMM can be refused
-  // so: a peer that says it of another is not believed).
-  bool resend(const Slice& s);
+  // so: a peer that says it of another is not believed), unless
+  // `any_opcode` (a request for a queue pair the peer did not have yet).
+  bool resend(const Slice& s, bool any_opcode = false);
   // A new RNR episode for the request with this MSN (low 16 bits): false
   // once it has had more than `limit` (7: no limit), IB's rnr_retry.
   bool rnr_try(uint32_t msn16, uint8_t limit);
+  // The refusals the request has had so far (0: none, or no such request).
+  uint8_t rnr_tries(uint32_t msn16) const {
+    const SendWqe* w = const_cast<QueuePair*>(this)->wqe_for_msn(msn16);
+    return w == nullptr ? 0 : w->rnr_tries;
+  }
   // Whether a part of this request can go again under a new PSN.
   bool can_resend(uint32_t msn16) const;
   // Before a packet is written: where a READ response's bytes come from

@@ -90,6 +90,11 @@ enum class NackCode : uint8_t {
 enum class BraidNackReason : uint8_t {
   kRemoteAccess = 0x01,    // bad key, out of bounds, no permission, wrong PD
   kInvalidRequest = 0x02,  // inconsistent lengths or offsets, unknown receive
+  // With NO_PKT_BUF: the request names a queue pair a shared PDC does not
+  // have yet (its peer reached RTS before it reached RTR). The receiver
+  // takes only a NO_OP at that PSN; the sender fills it with one and sends
+  // the part again under a new PSN after the wait (whatever its opcode).
+  kQpNotReady = 0x03,
 };
 
 enum class CtrlType : uint8_t {

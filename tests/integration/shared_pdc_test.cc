@@ -360,5 +360,115 @@ TEST(SharedPdc, ACloseNamingAPsnNeverSentIsIgnored) {
   EXPECT_EQ(s.cb->unacked_packets(), 3u);
 }
 
+// b's PDC has one QP (20) while a's QPs 11 and 12 already send to b's 21
+// and 22: requests of any kind for them are filled with NO_OPs and go
+// again later, QP 10's traffic goes on meanwhile, 11's complete once b's
+// 21 is there, and 12's, for a QP that never comes, end in RETRY_EXC_ERR
+// alone.
+TEST(SharedPdc, RequestsForQueuePairsNotThereDoNotHoldThePdc) {
+  DirectPair p;
+  ConnectionConfig c;
+  c.shared = true;
+  c.rto_min_ns = 1'000'000;
+  c.rto_max_ns = 4'000'000;
+  c.retry_limit = 2;
+  c.local_id = c.qp_num = 10;
+  c.remote_id = c.remote_qpn = 20;
+  c.remote_mac = mac_of(2);
+  c.remote_ip = kIpB;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 5; ++i) cq.emplace_back(64);
+  Connection* ca = p.a.create_connection(c, &cq[0], &cq[0]);
+  c.local_id = c.qp_num = 20;
+  c.remote_id = c.remote_qpn = 10;
+  c.remote_mac = mac_of(1);
+  c.remote_ip = kIpA;
+  Connection* cb = p.b.create_connection(c, &cq[1], &cq[1]);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  const uint16_t a11 = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
+  const uint16_t a12 = p.a.attach_queue_pair(10, ca->queue_pair_config(12, 22), &cq[3], &cq[3]);
+  ca->speak_as(0, 0);
+  cb->speak_as(0, 0);
+  std::vector<uint8_t> src = pattern(5000, 6), d10(5000, 0), d11(5000, 0), d12(5000, 0),
+                       rsrc = pattern(3000, 9), rdst(3000, 0);
+  const uint32_t k10 = p.b.memory().register_region(d10.data(), 5000, kAccessRemoteWrite, 0);
+  const uint32_t k11 = p.b.memory().register_region(d11.data(), 5000, kAccessRemoteWrite, 0);
+  const uint32_t k12 = p.b.memory().register_region(d12.data(), 5000, kAccessRemoteWrite, 0);
+  const uint32_t kr = p.b.memory().register_region(rsrc.data(), 3000, kAccessRemoteRead, 0);
+  ASSERT_EQ(ca->post_send(a11, request(1, Opcode::kWrite, src.data(), 5000, d11.data(), k11)),
+            PostError::kOk);
+  ASSERT_EQ(ca->post_send(a11, request(2, Opcode::kRead, rdst.data(), 3000, rsrc.data(), kr)),
+            PostError::kOk);
+  ASSERT_EQ(ca->post_send(a12, request(3, Opcode::kWrite, src.data(), 5000, d12.data(), k12)),
+            PostError::kOk);
+  ASSERT_EQ(ca->post_send(0, request(4, Opcode::kWrite, src.data(), 5000, d10.data(), k10)),
+            PostError::kOk);
+  // QP 10's WRITE completes while b has no 21 or 22.
+  ASSERT_TRUE(p.run_for(5'000'000, 1'000, [&] { return cq[0].size() == 1; }));
+  EXPECT_EQ(poll_all(cq[0])[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(d10, src);
+  EXPECT_GE(cb->stats().rnr_nacks, 2u);
+  EXPECT_EQ(cq[2].size(), 0u);
+  // b's 21 comes; 11's WRITE and READ complete, 12's ends alone.
+  const uint16_t b21 = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[4], &cq[4]);
+  ASSERT_NE(b21, Connection::kNoSlot);
+  ASSERT_TRUE(
+      p.run_for(1'000'000'000, 1'000, [&] { return cq[2].size() == 2 && cq[3].size() == 1; }));
+  for (const WorkCompletion& wc : poll_all(cq[2])) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(d11, src);
+  EXPECT_EQ(rdst, rsrc);
+  EXPECT_EQ(poll_all(cq[3])[0].status, WcStatus::kRetryExcErr);
+  EXPECT_TRUE(std::all_of(d12.begin(), d12.end(), [](uint8_t b) { return b == 0; }));
+  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+  EXPECT_EQ(cb->state(), ConnectionState::kActive);
+  // The PDC still carries QP 10.
+  ASSERT_EQ(ca->post_send(0, request(5, Opcode::kWrite, src.data(), 100, d10.data(), k10)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[0].size() == 1; }));
+  EXPECT_EQ(poll_all(cq[0])[0].status, WcStatus::kSuccess);
+}
+
+// A shared PDC's only QP going to ERR ends the QP, not the PDC: the peer's
+// PDC goes on, and a new QP of ours finds this one and talks through it.
+TEST(SharedPdc, ItsOnlyQueuePairsErrorLeavesThePdc) {
+  DirectPair p;
+  ConnectionConfig c;
+  c.shared = true;
+  c.local_id = c.qp_num = 10;
+  c.remote_id = c.remote_qpn = 20;
+  c.remote_mac = mac_of(2);
+  c.remote_ip = kIpB;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 4; ++i) cq.emplace_back(64);
+  Connection* ca = p.a.create_connection(c, &cq[0], &cq[0]);
+  c.local_id = c.qp_num = 20;
+  c.remote_id = c.remote_qpn = 10;
+  c.remote_mac = mac_of(1);
+  c.remote_ip = kIpA;
+  Connection* cb = p.b.create_connection(c, &cq[1], &cq[1]);
+  ca->speak_as(0, 0);
+  cb->speak_as(0, 0);
+  std::vector<uint8_t> src = pattern(2000, 1), dst(2000, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 2000, kAccessRemoteWrite, 0);
+  ASSERT_EQ(ca->post_send(0, request(1, Opcode::kWrite, src.data(), 2000, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(5'000'000, 1'000, [&] { return cq[0].size() == 1; }));
+  poll_all(cq[0]);
+  ca->set_queue_pair_error(0, WcStatus::kWrFlushErr);
+  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+  EXPECT_EQ(ca->queue_pair(0).state(), ConnectionState::kError);
+  const uint16_t a11 = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
+  const uint16_t b21 = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
+  ASSERT_NE(a11, Connection::kNoSlot);
+  ASSERT_NE(b21, Connection::kNoSlot);
+  std::fill(dst.begin(), dst.end(), 0);
+  ASSERT_EQ(ca->post_send(a11, request(2, Opcode::kWrite, src.data(), 2000, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(5'000'000, 1'000, [&] { return cq[2].size() == 1; }));
+  EXPECT_EQ(poll_all(cq[2])[0].status, WcStatus::kSuccess);
+  EXPECT_EQ(dst, src);
+}
+
 }  // namespace
 }  // namespace braid::test
