@@ -690,6 +690,13 @@ class Connection {
     const uint64_t bit = uint64_t{1} << (i & 63);
     rnr_refused_[i >> 6] = on ? rnr_refused_[i >> 6] | bit : rnr_refused_[i >> 6] & ~bit;
   }
+  // A request naming a queue pair this connection does not have: true to
+  // take it (a NO_OP); false with *why kInvalid (one removed: refused for
+  // good) or kNone (not here yet: refused here, to come again).
+  [[gnu::noinline]] bool take_for_no_qp(const wire::ParsedPacket& pkt, Refusal* why);
+  // A data packet at a PSN refused earlier (for want of a receive, or for
+  // a queue pair not here yet) that must not be taken: answered, counted.
+  [[gnu::noinline]] bool refused_here(const wire::ParsedPacket& pkt);
   // How long a sender waits before a request for a queue pair not there
   // yet goes again: its RTO's floor, doubling with each refusal up to the
   // local ACK timeout; it gives up (RETRY_EXC_ERR) after retry_limit + 4

@@ -189,6 +189,52 @@ bool Connection::names_received_psn(uint32_t psn) const {
   return !psn_lt(psn + kCtrlSlack, cack) && psn_lt(psn, cack + 1 + rx_.window() + kCtrlSlack);
 }
 
+bool Connection::refused_here(const wire::ParsedPacket& pkt) {
+  const uint32_t psn = pkt.req.psn;
+  if (refused_for_rnr(psn, true) &&
+      !(pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp))) {
+    // Refused for a queue pair not here yet: only the NO_OP its sender
+    // fills it with is taken (a copy of the request, even a retransmission
+    // arriving once the queue pair is here, would be placed twice: the
+    // sender sends the part again under a new PSN). Refused the same way.
+    queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
+               static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
+    ++stats_.duplicates;
+    return true;
+  }
+  if (!(pkt.req.pro.flags & wire::kReqFlagRetx) && refused_for_rnr(psn)) {
+    // A copy of a packet refused for want of a receive, as first sent (the
+    // network duplicated it): its sender fills the PSN and sends the part
+    // again, so this copy must not be taken (the part would be placed
+    // twice). Only a retransmission (the NO_OP, or the packet resent under
+    // its PSN) is.
+    ++stats_.duplicates;
+    return true;
+  }
+  return false;
+}
+
+bool Connection::take_for_no_qp(const wire::ParsedPacket& pkt, Refusal* why) {
+  const uint32_t qpn = (uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index;
+  if (pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)) {
+    ++stats_.nops_received;
+    return true;
+  }
+  if (removed_qpns_.contains(qpn)) {
+    ++stats_.invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  }
+  // A queue pair not here yet (its peer reached RTS first): the sender
+  // fills the PSN with a NO_OP and sends the part again after a wait.
+  queue_nack(pkt.req.psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
+             static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
+  set_refused_for_rnr(pkt.req.psn, true, true);
+  ++stats_.rnr_nacks;
+  *why = Refusal::kNone;
+  return false;
+}
+
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t psn = pkt.req.psn;
   if (stats_.data_received == 0 && pkt.has_ses_response && !pkt.trimmed) learn_responder_psn(pkt);
@@ -289,47 +335,14 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_due_ = true;
     return;
   }
-  if (!rnr_refused_.empty() && refused_for_rnr(psn, true) &&
-      !(pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)))
-      [[unlikely]] {
-    // Refused for a queue pair not here yet: only the NO_OP its sender
-    // fills it with is taken (a copy of the request, even a retransmission
-    // arriving once the queue pair is here, would be placed twice: the
-    // sender sends the part again under a new PSN). Refused the same way.
-    queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
-               static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
-    ++stats_.duplicates;
-    return;
-  }
-  if (!rnr_refused_.empty() && !(pkt.req.pro.flags & wire::kReqFlagRetx) && refused_for_rnr(psn))
-      [[unlikely]] {
-    // A copy of a packet refused for want of a receive, as first sent (the
-    // network duplicated it): its sender fills the PSN and sends the part
-    // again, so this copy must not be taken (the part would be placed
-    // twice). Only a retransmission (the NO_OP, or the packet resent under
-    // its PSN) is.
-    ++stats_.duplicates;
+  if (!rnr_refused_.empty() && refused_here(pkt)) [[unlikely]] {
     return;
   }
   Refusal why = Refusal::kNone;
   bool ok = false;
   if (qp_slot == kNoSlot) [[unlikely]] {
-    const uint32_t qpn = (uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index;
-    if (pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)) {
-      ok = true;
-      ++stats_.nops_received;
-    } else if (removed_qpns_.contains(qpn)) {
-      ++stats_.invalid_requests;
-      why = Refusal::kInvalid;
-    } else {
-      // A queue pair not here yet (its peer reached RTS first): the sender
-      // fills the PSN with a NO_OP and sends the part again after a wait.
-      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf),
-                 static_cast<uint8_t>(wire::BraidNackReason::kQpNotReady));
-      set_refused_for_rnr(psn, true, true);
-      ++stats_.rnr_nacks;
-      return;
-    }
+    ok = take_for_no_qp(pkt, &why);
+    if (!ok && why == Refusal::kNone) return;  // answered there
   } else if (QueuePair& q = qp_slot == 0 ? qp_ : *qps_[qp_slot]; multi() && !may_place(q, pkt))
       [[unlikely]] {
     why = Refusal::kInvalid;
