@@ -173,6 +173,15 @@ int main(int argc, char** argv) {
               (double(rss2) - double(rss0)) / 1048576.0);
   std::printf("set-up per QP: %.2f us create+INIT, %.2f us RTR+RTS; one WRITE each: %.1f ms\n",
               create_s / qps * 1e6, connect_s / qps * 1e6, write_s * 1e3);
+  // What the WRITEs took besides one packet each (QP 0's transport: with
+  // one PDC per peer, every QP's).
+  braid_qp_stats st{};
+  if (braid_query_qp_stats(qp[0], &st) == 0) {
+    std::printf("QP 0's transport: %llu data packets sent, %llu retransmitted, %llu timeouts\n",
+                static_cast<unsigned long long>(st.data_packets_sent),
+                static_cast<unsigned long long>(st.retransmits),
+                static_cast<unsigned long long>(st.timeouts));
+  }
   for (braid_qp* q : qp) braid_destroy_qp(q);
   braid_dereg_mr(smr);
   braid_dereg_mr(dmr);

@@ -116,6 +116,7 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
     derive_keys(false);
   }
   qps_.push_back(&qp_);
+  qp_.set_reads_sum(&reads_total_);
   peer_->join(this);
   rto_timer_.fn = &Connection::rto_thunk;
   rto_timer_.owner = this;
@@ -289,7 +290,6 @@ bool Connection::remove_queue_pair(uint16_t slot) {
   slot_of_qpn_.erase(q.config().qp_num & 0xffffff);
   removed_qpns_.insert(q.config().qp_num & 0xffffff);
   sending_.remove(slot);
-  outstanding_.remove(slot);
   receiving_.remove(slot);
   poke();
   return true;
@@ -351,11 +351,13 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
   q.slot = slot;
   q.remote_qpn &= 0xffffff;
   more_qps_.push_back(std::make_unique<QueuePair>(q, &stats_, qp_.memory(), send_cq, recv_cq));
+  more_qps_.back()->set_reads_sum(&reads_total_);
   qps_.push_back(more_qps_.back().get());
   go_multi();
   slot_of_qpn_.emplace(q.qp_num & 0xffffff, slot);
   removed_qpns_.erase(q.qp_num & 0xffffff);
-  for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
+  for (ReadyQueue* l : {&sending_, &receiving_}) l->reserve_ids(qps_.size());
+  visit_stamp_.resize(qps_.size(), 0);
   return slot;
 }
 
@@ -364,9 +366,9 @@ void Connection::go_multi() {
   multi_ = true;
   slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
   // The lists start now: the first queue pair's work joins them.
-  for (ReadyQueue* l : {&sending_, &outstanding_, &receiving_}) l->reserve_ids(qps_.size());
+  for (ReadyQueue* l : {&sending_, &receiving_}) l->reserve_ids(qps_.size());
+  visit_stamp_.resize(qps_.size(), 0);
   if (!qp_.all_segmented()) sending_.push(0);
-  if (qp_.has_outstanding()) outstanding_.push(0);
   if (qp_.in_order_pending()) receiving_.push(0);
 }
 
@@ -378,10 +380,7 @@ bool Connection::answered_reads() const {
 }
 
 bool Connection::reads_outstanding() const {
-  for (const QueuePair* q : qps_) {
-    if (q->reads_outstanding() > 0) return true;
-  }
-  return false;
+  return reads_total_ > 0;
 }
 
 void Connection::stop_qp_multi(uint16_t slot, WcStatus e) {
@@ -400,16 +399,28 @@ void Connection::nop_fill_requests(uint16_t slot) {
   }
 }
 
-void Connection::after_progress_multi() {
-  for (size_t n = outstanding_.size(); n > 0; --n) {
-    const uint16_t slot = outstanding_.front();
-    outstanding_.pop();
+void Connection::after_progress_multi(uint32_t from) {
+  // The queue pairs that had a packet among the PSNs now acknowledged in
+  // order (their records are still there): a request completes once its
+  // last packet is, a READ response frees its room once its last is. So
+  // an ACK costs what it acknowledges, not the number of busy queue pairs.
+  if (++visit_epoch_ == 0) {
+    std::fill(visit_stamp_.begin(), visit_stamp_.end(), 0);
+    visit_epoch_ = 1;
+  }
+  visit_.clear();
+  for (uint32_t psn = from; psn != snd_una_; ++psn) {
+    const uint16_t slot = rec(psn).qp;
+    if (visit_stamp_[slot] == visit_epoch_) continue;
+    visit_stamp_[slot] = visit_epoch_;
+    visit_.push_back(slot);
+  }
+  for (const uint16_t slot : visit_) {
     QueuePair& q = *qps_[slot];
     const bool had_responses = q.responses_pending();
     q.release_read_responses(snd_una_, rx_.cack());  // READs waiting for room may start
     if (!had_responses && q.responses_pending()) sending_.push(slot);
     stop_qp(slot, q.complete_sends(snd_una_));
-    if (q.state() == ConnectionState::kActive && q.has_outstanding()) outstanding_.push(slot);
   }
 }
 

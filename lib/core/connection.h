@@ -498,17 +498,18 @@ class Connection {
   [[gnu::noinline]] uint32_t produce_retx_past_held(TxOut& out, TimeNs now);
   bool multi() const { return multi_; }
   void complete_sends() { stop_on(qp_.complete_sends(snd_una_)); }
-  // snd_una_ advanced: the READ responses and sends it covers complete
-  // (every queue pair with some outstanding).
-  void after_progress() {
+  // snd_una_ advanced from `from`: the READ responses and sends it covers
+  // complete (with several queue pairs, those of the queue pairs that had
+  // packets among the PSNs now acknowledged: no other can have any).
+  void after_progress(uint32_t from) {
     if (!multi()) {
       release_read_responses();
       complete_sends();
       return;
     }
-    after_progress_multi();
+    after_progress_multi(from);
   }
-  [[gnu::noinline]] void after_progress_multi();
+  [[gnu::noinline]] void after_progress_multi(uint32_t from);
   // Several queue pairs: the next new packet, its queue pair's in *slot,
   // by turns among those with something to send; false: none may go.
   [[gnu::noinline]] bool next_new_multi(Slice* s, uint16_t* slot, TimeNs now);
@@ -805,16 +806,21 @@ class Connection {
   std::vector<QueuePair*> qps_;
   QueuePair& qp_of(const TxRecord& r) { return *qps_[r.qp]; }
   // With several: the others (owned), their slots by QP number, and the
-  // slots with something to segment (turns), with packets outstanding
-  // (completions on ACKs) and with work waiting for PSNs in order.
+  // slots with something to segment (turns) and with work waiting for
+  // PSNs in order (completions on ACKs: after_progress_multi).
   std::vector<std::unique_ptr<QueuePair>> more_qps_;
   std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
   // QP numbers of queue pairs removed (a request for one is refused; for
   // one not here yet, the sender waits as for RNR).
   std::unordered_set<uint32_t> removed_qpns_;
-  ReadyQueue sending_, outstanding_, receiving_;
-  bool multi_ = false;    // more than one queue pair
-  uint32_t removed_ = 0;  // queue pairs removed
+  ReadyQueue sending_, receiving_;
+  // after_progress_multi's scratch: each queue pair once (a stamp per slot).
+  std::vector<uint32_t> visit_stamp_;
+  std::vector<uint16_t> visit_;
+  uint32_t visit_epoch_ = 0;
+  bool multi_ = false;        // more than one queue pair
+  uint32_t reads_total_ = 0;  // READs outstanding, every queue pair's (QueuePair::set_reads_sum)
+  uint32_t removed_ = 0;      // queue pairs removed
   // A sink for what removed queue pairs would complete (never polled).
   std::unique_ptr<CompletionQueue> removed_cq_;
   // The ids named on the wire: ours (spdcid, dpdcid) and the peer's (what

@@ -176,11 +176,12 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
   // the peer is going).
   if (state_ == ConnectionState::kActive && psn_lt(snd_una_, cack + 1)) {
     uint32_t acked = 0;
+    const uint32_t from = snd_una_;
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked, false, now);
     snd_una_ = cack + 1;
     progress_at_ = now;
     arm_rto(now);
-    after_progress();
+    after_progress(from);
   }
   peer_closed_ = true;
   close_answer_due_ = true;
@@ -273,6 +274,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
 
   uint32_t acked = 0;
   bool progress = false;
+  const uint32_t from = snd_una_;
   if (psn_lt(snd_una_, cack + 1)) {
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
       ack_record(rec(psn), &acked, ecn && psn == trigger, now, held);
@@ -313,7 +315,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (progress) {
     rtt_.on_progress();
     arm_rto(now);
-    after_progress();
+    after_progress(from);
     if (state_ != ConnectionState::kActive) return;
   }
   // Loss inference only from the freshest ACK: ACKs travel on several paths

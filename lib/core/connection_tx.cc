@@ -179,7 +179,6 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
   uint16_t slot = 0;
   if (multi()) [[unlikely]] {
     if (!next_new_multi(&slice, &slot, now)) return 0;
-    outstanding_.push(slot);
   } else if (!qp_.next_packet(snd_nxt_, &slice)) {
     return 0;
   }

@@ -153,6 +153,7 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   if (w.wr.opcode == Opcode::kRead) {
     if (reads_outstanding_ >= cfg_.max_rd_atomic) return false;
     ++reads_outstanding_;
+    ++*reads_sum_;
     r->offset = 0;
     r->len = 0;
     w.started = w.segmented = true;
@@ -356,6 +357,7 @@ WcStatus QueuePair::complete_sends(uint32_t snd_una) {
     if (w.wr.opcode == Opcode::kRead) {
       if (!w.segmented || !w.read_done) break;
       --reads_outstanding_;
+      --*reads_sum_;
     } else if (!w.segmented || w.resends > 0 || !psn_lt(w.last_psn, snd_una)) {
       break;
     }
@@ -441,6 +443,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
   }
   sq_tx_ = sq_tail_;
   resend_count_ = 0;
+  *reads_sum_ -= reads_outstanding_;
   reads_outstanding_ = 0;  // (their READ timer must not run on)
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];

@@ -189,6 +189,13 @@ class QueuePair {
   uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
   uint32_t reads_outstanding() const { return reads_outstanding_; }
+  // Where the READs outstanding of every queue pair on its connection are
+  // summed (the connection's READ timer asks on every ACK: no walk over
+  // thousands of queue pairs).
+  void set_reads_sum(uint32_t* sum) {
+    *sum += reads_outstanding_;
+    reads_sum_ = sum;
+  }
   // Requests posted, or READs answered, ever (the send PSN is then fixed).
   bool posted_any() const { return sq_tail_ != 0; }
   bool answered_reads() const { return rr_tail_ != 0; }
@@ -381,6 +388,8 @@ class QueuePair {
   uint32_t sq_tail_ = 0;  // next free
   uint32_t next_rsn_ = 0;
   uint32_t reads_outstanding_ = 0;
+  uint32_t own_reads_sum_ = 0;
+  uint32_t* reads_sum_ = &own_reads_sum_;
   // Parts of requests refused for want of a receive, to send again (at
   // most one per PSN in the window; grows on first use).
   std::vector<Slice> resend_;
