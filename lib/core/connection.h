@@ -626,7 +626,8 @@ class Connection {
   template <bool kTable>
   uint32_t build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs now);
   // Out of the flattened path: another queue pair's packet.
-  [[gnu::noinline]] uint32_t build_data_other(TxOut& out, TxRecord& r, bool retx, TimeNs now);
+  [[gnu::noinline, gnu::flatten]] uint32_t build_data_other(TxOut& out, TxRecord& r, bool retx,
+                                                            TimeNs now);
   static uint32_t charge(const TxRecord& r) { return r.len + kPacketCharge; }
   uint32_t produce_data(TxOut& out, TimeNs now);
   // During an RNR wait: READ responses (lost ones first), no requests.
@@ -818,7 +819,12 @@ class Connection {
   std::vector<uint32_t> visit_stamp_;
   std::vector<uint16_t> visit_;
   uint32_t visit_epoch_ = 0;
-  bool multi_ = false;        // more than one queue pair
+  bool multi_ = false;  // more than one queue pair
+  // The queue pairs' turns at new packets (next_new_multi): kQpTurn packets
+  // each, as the endpoint's turns among connections (fewer list operations,
+  // and runs of one queue pair's packets for its receiver).
+  static constexpr uint16_t kQpTurn = 16;
+  uint16_t turn_used_ = 0;
   uint32_t reads_total_ = 0;  // READs outstanding, every queue pair's (QueuePair::set_reads_sum)
   uint32_t removed_ = 0;      // queue pairs removed
   // A sink for what removed queue pairs would complete (never polled).

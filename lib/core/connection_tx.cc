@@ -225,19 +225,34 @@ bool Connection::next_new_multi(Slice* s, uint16_t* slot, TimeNs now) {
   const bool credit_blocks = credit_on_ && !credit_.may_send(false);
   for (size_t n = sending_.size(); n > 0; --n) {
     const uint16_t id = sending_.front();
-    sending_.pop();
     QueuePair& q = *qps_[id];
-    if (q.state() != ConnectionState::kActive || q.all_segmented()) continue;
+    if (q.state() != ConnectionState::kActive || q.all_segmented()) {
+      sending_.pop();
+      turn_used_ = 0;
+      continue;
+    }
     // Requests wait for credit and for their RNR wait; READ responses do not.
     const bool held = q.held(now);
     if (held) arm_hold(q.hold_until(), now);
     const bool requests_ok = !held && !credit_blocks;
     if (q.next_packet(snd_nxt_, s, requests_ok)) {
-      if (!q.all_segmented()) sending_.push(id);  // its next turn after the others'
+      // A turn is kQpTurn packets: the queue pair stays in front until it
+      // has used them (or has nothing more), then goes behind the others.
+      if (q.all_segmented()) {
+        sending_.pop();
+        turn_used_ = 0;
+      } else if (++turn_used_ >= kQpTurn) {
+        sending_.pop();
+        sending_.push(id);
+        turn_used_ = 0;
+      }
       *slot = id;
       return true;
     }
-    sending_.push(id);  // blocked (a fence, the READ limit, a wait): it keeps its place
+    // Blocked (a fence, the READ limit, a wait): it keeps its place.
+    sending_.pop();
+    sending_.push(id);
+    turn_used_ = 0;
   }
   return false;
 }
