@@ -69,6 +69,28 @@ struct Shared {
   CompletionQueue& b20cq() { return cqs[3]; }
 };
 
+// Shared PDCs with one QP each: a's 10 <-> b's 20, settings from `c`, CQs
+// cq[0] (a) and cq[1] (b), both at RTS from PSN 0.
+std::pair<Connection*, Connection*> one_qp_pdcs(DirectPair& p, ConnectionConfig c,
+                                                std::deque<CompletionQueue>& cq) {
+  c.shared = true;
+  c.local_id = c.qp_num = 10;
+  c.remote_id = c.remote_qpn = 20;
+  c.remote_mac = mac_of(2);
+  c.remote_ip = kIpB;
+  Connection* ca = p.a.create_connection(c, &cq[0], &cq[0]);
+  c.local_id = c.qp_num = 20;
+  c.remote_id = c.remote_qpn = 10;
+  c.remote_mac = mac_of(1);
+  c.remote_ip = kIpA;
+  Connection* cb = p.b.create_connection(c, &cq[1], &cq[1]);
+  if (ca != nullptr && cb != nullptr) {
+    ca->speak_as(0, 0);
+    cb->speak_as(0, 0);
+  }
+  return {ca, cb};
+}
+
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
@@ -368,28 +390,16 @@ TEST(SharedPdc, ACloseNamingAPsnNeverSentIsIgnored) {
 TEST(SharedPdc, RequestsForQueuePairsNotThereDoNotHoldThePdc) {
   DirectPair p;
   ConnectionConfig c;
-  c.shared = true;
   c.rto_min_ns = 1'000'000;
   c.rto_max_ns = 4'000'000;
   c.retry_limit = 2;
-  c.local_id = c.qp_num = 10;
-  c.remote_id = c.remote_qpn = 20;
-  c.remote_mac = mac_of(2);
-  c.remote_ip = kIpB;
   std::deque<CompletionQueue> cq;
   for (int i = 0; i < 5; ++i) cq.emplace_back(64);
-  Connection* ca = p.a.create_connection(c, &cq[0], &cq[0]);
-  c.local_id = c.qp_num = 20;
-  c.remote_id = c.remote_qpn = 10;
-  c.remote_mac = mac_of(1);
-  c.remote_ip = kIpA;
-  Connection* cb = p.b.create_connection(c, &cq[1], &cq[1]);
+  auto [ca, cb] = one_qp_pdcs(p, c, cq);
   ASSERT_NE(ca, nullptr);
   ASSERT_NE(cb, nullptr);
   const uint16_t a11 = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
   const uint16_t a12 = p.a.attach_queue_pair(10, ca->queue_pair_config(12, 22), &cq[3], &cq[3]);
-  ca->speak_as(0, 0);
-  cb->speak_as(0, 0);
   std::vector<uint8_t> src = pattern(5000, 6), d10(5000, 0), d11(5000, 0), d12(5000, 0),
                        rsrc = pattern(3000, 9), rdst(3000, 0);
   const uint32_t k10 = p.b.memory().register_region(d10.data(), 5000, kAccessRemoteWrite, 0);
@@ -433,22 +443,11 @@ TEST(SharedPdc, RequestsForQueuePairsNotThereDoNotHoldThePdc) {
 // PDC goes on, and a new QP of ours finds this one and talks through it.
 TEST(SharedPdc, ItsOnlyQueuePairsErrorLeavesThePdc) {
   DirectPair p;
-  ConnectionConfig c;
-  c.shared = true;
-  c.local_id = c.qp_num = 10;
-  c.remote_id = c.remote_qpn = 20;
-  c.remote_mac = mac_of(2);
-  c.remote_ip = kIpB;
   std::deque<CompletionQueue> cq;
   for (int i = 0; i < 4; ++i) cq.emplace_back(64);
-  Connection* ca = p.a.create_connection(c, &cq[0], &cq[0]);
-  c.local_id = c.qp_num = 20;
-  c.remote_id = c.remote_qpn = 10;
-  c.remote_mac = mac_of(1);
-  c.remote_ip = kIpA;
-  Connection* cb = p.b.create_connection(c, &cq[1], &cq[1]);
-  ca->speak_as(0, 0);
-  cb->speak_as(0, 0);
+  auto [ca, cb] = one_qp_pdcs(p, ConnectionConfig{}, cq);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
   std::vector<uint8_t> src = pattern(2000, 1), dst(2000, 0);
   const uint32_t key = p.b.memory().register_region(dst.data(), 2000, kAccessRemoteWrite, 0);
   ASSERT_EQ(ca->post_send(0, request(1, Opcode::kWrite, src.data(), 2000, dst.data(), key)),
