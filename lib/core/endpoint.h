@@ -109,10 +109,12 @@ class Endpoint {
   // another connection already, or the connection is not shared.
   uint16_t attach_queue_pair(uint16_t local_id, QpConfig q, CompletionQueue* send_cq,
                              CompletionQueue* recv_cq);
-  // ... and off it again (Connection::remove_queue_pair). Returns whether
-  // its QP number is free again: false while the peer may still name it
-  // (the number the connection is kept under, or the one the peer names).
-  bool detach_queue_pair(uint16_t local_id, uint16_t slot);
+  // ... and off it again (Connection::remove_queue_pair): kRefused (no such
+  // queue pair, or the connection's last: close the connection), or done,
+  // its QP number free again, or still the connection's while the peer may
+  // name it (the number it is kept under, the one the peer names).
+  enum class Detach : uint8_t { kRefused, kNumberFree, kNumberHeld };
+  Detach detach_queue_pair(uint16_t local_id, uint16_t slot);
   // Removes the connection at once: nothing more is sent for it.
   void destroy_connection(uint16_t local_id);
   // Removes the connection as an RC QP goes. When the peer may still wait

@@ -52,11 +52,15 @@ static void release_connection(braid_qp* qp, bool close) {
   qp->conn = nullptr;
   qp->core = nullptr;
   if (conn->shared() && conn->live_queue_pairs() > 1) {
+    using Detach = braid::Endpoint::Detach;
+    const Detach d = e.endpoint().detach_queue_pair(key, qp->slot);
     // (The key is held by the PDC from its creation.)
-    if (!e.endpoint().detach_queue_pair(key, qp->slot) && qp->qp_num != key) {
+    if (d == Detach::kNumberHeld && qp->qp_num != key) {
       ++c->qpn_holds[qp->qp_num];
       c->pdc_held_qpns[key].push_back(qp->qp_num);
     }
+    // (kRefused is not reached: a shared PDC with two live queue pairs
+    // takes either off, and a QP leaves once.)
     return;
   }
   const bool shared = conn->shared();

@@ -230,7 +230,7 @@ TEST(SharedPdc, AQueuePairDestroyedUnderItsPeersWritesEndsOnlyThatPeer) {
   ASSERT_EQ(in_flight.size(), 4u);
   std::fill(dst.begin(), dst.end(), 0);
   // 21 is the QP b's PDC is kept under: it goes, the PDC stays.
-  EXPECT_FALSE(p.b.detach_queue_pair(21, 0));  // its number stays the PDC's
+  EXPECT_EQ(p.b.detach_queue_pair(21, 0), Endpoint::Detach::kNumberHeld);  // the PDC's number
   EXPECT_TRUE(s.cb->removed(0));
   EXPECT_EQ(s.cb->live_queue_pairs(), 1u);
   p.deliver(p.b, in_flight);
@@ -265,8 +265,8 @@ TEST(SharedPdc, ARemovedQueuePairsLostRequestsGoAgainAsNoOps) {
     ASSERT_EQ(s.ca->post_send(0, request(k, Opcode::kWrite, src.data(), 4096, dst.data(), key)),
               PostError::kOk);
   }
-  ASSERT_EQ(p.drain(p.a).size(), 3u);          // lost
-  EXPECT_FALSE(p.a.detach_queue_pair(10, 0));  // 10 keeps the PDC: its number stays
+  ASSERT_EQ(p.drain(p.a).size(), 3u);                                      // lost
+  EXPECT_EQ(p.a.detach_queue_pair(10, 0), Endpoint::Detach::kNumberHeld);  // 10 keeps the PDC
   EXPECT_TRUE(s.ca->removed(0));
   ASSERT_EQ(
       s.ca->post_send(s.a11, request(9, Opcode::kWrite, src.data(), 4096, other.data(), okey)),
@@ -297,14 +297,15 @@ TEST(SharedPdc, AnotherQueuePairsNumberIsFreeOnceItLeaves) {
       p.run_for(10'000'000, 1'000, [&] { return s.a10cq().size() == 1 && s.b21cq().size() == 1; }));
   ASSERT_TRUE(s.ca->peer_named());
   // b's PDC: kept under 21, speaks as 20, the peer names 21: 20 stays too.
-  EXPECT_FALSE(p.b.detach_queue_pair(21, s.b20));
+  EXPECT_EQ(p.b.detach_queue_pair(21, s.b20), Endpoint::Detach::kNumberHeld);
   // a's: kept under 10, speaks as 11, b names 10; a QP 12 joins and leaves.
   QpConfig q = s.ca->queue_pair_config(12, 22);
   CompletionQueue cq(16);
   const uint16_t slot = p.a.attach_queue_pair(10, q, &cq, &cq);
   ASSERT_NE(slot, Connection::kNoSlot);
   EXPECT_EQ(p.a.attach_queue_pair(10, q, &cq, &cq), Connection::kNoSlot);  // taken
-  EXPECT_TRUE(p.a.detach_queue_pair(10, slot));
+  EXPECT_EQ(p.a.detach_queue_pair(10, slot), Endpoint::Detach::kNumberFree);
+  EXPECT_EQ(p.a.detach_queue_pair(10, slot), Endpoint::Detach::kRefused);  // gone already
   EXPECT_NE(p.a.attach_queue_pair(10, s.ca->queue_pair_config(12, 23), &cq, &cq),
             Connection::kNoSlot);
 }
