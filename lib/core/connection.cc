@@ -188,10 +188,7 @@ bool Connection::set_send_psn(uint32_t psn) {
   // the first response), so it continues where it is.
   if (qp_.answered_reads()) return true;
   if (snd_nxt_ != cfg_.tx_psn) return false;
-  cfg_.tx_psn = psn;
-  snd_una_ = snd_nxt_ = psn;
-  highest_sacked_ = psn - 1;
-  tx_job_id_ = job_id_for(true, psn);
+  start_sending_at(psn);
   if (cfg_.auth) {
     // Keys for the new PSN, unless something (an ACK in RTR) went sealed
     // with the old one: the peer may have taken that key for good
@@ -225,10 +222,14 @@ void Connection::speak_as(uint16_t slot, uint32_t psn) {
   const QpConfig& q = qps_[slot]->config();
   set_names(static_cast<uint16_t>(q.qp_num), static_cast<uint16_t>(q.remote_qpn));
   spoken_ = true;
+  start_sending_at(psn);
+}
+
+void Connection::start_sending_at(uint32_t psn) {
   cfg_.tx_psn = psn;
   snd_una_ = snd_nxt_ = psn;
   highest_sacked_ = psn - 1;
-  tx_job_id_ = job_id_for(true, psn);
+  tx_job_id_ = job_id_for(true, psn);  // (after the names: the job id covers them)
 }
 
 bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, uint16_t src) {
@@ -270,17 +271,15 @@ bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, u
     // in RTR) goes under the peer's names reversed, from its first PSN on,
     // as a single QP's RTR responder does (learn_responder_psn).
     set_names(dst, src);
-    cfg_.tx_psn = start;
-    snd_una_ = snd_nxt_ = start;
-    highest_sacked_ = start - 1;
-    tx_job_id_ = job_id_for(true, start);
+    start_sending_at(start);
   }
   return true;
 }
 
 bool Connection::remove_queue_pair(uint16_t slot) {
-  if (slot >= qps_.size() || qps_[slot]->removed() || live_queue_pairs() <= 1) return false;
-  if (!multi_) return false;
+  if (!multi_ || slot >= qps_.size() || qps_[slot]->removed() || live_queue_pairs() <= 1) {
+    return false;
+  }
   QueuePair& q = *qps_[slot];
   if (removed_cq_ == nullptr) removed_cq_ = std::make_unique<CompletionQueue>(1);
   const bool active = q.state() == ConnectionState::kActive;

@@ -617,6 +617,9 @@ class Connection {
   void fail_request(const TxRecord& r, WcStatus status) {
     stop_qp(r.qp, qp_of(r).fail_request(r.seq, status, snd_una_));
   }
+  // Nothing sent yet: the first PSN this side sends is `psn` (the job id
+  // follows it and the names).
+  void start_sending_at(uint32_t psn);
   // connection_tx.cc
   void set_names(uint16_t src, uint16_t dst) {
     name_src_ = src;
