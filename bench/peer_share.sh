@@ -27,6 +27,7 @@ qps=${QPS:-4}
 seeds=${SEEDS:-1 2 3 4 5}
 rounds=${ROUNDS:-3}
 rate=${RATE_MBPS:-300}
+# PDC_SCOPE=peer (wire): each host's QPs on one PDC (--pdc-scope peer).
 # CREDIT=1: receiver-driven credit as well (the simulator's nscc-credit profile;
 # perftest's --credit on the wire).
 credit=${CREDIT:-0}
@@ -114,11 +115,12 @@ if [[ " ${what[*]} " == *" wire "* ]]; then
       line=$(scripts/switch-fabric.sh --pairs 2 --links 1 --pair-args "0:-q $2" --expect-fair 0 \
         --switch "--core-rate-mbps $rate --core-ecn 3000,30000,1 --set '@$((rate * 200)) stats clear' --set '@$((rate * 700)) stats'" \
         braid_write_bw -s 65536 -D 5 --cc nscc "${wire_credit[@]}" --cc-scope "$1" --link-mbps "$rate" \
+        --pdc-scope "${PDC_SCOPE:-qp}" \
         --base-rtt-us 200 2>&1 |
         sed -n 's/.*in the switch.s window: \([0-9]*\) \([0-9]*\),.*/\1 \2/p')
       got[$c]+="$(jain <<<"${line:-0 0}") "
     done
   done
-  echo "wire (nscc${wire_credit[*]:+, credit}): host A $qps QPs, host B 1, core link $rate Mb/s, $rounds rounds"
+  echo "wire (nscc${wire_credit[*]:+, credit}, PDC per ${PDC_SCOPE:-qp}): host A $qps QPs, host B 1, core link $rate Mb/s, $rounds rounds"
   rounds_table QPs got
 fi
