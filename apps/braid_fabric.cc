@@ -52,6 +52,7 @@ struct Options {
   double time_limit_ms = 1000;
   uint32_t credit_speculative = 0;  // 0: one BDP
   std::string cc_scope = "peer";
+  std::string pdc_scope = "qp";
   std::string cc;     // the profile's algorithm unless named
   std::string paths;  // the profile's path policy unless named
   std::string csv;
@@ -365,6 +366,11 @@ void add_options(CLI::App& app, Options& o) {
                  "peer: a host's QPs to one peer share a congestion state; connection: one each")
       ->check(CLI::IsMember({"peer", "connection"}))
       ->capture_default_str();
+  app.add_option("--pdc-scope", o.pdc_scope,
+                 "peer: a host's QPs to one peer (flows' qp) are queue pairs of one connection "
+                 "(one PDC per peer); qp: a connection each")
+      ->check(CLI::IsMember({"peer", "qp"}))
+      ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");
   app.add_option("--fabric-gbps", o.fabric_gbps,
                  "switch-to-switch link rate, Gb/s (default --gbps)");
@@ -667,6 +673,7 @@ int main(int argc, char** argv) {
       ec.profile = profile_named(name);
       ec.profile.credit_speculative_bytes = o.credit_speculative;
       ec.profile.cc_per_peer = o.cc_scope == "peer";
+      ec.profile.pdc_per_peer = o.pdc_scope == "peer";
       if (!o.cc.empty()) ec.profile.cc = *braid::cc_algorithm_named(o.cc);
       if (!o.paths.empty()) ec.profile.paths = *braid::path_policy_named(o.paths);
       if (o.mtu != 0) ec.profile.mtu = o.mtu;

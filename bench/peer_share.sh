@@ -27,7 +27,7 @@ qps=${QPS:-4}
 seeds=${SEEDS:-1 2 3 4 5}
 rounds=${ROUNDS:-3}
 rate=${RATE_MBPS:-300}
-# PDC_SCOPE=peer (wire): each host's QPs on one PDC (--pdc-scope peer).
+# PDC_SCOPE=peer (sim, wire): each host's QPs on one PDC (--pdc-scope peer).
 # CREDIT=1: receiver-driven credit as well (the simulator's nscc-credit profile;
 # perftest's --credit on the wire).
 credit=${CREDIT:-0}
@@ -63,7 +63,7 @@ sim_case() { # sim_case <scope> <qps> <seed>: "bytes_A bytes_B" by the first com
   tmp=$(mktemp -d /tmp/peer_share.XXXXXX)
   for ((i = 0; i < q; ++i)); do flows+=(--flow "8 0 $((8 * 1024 * 1024 / q)) 0 -1 $i"); done
   "$build_dir/apps/braid_fabric" -k 4 --scenario flows "${flows[@]}" --flow "9 0 8M" --profile "$sim_profile" \
-    --cc-scope "$scope" --seed "$seed" --flow-series "$tmp/series.csv" --sample-us 10 \
+    --cc-scope "$scope" --pdc-scope "${PDC_SCOPE:-qp}" --seed "$seed" --flow-series "$tmp/series.csv" --sample-us 10 \
     --csv "$tmp/flows.csv" >/dev/null
   # The first flow's end (us), then every flow's bytes at the last sample
   # at or before it: host A's flows are 0..q-1, host B's is q.
@@ -77,7 +77,7 @@ sim_case() { # sim_case <scope> <qps> <seed>: "bytes_A bytes_B" by the first com
 
 if [[ " ${what[*]} " == *" sim "* ]]; then
   braid_need peer_share "$build_dir/apps/braid_fabric"
-  echo "simulator ($sim_profile): host A $qps QPs, host B 1, seeds $seeds"
+  echo "simulator ($sim_profile, a PDC per ${PDC_SCOPE:-qp}): host A $qps QPs, host B 1, seeds $seeds"
   echo "| case | Jain per seed | median |"
   echo "|---|---|---|"
   for c in "peer $qps" "connection $qps" "peer 1"; do

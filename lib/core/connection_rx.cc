@@ -147,7 +147,10 @@ void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, 
     return;
   }
   QueuePair& q = *qps_[slot];
-  if (pkt.has_ses_request && q.in_order_pending()) receiving_.push(slot);
+  if (pkt.has_ses_request) {
+    q.count_request();
+    if (q.in_order_pending()) receiving_.push(slot);
+  }
   if (advanced > 0) in_order_multi();
   if (pkt.has_ses_response) stop_qp(slot, q.complete_sends(snd_una_));
 }

@@ -116,6 +116,11 @@ class QueuePair {
     return refusal_pending_ && !psn_lt(cack + 1, refusal_psn_);
   }
   void set_max_rd_atomic(uint32_t n) { cfg_.max_rd_atomic = n; }
+  // Request packets of this queue pair taken as new while its connection
+  // carried several queue pairs (a connection with one counts them in its
+  // ConnectionStats::data_received alone).
+  uint64_t requests_received() const { return requests_received_; }
+  void count_request() { ++requests_received_; }
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
   // Whether the request names this queue pair.
   bool named_by(const wire::SesRequest& s) const {
@@ -371,6 +376,7 @@ class QueuePair {
 
   QpConfig cfg_;
   ConnectionStats* stats_;
+  uint64_t requests_received_ = 0;
   MemoryRegionTable* mrs_;
   CompletionQueue* send_cq_;
   CompletionQueue* recv_cq_;

@@ -126,8 +126,9 @@ void Experiment::add_flow(const FlowSpec& f) {
     throw std::invalid_argument("a flow has 1 byte to 2 GiB");
   }
   if (f.src >= (1 << 24) || f.dst >= (1 << 24)) throw std::invalid_argument("host out of range");
+  const uint16_t pdc_qp = cfg_.profile.pdc_per_peer ? 0 : f.qp;
   const uint64_t pair_key =
-      (uint64_t(uint32_t(f.src)) << 40) | (uint64_t(uint32_t(f.dst)) << 16) | f.qp;
+      (uint64_t(uint32_t(f.src)) << 40) | (uint64_t(uint32_t(f.dst)) << 16) | pdc_qp;
   auto found = pair_index_.find(pair_key);
   int pair = found == pair_index_.end() ? kNone : found->second;
   if (pair == kNone) {
@@ -172,10 +173,20 @@ void Experiment::add_flow(const FlowSpec& f) {
     pair = static_cast<int>(pairs_.size() - 1);
     pair_index_.emplace(pair_key, pair);
   }
+  Pair& pr = pairs_[pair];
+  auto at = std::find(pr.qps.begin(), pr.qps.end(), f.qp);
+  if (at == pr.qps.end()) {
+    if (!pr.qps.empty()) {
+      pr.qpns.emplace_back(state_[f.src].next_id++, state_[f.dst].next_id++);
+    }
+    pr.qps.push_back(f.qp);
+    at = pr.qps.end() - 1;
+  }
   FlowResult r;
   r.spec = f;
   results_.push_back(r);
   pair_of_.push_back(pair);
+  slot_of_.push_back(static_cast<uint16_t>(at - pr.qps.begin()));
   dependents_.emplace_back();
   placed_at_start_.push_back(0);
   ecn_at_start_.push_back(0);
@@ -214,6 +225,16 @@ void Experiment::set_up_flows() {
         dst.create_connection(pr.dst_cfg, state_[pr.dst].scq.get(), state_[pr.dst].rcq.get());
     if (pr.sender == nullptr || pr.receiver == nullptr) {
       throw std::runtime_error("more connections on a host than connection ids");
+    }
+    // The pair's other qps, as queue pairs of its connection in slot order.
+    for (const auto& [s, d] : pr.qpns) {
+      const uint16_t a = pr.sender->add_queue_pair(
+          pr.sender->queue_pair_config(s, d), state_[pr.src].scq.get(), state_[pr.src].rcq.get());
+      const uint16_t b = pr.receiver->add_queue_pair(
+          pr.receiver->queue_pair_config(d, s), state_[pr.dst].scq.get(), state_[pr.dst].rcq.get());
+      if (a == Connection::kNoSlot || a != b) {
+        throw std::runtime_error("more queue pairs on a connection than it takes");
+      }
     }
   }
   if (cfg_.verify) {
@@ -254,8 +275,7 @@ void Experiment::take_sample() {
     if (r.end != kNever) {
       placed = r.spec.bytes;
     } else if (r.started != kNever) {
-      const Connection* c = pairs_[pair_of_[i]].receiver;
-      const uint64_t pkts = c->stats().data_received - placed_at_start_[i];
+      const uint64_t pkts = received(i) - placed_at_start_[i];
       placed = std::min<uint64_t>(r.spec.bytes, pkts * cfg_.profile.mtu);
     }
     s.flow_bytes.push_back(placed);
@@ -275,6 +295,12 @@ void Experiment::take_sample() {
     }
   }
   samples_.push_back(std::move(s));
+}
+
+uint64_t Experiment::received(size_t i) const {
+  const Pair& pr = pairs_[pair_of_[i]];
+  if (pr.qps.size() == 1) return pr.receiver->stats().data_received;
+  return pr.receiver->queue_pair(slot_of_[i]).requests_received();
 }
 
 void Experiment::start_flow(size_t i) {
@@ -314,9 +340,9 @@ void Experiment::start_flow(size_t i) {
   wr.remote_addr = reinterpret_cast<uintptr_t>(to);
   wr.rkey = rkey;
   r.started = fabric_.now();
-  placed_at_start_[i] = pr.receiver->stats().data_received;
+  placed_at_start_[i] = received(i);
   ecn_at_start_[i] = ecn_count(*pr.sender);
-  if (pr.sender->post_send(wr) != PostError::kOk) {
+  if (pr.sender->post_send(slot_of_[i], wr) != PostError::kOk) {
     // Its connection is in error (or full): it fails, flushed, and so does
     // what waits for it.
     r.ok = false;

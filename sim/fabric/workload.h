@@ -24,9 +24,11 @@ struct FlowSpec {
   // Starts only once flow `after` (an index into the experiment's flows) has
   // completed, and not before `start`: the steps of a collective.
   int after = kNone;
-  // Flows between the same two hosts with the same qp share a connection
-  // (their WRITEs follow each other on it); another qp is another
-  // connection, as an application that opens several QPs to a peer.
+  // Flows between the same two hosts with the same qp share a queue pair
+  // (their WRITEs follow each other on it); another qp is another queue
+  // pair, as an application that opens several QPs to a peer: on a
+  // connection of its own, or with Profile::pdc_per_peer on the host
+  // pair's one connection.
   uint16_t qp = 0;
 };
 
@@ -53,6 +55,10 @@ struct Profile {
   // A host's connections to one peer share one congestion state
   // (EndpointConfig::cc_per_peer); false: one each.
   bool cc_per_peer = true;
+  // A host's QPs to one peer (flows of one host pair with different qps)
+  // are queue pairs of one connection, one PDC per peer as verbs'
+  // pdc_per_peer; false: a connection each.
+  bool pdc_per_peer = false;
 };
 
 // The transport profiles: braid (64 entropies round robin, fixed window),
@@ -155,13 +161,19 @@ class Experiment {
     uint16_t next_id = 1;
     uint32_t src_key = 0, dst_key = 0;  // shared scratch regions
   };
-  // One connection pair per pair of hosts that exchange flows.
+  // One connection pair per pair of hosts and qp that exchange flows (per
+  // pair of hosts with Profile::pdc_per_peer: then each qp is a queue pair
+  // on it, in slot order, its connection's own first).
   struct Pair {
     int src = 0, dst = 0;
     ConnectionConfig src_cfg, dst_cfg;
     Connection* sender = nullptr;
     Connection* receiver = nullptr;
+    std::vector<uint16_t> qps;                        // the flows' qp of each slot
+    std::vector<std::pair<uint32_t, uint32_t>> qpns;  // slots 1..: (src's, dst's) QP numbers
   };
+  // Request packets of flow i's queue pair its receiver has taken.
+  uint64_t received(size_t i) const;
   void on_activity(int host);
   void start_flow(size_t i);
   void set_up_flows();
@@ -176,10 +188,11 @@ class Experiment {
   std::vector<HostState> state_;
   std::vector<FlowResult> results_;
   std::vector<Pair> pairs_;
-  std::unordered_map<uint64_t, int> pair_index_;  // (src, dst, qp) -> pair
+  std::unordered_map<uint64_t, int> pair_index_;  // (src, dst, qp or 0) -> pair
   std::vector<int> pair_of_;                      // per flow
+  std::vector<uint16_t> slot_of_;                 // per flow: its queue pair's slot
   std::vector<std::vector<size_t>> dependents_;   // per flow: flows waiting for it
-  std::vector<uint64_t> placed_at_start_;         // per flow: its pair's placed packets then
+  std::vector<uint64_t> placed_at_start_;         // per flow: received(i) then
   std::vector<uint64_t> ecn_at_start_;            // per flow: its pair's ECN-marked count then
   std::vector<std::vector<uint8_t>> src_mem_, dst_mem_;  // per flow with verify
   std::vector<uint8_t> scratch_src_, scratch_dst_;

@@ -352,9 +352,10 @@ TEST(FabricWorkloads, FlowsOfOneHostPairShareAConnectionUnlessOnAnotherQp) {
 // (up to the last sample before the first flow ended): host 8 sends 8 MB
 // over four QPs, host 9 8 MB over one. Both are in another pod: a host
 // nearer host 0 has a smaller largest window in this profile (htsim's).
-double host_share_jain(bool cc_per_peer, const char* profile = "nscc") {
+double host_share_jain(bool cc_per_peer, const char* profile = "nscc", bool pdc_per_peer = false) {
   ExperimentConfig c = small_fat_tree(profile);
   c.profile.cc_per_peer = cc_per_peer;
+  c.profile.pdc_per_peer = pdc_per_peer;
   Experiment x(c);
   for (uint16_t q = 0; q < 4; ++q) x.add_flow(FlowSpec{8, 0, 2u << 20, 0, kNone, q});
   x.add_flow(FlowSpec{9, 0, 8u << 20, 0});
@@ -384,6 +385,56 @@ TEST(FabricWorkloads, AHostsQpsToOnePeerTakeOneHostsShareOfItsLink) {
   // four QPs four shares (0.818).
   EXPECT_GE(host_share_jain(true), 0.95);
   EXPECT_LT(host_share_jain(false), 0.9);
+}
+
+TEST(FabricWorkloads, OnAPdcPerPeerAHostsQpsTakeOneHostsShareOfItsLink) {
+  // The four QPs on one connection: one congestion state, whatever the
+  // scope of congestion state across connections (a state per connection
+  // gave the four QPs on four connections four shares above).
+  EXPECT_GE(host_share_jain(false, "nscc", true), 0.95);
+  EXPECT_GE(host_share_jain(true, "nscc", true), 0.95);
+}
+
+// With a PDC per peer, a host pair's qps are queue pairs of one connection
+// pair: each flow's bytes arrive intact, its WRITEs complete on its own
+// queue pair, and the flows of one pair run side by side, not one after
+// the other.
+TEST(FabricWorkloads, APdcPerPeerCarriesAHostPairsQpsOnOneConnection) {
+  ExperimentConfig c = small_fat_tree("nscc");
+  c.verify = true;
+  c.profile.pdc_per_peer = true;
+  Experiment x(c);
+  for (uint16_t q = 0; q < 4; ++q) x.add_flow(FlowSpec{8, 0, 256u << 10, 0, kNone, q});
+  x.add_flow(FlowSpec{8, 0, 64u << 10, 0, 0, 2});  // after flow 0, on qp 2's queue pair
+  x.add_flow(FlowSpec{9, 0, 256u << 10, 0});
+  x.sample_every(5'000, {});
+  ASSERT_TRUE(x.run(1'000'000'000));
+  uint64_t host8_sent = 0;
+  for (const FlowResult& r : x.results()) {
+    EXPECT_TRUE(r.ok);
+    EXPECT_TRUE(r.data_ok);
+    if (r.spec.src == 8) host8_sent = std::max(host8_sent, r.sender.data_sent);
+  }
+  // Host 8's five WRITEs went on one connection: its data packets are all
+  // of theirs (4 x 64 + 16 of 4 KiB; first transmissions).
+  const FlowResult* r = x.results().data();
+  EXPECT_EQ(host8_sent, r[0].sender.data_sent);
+  EXPECT_EQ(r[0].sender.data_sent, 4u * 64 + 16);
+  EXPECT_EQ(r[5].sender.data_sent, 64u);
+  // Side by side: each of the four first flows had bytes placed before
+  // any of them ended.
+  TimeNs first_end = kNever;
+  for (int i = 0; i < 4; ++i) first_end = std::min(first_end, r[i].end);
+  const Experiment::Sample* before = nullptr;
+  for (const auto& smp : x.samples()) {
+    if (smp.at < first_end) before = &smp;
+  }
+  ASSERT_NE(before, nullptr);
+  for (int i = 0; i < 4; ++i) EXPECT_GT(before->flow_bytes[i], 0u) << "flow " << i;
+  // The samples end at every flow's size.
+  for (size_t i = 0; i < x.results().size(); ++i) {
+    EXPECT_EQ(x.samples().back().flow_bytes[i], x.results()[i].spec.bytes);
+  }
 }
 
 TEST(FabricWorkloads, WithReceiverCreditAHostsQpsTakeOneHostsTurns) {
