@@ -287,6 +287,7 @@ bool Connection::remove_queue_pair(uint16_t slot) {
   if (active) nop_fill_requests(slot);    // (an error did it already)
   ++removed_;
   slot_of_qpn_.erase(q.config().qp_num & 0xffffff);
+  last_rx_qpn_ = kNoQpn;
   removed_qpns_.insert(q.config().qp_num & 0xffffff);
   sending_.remove(slot);
   receiving_.remove(slot);
@@ -408,8 +409,11 @@ void Connection::after_progress_multi(uint32_t from) {
     visit_epoch_ = 1;
   }
   visit_.clear();
+  uint16_t last = kNoSlot;
   for (uint32_t psn = from; psn != snd_una_; ++psn) {
     const uint16_t slot = rec(psn).qp;
+    if (slot == last) continue;  // a turn's packets follow each other
+    last = slot;
     if (visit_stamp_[slot] == visit_epoch_) continue;
     visit_stamp_[slot] = visit_epoch_;
     visit_.push_back(slot);

@@ -512,7 +512,28 @@ class Connection {
   [[gnu::noinline]] void after_progress_multi(uint32_t from);
   // Several queue pairs: the next new packet, its queue pair's in *slot,
   // by turns among those with something to send; false: none may go.
-  [[gnu::noinline]] bool next_new_multi(Slice* s, uint16_t* slot, TimeNs now);
+  bool next_new_multi(Slice* s, uint16_t* slot, TimeNs now);
+  [[gnu::noinline, gnu::flatten]] uint32_t produce_new_multi(TxOut& out, TimeNs now);
+  // The record `r` of the next PSN takes the new packet `slice` of the queue
+  // pair in `slot`. Filled in place: a temporary copied in would stall on
+  // store forwarding. The record's previous packet is below snd_una_, so
+  // acknowledged.
+  void take_new(TxRecord& r, const Slice& slice, uint16_t slot) {
+    r.seq = static_cast<uint16_t>(slice.seq);
+    r.qp = slot;
+    r.offset = slice.offset;
+    r.len = slice.len;
+    r.kind = slice.kind;
+    if (credit_on_ && r.kind == TxKind::kRequest) {
+      unsent_credit_ -= std::min<uint64_t>(unsent_credit_, r.len + credit_header());
+    }
+    r.psn = snd_nxt_;
+    r.retries = 0;
+    r.tx_count = 0;
+    r.queued_for_retx = false;
+    ++snd_nxt_;
+    ++stats_.data_sent;
+  }
   // The earliest end of an RNR wait the hold timer must wake at.
   void arm_hold(TimeNs until, TimeNs now) {
     if (!hold_timer_.armed() || hold_timer_.deadline <= now || until < hold_timer_.deadline) {
@@ -656,7 +677,14 @@ class Connection {
   // connection_rx.cc
   void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   // Several queue pairs: whether `q` may place the packet (not in error).
-  [[gnu::noinline]] bool may_place(const QueuePair& q, const wire::ParsedPacket& pkt);
+  bool may_place(const QueuePair& q, const wire::ParsedPacket& pkt) {
+    if (q.state() == ConnectionState::kActive && !q.refused_from(pkt.req.psn)) [[likely]] {
+      return true;
+    }
+    return may_place_other(pkt);
+  }
+  // The same for a queue pair in error or past a refusal.
+  [[gnu::noinline]] bool may_place_other(const wire::ParsedPacket& pkt);
   // Several queue pairs: the request `psn` of the one in `slot` is refused
   // for good: it ends once every packet before it is in.
   [[gnu::noinline]] void refuse_multi(uint16_t slot, uint32_t psn, Refusal why);
@@ -677,8 +705,7 @@ class Connection {
   [[gnu::noinline]] void in_order_multi();
   // Several queue pairs: what a data packet placed by the one in `slot`
   // leaves to do (its in-order work, the completions it allows).
-  [[gnu::noinline]] void after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot,
-                                          uint32_t advanced);
+  void after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, uint32_t advanced);
   void queue_nack(uint32_t psn, uint8_t code, uint8_t vendor = 0, uint8_t flags = 0,
                   uint32_t payload = 0);
   // PSNs in the receive window refused for want of a receive and not yet
@@ -814,6 +841,11 @@ class Connection {
   // PSNs in order (completions on ACKs: after_progress_multi).
   std::vector<std::unique_ptr<QueuePair>> more_qps_;
   std::unordered_map<uint32_t, uint16_t> slot_of_qpn_;
+  // The last request's queue pair (several queue pairs): its 24-bit QP
+  // number (kNoQpn: none) and slot.
+  static constexpr uint32_t kNoQpn = ~0u;
+  uint32_t last_rx_qpn_ = kNoQpn;
+  uint16_t last_rx_slot_ = 0;
   // QP numbers of queue pairs removed (a request for one is refused; for
   // one not here yet, the sender waits as for RNR).
   std::unordered_set<uint32_t> removed_qpns_;

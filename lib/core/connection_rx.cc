@@ -142,8 +142,9 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
 }
 
 void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, uint32_t advanced) {
+  // In-order work is only ever that of the queue pairs on receiving_.
   if (slot == kNoSlot) {  // a NO_OP for a queue pair no longer here
-    if (advanced > 0) in_order_multi();
+    if (advanced > 0 && !receiving_.empty()) in_order_multi();
     return;
   }
   QueuePair& q = *qps_[slot];
@@ -151,7 +152,7 @@ void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, 
     q.count_request();
     if (q.in_order_pending()) receiving_.push(slot);
   }
-  if (advanced > 0) in_order_multi();
+  if (advanced > 0 && !receiving_.empty()) in_order_multi();
   if (pkt.has_ses_response) stop_qp(slot, q.complete_sends(snd_una_));
 }
 
@@ -174,9 +175,8 @@ void Connection::refuse_multi(uint16_t slot, uint32_t psn, Refusal why) {
   }
 }
 
-bool Connection::may_place(const QueuePair& q, const wire::ParsedPacket& pkt) {
-  if ((q.state() == ConnectionState::kActive && !q.refused_from(pkt.req.psn)) ||
-      (pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp))) {
+bool Connection::may_place_other(const wire::ParsedPacket& pkt) {
+  if (pkt.has_ses_request && pkt.ses.opcode == static_cast<uint8_t>(wire::SesOpcode::kNoOp)) {
     return true;
   }
   // For a queue pair in error: refused, so that its sender fails it and
@@ -261,10 +261,21 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     } else if (!multi()) [[likely]] {
       ours = qp_.named_by(pkt.ses);
     } else {
-      const auto it =
-          slot_of_qpn_.find((uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index);
-      ours = it != slot_of_qpn_.end();
-      if (ours) qp_slot = it->second;
+      // Queue pairs send in turns of packets: the last one found is
+      // likely to be named again.
+      const uint32_t qpn = (uint32_t{pkt.ses.pid_on_fep} << 12) | pkt.ses.resource_index;
+      if (qpn == last_rx_qpn_) {
+        ours = true;
+        qp_slot = last_rx_slot_;
+      } else {
+        const auto it = slot_of_qpn_.find(qpn);
+        ours = it != slot_of_qpn_.end();
+        if (ours) {
+          qp_slot = it->second;
+          last_rx_qpn_ = qpn;
+          last_rx_slot_ = qp_slot;
+        }
+      }
     }
     if (!ours) [[unlikely]] {
       ++stats_.wrong_qp;

@@ -172,30 +172,12 @@ uint32_t Connection::produce_new(TxOut& out, TimeNs now) {
     return 0;
   }
   if (snd_nxt_ - snd_una_ >= tx_.size()) grow_tx();
-  // Filled in place: a temporary copied in would stall on store forwarding.
-  // The slot's previous packet is below snd_una_, so acknowledged.
+  if (multi()) [[unlikely]]
+    return produce_new_multi(out, now);
   TxRecord& r = rec(snd_nxt_);
   Slice slice;
-  uint16_t slot = 0;
-  if (multi()) [[unlikely]] {
-    if (!next_new_multi(&slice, &slot, now)) return 0;
-  } else if (!qp_.next_packet(snd_nxt_, &slice)) {
-    return 0;
-  }
-  r.seq = static_cast<uint16_t>(slice.seq);
-  r.qp = slot;
-  r.offset = slice.offset;
-  r.len = slice.len;
-  r.kind = slice.kind;
-  if (credit_on_ && r.kind == TxKind::kRequest) {
-    unsent_credit_ -= std::min<uint64_t>(unsent_credit_, r.len + credit_header());
-  }
-  r.psn = snd_nxt_;
-  r.retries = 0;
-  r.tx_count = 0;
-  r.queued_for_retx = false;
-  ++snd_nxt_;
-  ++stats_.data_sent;
+  if (!qp_.next_packet(snd_nxt_, &slice)) return 0;
+  take_new(r, slice, 0);
   return build_data(out, r, false, now);
 }
 
@@ -219,6 +201,17 @@ uint32_t Connection::produce_retx_past_held(TxOut& out, TimeNs now) {
     return n;
   }
   return produce_new(out, now);
+}
+
+// Several queue pairs: produce_new's second half, with the packet's queue
+// pair found by turns and reached through the table, in one call.
+uint32_t Connection::produce_new_multi(TxOut& out, TimeNs now) {
+  TxRecord& r = rec(snd_nxt_);
+  Slice slice;
+  uint16_t slot = 0;
+  if (!next_new_multi(&slice, &slot, now)) return 0;
+  take_new(r, slice, slot);
+  return build_data_with<true>(out, r, false, now);
 }
 
 bool Connection::next_new_multi(Slice* s, uint16_t* slot, TimeNs now) {
