@@ -41,6 +41,10 @@ inline const uint8_t* sgl_span(const SgList& l, uint64_t offset, uint32_t len) {
 
 // Copies len bytes starting at byte `offset` of the list into dst.
 inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32_t len) {
+  if (l.num == 1 && offset < l.sge[0].length && l.sge[0].length - offset >= len) [[likely]] {
+    std::memcpy(dst, l.sge[0].addr + offset, len);  // one buffer: most messages
+    return;
+  }
   for (uint8_t i = 0; i < l.num && len > 0; ++i) {
     if (offset >= l.sge[i].length) {
       offset -= l.sge[i].length;

@@ -413,7 +413,9 @@ void FrameTemplate::write(uint8_t* out, uint16_t entropy, uint32_t udp_payload_l
   ip[1] = tos;
   store_be16(ip + 2, static_cast<uint16_t>(total));
   uint32_t sum = partial_sum_ + ((0x45u << 8) | tos) + total;
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  // Two folds take any sum of ten 16-bit words to 16 bits.
+  sum = (sum & 0xffff) + (sum >> 16);
+  sum = (sum & 0xffff) + (sum >> 16);
   store_be16(ip + 10, static_cast<uint16_t>(~sum));
   uint8_t* udp = ip + kIpv4Size;
   store_be16(udp, entropy);
