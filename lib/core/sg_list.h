@@ -61,6 +61,10 @@ inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32
 
 // Copies len bytes from src into the list starting at byte `offset`.
 inline void copy_to_sgl(const SgList& l, uint64_t offset, const uint8_t* src, uint32_t len) {
+  if (l.num == 1 && offset < l.sge[0].length && l.sge[0].length - offset >= len) [[likely]] {
+    std::memcpy(l.sge[0].addr + offset, src, len);
+    return;
+  }
   for (uint8_t i = 0; i < l.num && len > 0; ++i) {
     if (offset >= l.sge[i].length) {
       offset -= l.sge[i].length;
