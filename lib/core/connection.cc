@@ -164,8 +164,13 @@ Connection::~Connection() {
 
 size_t Connection::memory_footprint() const {
   size_t qps = 0;
-  for (const QueuePair* q : qps_) qps += q->memory_footprint();
-  for (size_t i = 1; i < qps_.size(); ++i) qps += sizeof(QueuePair) + sizeof(void*);
+  for (const QueuePair* q : qps_) {
+    if (q != tombstone_.get()) qps += q->memory_footprint();
+  }
+  for (size_t i = 1; i < qps_.size(); ++i) {
+    qps += (qps_[i] != tombstone_.get() ? sizeof(QueuePair) : 0) + sizeof(void*);
+  }
+  if (tombstone_ != nullptr) qps += sizeof(QueuePair) + tombstone_->memory_footprint();
   // The table by QP number (a node and a bucket each, about) and the lists.
   qps += slot_of_qpn_.size() * (sizeof(void*) + 4 * sizeof(uint32_t)) +
          slot_of_qpn_.bucket_count() * sizeof(void*) + 3 * sending_.ids() * 3;
@@ -283,6 +288,7 @@ bool Connection::remove_queue_pair(uint16_t slot) {
   QueuePair& q = *qps_[slot];
   if (removed_cq_ == nullptr) removed_cq_ = std::make_unique<CompletionQueue>(1);
   const bool active = q.state() == ConnectionState::kActive;
+  if (slot != 0 && q.reads_outstanding() == 0) retiring_.push_back({slot, snd_nxt_});
   q.remove(removed_cq_.get(), snd_una_);  // no completion reaches its CQs
   if (active) nop_fill_requests(slot);    // (an error did it already)
   ++removed_;
@@ -341,15 +347,44 @@ PostError Connection::post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl
   return qps_[slot]->post_recv(wr_id, sgl);
 }
 
+void Connection::reclaim_slots() {
+  std::erase_if(retiring_, [&](const Retiring& r) {
+    if (psn_lt(snd_una_, r.until)) return false;  // a packet of it may still go again
+    if (tombstone_ == nullptr) {
+      QpConfig t;
+      t.slot = kNoSlot;
+      t.sq_depth = t.rq_depth = t.max_rd_atomic = t.max_dest_rd_atomic = 1;
+      tombstone_ = std::make_unique<QueuePair>(t, &stats_, qp_.memory(), removed_cq_.get(),
+                                               removed_cq_.get());
+      tombstone_->remove(removed_cq_.get(), snd_una_);
+    }
+    qps_[r.slot] = tombstone_.get();
+    more_qps_[r.slot - 1].reset();
+    free_slots_.push_back(r.slot);
+    return true;
+  });
+}
+
 uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
                                     CompletionQueue* recv_cq) {
-  if (qps_.size() >= kNoSlot || q.qp_num == qp_.config().qp_num ||
-      slot_of_qpn_.contains(q.qp_num)) {
-    return kNoSlot;
+  if (q.qp_num == qp_.config().qp_num || slot_of_qpn_.contains(q.qp_num)) return kNoSlot;
+  if (!retiring_.empty()) reclaim_slots();
+  q.remote_qpn &= 0xffffff;
+  if (!free_slots_.empty()) {  // a removed queue pair's, freed
+    const uint16_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    q.slot = slot;
+    more_qps_[slot - 1] = std::make_unique<QueuePair>(q, &stats_, qp_.memory(), send_cq, recv_cq);
+    more_qps_[slot - 1]->set_reads_sum(&reads_total_);
+    qps_[slot] = more_qps_[slot - 1].get();
+    --removed_;
+    slot_of_qpn_.emplace(q.qp_num & 0xffffff, slot);
+    removed_qpns_.erase(q.qp_num & 0xffffff);
+    return slot;
   }
+  if (qps_.size() >= kNoSlot) return kNoSlot;
   const auto slot = static_cast<uint16_t>(qps_.size());
   q.slot = slot;
-  q.remote_qpn &= 0xffffff;
   more_qps_.push_back(std::make_unique<QueuePair>(q, &stats_, qp_.memory(), send_cq, recv_cq));
   more_qps_.back()->set_reads_sum(&reads_total_);
   qps_.push_back(more_qps_.back().get());
@@ -425,6 +460,7 @@ void Connection::after_progress_multi(uint32_t from) {
     if (!had_responses && q.responses_pending()) sending_.push(slot);
     stop_qp(slot, q.complete_sends(snd_una_));
   }
+  if (!retiring_.empty()) reclaim_slots();
 }
 
 void Connection::in_order_multi() {

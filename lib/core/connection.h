@@ -302,8 +302,10 @@ class Connection {
   // packets of it still in flight: its work requests go without
   // completions, its requests not yet acknowledged become NO_OPs, and a
   // request for it from now on is refused (its sender's queue pair ends
-  // alone). The slot is not used again while the connection lives. False:
-  // no such queue pair, or the only one left (close the connection).
+  // alone). Its slot goes to a later queue pair once none of its packets
+  // is unacknowledged (unless it had READs outstanding, or is slot 0).
+  // False: no such queue pair, or the only one left (close the
+  // connection).
   bool remove_queue_pair(uint16_t slot);
   // A queue pair's own error (modify_qp to ERR): it alone flushes.
   void set_queue_pair_error(uint16_t slot, WcStatus status) {
@@ -675,7 +677,7 @@ class Connection {
   // Payloads may go by reference (not copied into the frame).
   bool payload_by_reference() const { return trailer_bytes_ == 0; }
   // connection_rx.cc
-  void on_data(const wire::ParsedPacket& pkt, TimeNs now);
+  [[gnu::always_inline]] inline void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   // Several queue pairs: whether `q` may place the packet (not in error).
   bool may_place(const QueuePair& q, const wire::ParsedPacket& pkt) {
     if (q.state() == ConnectionState::kActive && !q.refused_from(pkt.req.psn)) [[likely]] {
@@ -864,6 +866,21 @@ class Connection {
   uint32_t removed_ = 0;      // queue pairs removed
   // A sink for what removed queue pairs would complete (never polled).
   std::unique_ptr<CompletionQueue> removed_cq_;
+  // Slots of removed queue pairs: each is freed (its queue pair's memory
+  // with it) once no packet of it is unacknowledged (`until`: snd_nxt_ when
+  // it left), and a new queue pair takes it. One that had READs
+  // outstanding keeps its slot (their responses name it), as does slot 0.
+  struct Retiring {
+    uint16_t slot;
+    uint32_t until;
+  };
+  std::vector<Retiring> retiring_;
+  std::vector<uint16_t> free_slots_;
+  // What a freed slot holds until a new queue pair takes it: a queue pair
+  // removed, with nothing in it (whatever still names the slot finds it
+  // removed, as it found the one that left).
+  std::unique_ptr<QueuePair> tombstone_;
+  void reclaim_slots();
   // The ids named on the wire: ours (spdcid, dpdcid) and the peer's (what
   // it puts there). A shared PDC's change as it learns (shared above).
   uint16_t name_src_ = 0, name_dst_ = 0, peer_src_ = 0, peer_dst_ = 0;

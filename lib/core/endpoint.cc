@@ -86,10 +86,9 @@ uint16_t Endpoint::attach_queue_pair(uint16_t local_id, QpConfig q, CompletionQu
 
 Endpoint::Detach Endpoint::detach_queue_pair(uint16_t local_id, uint16_t slot) {
   Connection* c = connection(local_id);
-  if (c == nullptr || slot >= c->queue_pair_slots() || !c->remove_queue_pair(slot)) {
-    return Detach::kRefused;
-  }
+  if (c == nullptr || slot >= c->queue_pair_slots()) return Detach::kRefused;
   const auto id = static_cast<uint16_t>(c->queue_pair(slot).config().qp_num);
+  if (!c->remove_queue_pair(slot)) return Detach::kRefused;
   // The peer names the number it learnt from our first data (or, before,
   // any of them): those stay.
   if (id == local_id || !c->peer_named() || id == c->peer_wire_remote() || id == c->wire_id()) {

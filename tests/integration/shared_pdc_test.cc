@@ -526,5 +526,103 @@ TEST(SharedPdc, APeerThatRestartedIsNotReachedThroughTheStalePdcAndEachEndFails)
   EXPECT_TRUE(std::all_of(db.begin(), db.end(), [](uint8_t v) { return v == 0; }));
 }
 
+// QPs come and go on a long-lived PDC: a removed one's slot, and its
+// memory, go to the next one once no packet of it is unacknowledged, so
+// the PDC does not grow with the QPs it has carried. A request for the
+// removed QP's number is still refused, and does not reach the QP that
+// took its slot.
+TEST(SharedPdc, ALeftQueuePairsSlotGoesToTheNextOnceItsPacketsAreAcknowledged) {
+  DirectPair p;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 5; ++i) cq.emplace_back(64);
+  auto [ca, cb] = one_qp_pdcs(p, ConnectionConfig{}, cq);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  std::vector<uint8_t> src = pattern(3000, 2), dst(3000, 0), back(3000, 0);
+  const uint32_t key = p.b.memory().register_region(dst.data(), 3000, kAccessRemoteWrite, 0);
+  const uint32_t bkey = p.a.memory().register_region(back.data(), 3000, kAccessRemoteWrite, 0);
+  // Each side's PDC learns the other's names (until then a leaving QP's
+  // number stays held: the peer may name it).
+  ASSERT_EQ(cb->post_send(0, request(1, Opcode::kWrite, src.data(), 3000, back.data(), bkey)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[1].size() == 1; }));
+  ASSERT_EQ(poll_all(cq[1])[0].status, WcStatus::kSuccess);
+  std::fill(back.begin(), back.end(), 0);
+  ASSERT_EQ(ca->post_send(0, request(2, Opcode::kWrite, src.data(), 3000, dst.data(), key)),
+            PostError::kOk);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[0].size() == 1; }));
+  ASSERT_EQ(poll_all(cq[0])[0].status, WcStatus::kSuccess);
+  uint16_t first = Connection::kNoSlot;
+  uint16_t kept_b = Connection::kNoSlot;  // b's QP 200, kept after a's 100 leaves
+  for (uint32_t i = 0; i < 40; ++i) {
+    const uint32_t qa = 100 + i, qb = 200 + i;
+    const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(qa, qb), &cq[2], &cq[2]);
+    const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(qb, qa), &cq[3], &cq[3]);
+    ASSERT_NE(sa, Connection::kNoSlot);
+    ASSERT_NE(sb, Connection::kNoSlot);
+    if (i == 0) first = sa;
+    EXPECT_EQ(sa, first) << "QP " << qa;
+    std::fill(dst.begin(), dst.end(), 0);
+    ASSERT_EQ(ca->post_send(sa, request(i, Opcode::kWrite, src.data(), 3000, dst.data(), key)),
+              PostError::kOk);
+    ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[2].size() == 1; }));
+    ASSERT_EQ(poll_all(cq[2])[0].status, WcStatus::kSuccess);
+    ASSERT_EQ(dst, src);
+    EXPECT_EQ(p.a.detach_queue_pair(10, sa), Endpoint::Detach::kNumberFree);
+    if (i == 0) {
+      kept_b = sb;
+      continue;
+    }
+    EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
+    if (i == 1) {
+      // a's 101 has 100's slot; b's 200 writes to 100: refused, nothing
+      // placed, nothing completes on a.
+      ASSERT_EQ(
+          cb->post_send(kept_b, request(99, Opcode::kWrite, src.data(), 3000, back.data(), bkey)),
+          PostError::kOk);
+      ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[3].size() == 1; }));
+      EXPECT_EQ(poll_all(cq[3])[0].status, WcStatus::kRemInvReqErr);
+      EXPECT_TRUE(std::all_of(back.begin(), back.end(), [](uint8_t v) { return v == 0; }));
+      EXPECT_EQ(cq[2].size(), 0u);
+    }
+  }
+  EXPECT_EQ(ca->queue_pair_slots(), 2u);
+  EXPECT_EQ(ca->live_queue_pairs(), 1u);
+  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+}
+
+// A QP that leaves with a READ outstanding keeps its slot: the READ's
+// responses name it, and must not reach a QP that took it.
+TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
+  DirectPair p;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 4; ++i) cq.emplace_back(64);
+  auto [ca, cb] = one_qp_pdcs(p, ConnectionConfig{}, cq);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  std::vector<uint8_t> remote = pattern(3000, 7), into(3000, 0), into2(3000, 0);
+  const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
+  const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(100, 200), &cq[2], &cq[2]);
+  const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(200, 100), &cq[3], &cq[3]);
+  ASSERT_NE(sa, Connection::kNoSlot);
+  ASSERT_NE(sb, Connection::kNoSlot);
+  cb->set_remote_access(sb, kAccessRemoteRead);
+  ca->set_remote_access(sa, kAccessRemoteRead);
+  ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
+            PostError::kOk);
+  // The READ reaches b; its responses are held back.
+  p.deliver(p.b, p.drain(p.a));
+  const std::vector<Frame> responses = p.drain(p.b);
+  ASSERT_FALSE(responses.empty());
+  EXPECT_EQ(p.a.detach_queue_pair(10, sa), Endpoint::Detach::kNumberHeld);  // b sent no data
+  p.deliver(p.a, responses);
+  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return ca->unacked_packets() == 0; }));
+  const uint16_t sa2 = p.a.attach_queue_pair(10, ca->queue_pair_config(101, 201), &cq[2], &cq[2]);
+  ASSERT_NE(sa2, Connection::kNoSlot);
+  EXPECT_NE(sa2, sa);
+  EXPECT_TRUE(std::all_of(into.begin(), into.end(), [](uint8_t v) { return v == 0; }));
+  EXPECT_EQ(cq[2].size(), 0u);
+}
+
 }  // namespace
 }  // namespace braid::test
