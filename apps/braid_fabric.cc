@@ -368,7 +368,7 @@ void add_options(CLI::App& app, Options& o) {
       ->capture_default_str();
   app.add_option("--pdc-scope", o.pdc_scope,
                  "peer: a host's QPs to one peer (flows' qp) are queue pairs of one connection "
-                 "(one PDC per peer); qp: a connection each")
+                 "(one PDC per peer and direction); qp: a connection each")
       ->check(CLI::IsMember({"peer", "qp"}))
       ->capture_default_str();
   app.add_flag("!--no-trim", o.trim, "drop at full queues instead of trimming (5 BDP queues)");

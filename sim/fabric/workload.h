@@ -55,9 +55,10 @@ struct Profile {
   // A host's connections to one peer share one congestion state
   // (EndpointConfig::cc_per_peer); false: one each.
   bool cc_per_peer = true;
-  // A host's QPs to one peer (flows of one host pair with different qps)
-  // are queue pairs of one connection, one PDC per peer as verbs'
-  // pdc_per_peer; false: a connection each.
+  // A host's QPs to one peer (flows from one host to another with
+  // different qps) are queue pairs of one connection, one PDC per peer as
+  // verbs' pdc_per_peer, in each direction (flows the other way have a
+  // connection of their own, as every flow here); false: a connection each.
   bool pdc_per_peer = false;
 };
 
@@ -94,7 +95,10 @@ struct FlowResult {
   WcStatus status = WcStatus::kSuccess;  // the sender's completion
   bool data_ok = true;                   // with verify: the destination holds the source's bytes
   ConnectionStats sender, receiver;      // of the connection it ran on (shared by its host pair)
-  uint64_t ecn_acked = 0;  // its packets acknowledged with ECN-CE (the sender's entropy counters)
+  // Its packets acknowledged with ECN-CE (the sender's entropy counters
+  // while it ran; with a PDC per peer, those of every QP of its host pair
+  // then: the counters are the connection's).
+  uint64_t ecn_acked = 0;
   TimeNs fct() const { return end == kNever || started == kNever ? kNever : end - started; }
 };
 

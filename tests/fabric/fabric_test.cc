@@ -418,7 +418,7 @@ TEST(FabricWorkloads, APdcPerPeerCarriesAHostPairsQpsOnOneConnection) {
   // Host 8's five WRITEs went on one connection: its data packets are all
   // of theirs (4 x 64 + 16 of 4 KiB; first transmissions).
   const FlowResult* r = x.results().data();
-  EXPECT_EQ(host8_sent, r[0].sender.data_sent);
+  EXPECT_EQ(host8_sent, 4u * 64 + 16);
   EXPECT_EQ(r[0].sender.data_sent, 4u * 64 + 16);
   EXPECT_EQ(r[5].sender.data_sent, 64u);
   // Side by side: each of the four first flows had bytes placed before
@@ -431,10 +431,6 @@ TEST(FabricWorkloads, APdcPerPeerCarriesAHostPairsQpsOnOneConnection) {
   }
   ASSERT_NE(before, nullptr);
   for (int i = 0; i < 4; ++i) EXPECT_GT(before->flow_bytes[i], 0u) << "flow " << i;
-  // The samples end at every flow's size.
-  for (size_t i = 0; i < x.results().size(); ++i) {
-    EXPECT_EQ(x.samples().back().flow_bytes[i], x.results()[i].spec.bytes);
-  }
 }
 
 TEST(FabricWorkloads, WithReceiverCreditAHostsQpsTakeOneHostsTurns) {

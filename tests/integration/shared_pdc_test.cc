@@ -524,6 +524,10 @@ TEST(SharedPdc, APeerThatRestartedIsNotReachedThroughTheStalePdcAndEachEndFails)
   EXPECT_EQ(poll_all(cq[3])[0].status, WcStatus::kRetryExcErr);
   EXPECT_TRUE(std::all_of(da.begin(), da.end(), [](uint8_t v) { return v == 0; }));
   EXPECT_TRUE(std::all_of(db.begin(), db.end(), [](uint8_t v) { return v == 0; }));
+  // Why: b's new frames reach a's stale PDC through QP 12's number and are
+  // not of its job; a's reach b under a pair b no longer has.
+  EXPECT_GT(ca->stats().wrong_job_id, 0u);
+  EXPECT_GT(p.b.stats().drops_for(wire::DropReason::kUnknownConnection), 0u);
 }
 
 // QPs come and go on a long-lived PDC: a removed one's slot, and its
