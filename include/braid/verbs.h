@@ -140,7 +140,7 @@ struct braid_device_config {
    * the device's QPs to it, as UET shares a PDC: a thousand QPs to a peer
    * hold one PDC's state and its ACKs cover them all, while each QP keeps
    * its own queues, order, RNR waits and errors. Both ends need the same
-   * setting; one engine and auth off only (docs/ibverbs.md). */
+   * setting (and as many engines); auth off only (docs/ibverbs.md). */
   int pdc_per_peer;
 };
 

@@ -151,8 +151,8 @@ braid_context* open_device(const braid_device_config* config,
   if (c->config.pdc_per_peer != 0 && c->config.pdc_per_peer != 1) {
     return fail(EINVAL, "open_device: pdc_per_peer must be 0 (a PDC per QP) or 1 (per peer)");
   }
-  if (c->config.pdc_per_peer == 1 && (engines > 1 || c->config.auth != BRAID_AUTH_OFF)) {
-    return fail(EINVAL, "open_device: pdc_per_peer needs one engine and auth off");
+  if (c->config.pdc_per_peer == 1 && c->config.auth != BRAID_AUTH_OFF) {
+    return fail(EINVAL, "open_device: pdc_per_peer needs auth off");
   }
   if (c->config.auth != BRAID_AUTH_OFF) {
     std::string error;

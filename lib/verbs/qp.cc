@@ -254,12 +254,18 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // its PSN window is the largest (its rings grow only as far as used).
   if (cc.shared) cc.window_packets = 16384;
   // A PDC per peer: the QP joins the one its engine has to this peer (same
-  // path MTU), unless that one failed.
+  // path MTU), unless that one failed. With several engines, a QP's engine
+  // is its number's class (number % engines) at each end, and a PDC lives
+  // on one engine at each: the QPs it carries share their own class and
+  // their peers' (both ends run as many engines), so both ends group the
+  // same pairs.
   braid::Connection* shared = nullptr;
   if (cc.shared) {
+    const uint32_t classes = static_cast<uint32_t>(c->slots.size());
     for (braid_qp* o : c->qps) {
       braid::Connection* oc = o->conn;
       if (o != qp && oc != nullptr && oc->shared() && o->engine == qp->engine &&
+          o->attr.dest_qp_num % classes == a->dest_qp_num % classes &&
           oc->config().remote_ip == peer_ip && oc->config().mtu == cc.mtu &&
           oc->state() == braid::ConnectionState::kActive && !oc->peer_closed()) {
         shared = oc;

@@ -67,6 +67,7 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
     ca.ipv4 = "198.18.0.1";
     ca.engines = kEngines;
     ca.progress_thread = progress_thread;
+    ca.pdc_per_peer = pdc_per_peer_;
     ca.stats = -1;
     braid_device_config cb = ca;
     cb.ipv4 = "198.18.0.2";
@@ -249,6 +250,7 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
   void threads(int progress_thread);
 
   std::string port_a_, port_b_;
+  int pdc_per_peer_ = 0;  // both devices' braid_device_config.pdc_per_peer
 };
 
 // QP numbers go 1, 2, 3... on each device, so engine = number % 2.
@@ -302,6 +304,70 @@ TEST_P(DeviceEngines, QpsOnEveryEngineShareOneCqByteExact) {
   // Both devices handed frames between their engines.
   EXPECT_GT(steered(a.ctx), 0u);
   EXPECT_GT(steered(b.ctx), 0u);
+  teardown(a);
+  teardown(b);
+}
+
+// A PDC per peer with two engines: a PDC lives on one engine at each end,
+// so the QPs it carries share their engine (number % 2) and their peers'.
+// Two pairs of each kind (engine 1 to 1, 0 to 0, 1 to 0, 0 to 1): each
+// kind's pairs share a PDC, the kinds do not, and every QP's work is
+// byte-exact.
+//   a[0] <-> b[0], a[2] <-> b[2]  1 to 1
+//   a[1] <-> b[1], a[3] <-> b[3]  0 to 0
+//   a[4] <-> b[5], a[6] <-> b[7]  1 to 0
+//   a[5] <-> b[4], a[7] <-> b[6]  0 to 1
+TEST_P(DeviceEngines, APdcPerPeerCarriesTheQpsOfOneEngineToOneEngineOfThePeer) {
+  Device a, b;
+  std::mt19937 rng(3);
+  pdc_per_peer_ = 1;
+  ASSERT_NO_FATAL_FAILURE(open(a, b, 0));
+  ASSERT_NO_FATAL_FAILURE(setup(a, 8, rng));
+  ASSERT_NO_FATAL_FAILURE(setup(b, 8, rng));
+  ASSERT_NO_FATAL_FAILURE(add_qps(a, 8));
+  ASSERT_NO_FATAL_FAILURE(add_qps(b, 8));
+  const size_t peer_of[8] = {0, 1, 2, 3, 5, 4, 7, 6};
+  std::vector<std::pair<End, End>> links;
+  for (size_t i = 0; i < 8; ++i) links.push_back({{&a, i}, {&b, peer_of[i]}});
+  for (auto& [x, y] : links) {
+    ASSERT_NO_FATAL_FAILURE(to_rts(x, y, b));
+    ASSERT_NO_FATAL_FAILURE(to_rts(y, x, a));
+  }
+  for (Device* d : {&a, &b}) {
+    std::set<braid::Connection*> pdcs;
+    for (size_t i = 0; i < 8; ++i) pdcs.insert(d->qps[i]->conn);
+    EXPECT_EQ(pdcs.size(), 4u);
+  }
+  for (size_t i : {0, 1, 4, 5}) {
+    EXPECT_EQ(a.qps[i]->conn, a.qps[i + 2]->conn) << i;
+    EXPECT_EQ(b.qps[peer_of[i]]->conn, b.qps[peer_of[i + 2]]->conn) << i;
+    EXPECT_EQ(a.qps[i]->conn->live_queue_pairs(), 2u);
+  }
+  for (auto& [x, y] : links) {
+    post_receive(x);
+    post_receive(y);
+  }
+  for (auto& [x, y] : links) {
+    post_work(x, y);
+    post_work(y, x);
+  }
+  std::vector<braid_wc> wa, wb;
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((wa.size() < 40 || wb.size() < 40) && std::chrono::steady_clock::now() < end) {
+    braid_wc wc[16];
+    for (auto [d, out] : {std::pair{&a, &wa}, std::pair{&b, &wb}}) {
+      const int k = braid_poll_cq(d->cq, 16, wc);
+      ASSERT_GE(k, 0);
+      out->insert(out->end(), wc, wc + k);
+    }
+  }
+  ASSERT_EQ(wa.size(), 40u);
+  ASSERT_EQ(wb.size(), 40u);
+  for (auto& [x, y] : links) {
+    check(x, y, wa);
+    check(y, x, wb);
+  }
+  EXPECT_GT(steered(a.ctx), 0u);
   teardown(a);
   teardown(b);
 }

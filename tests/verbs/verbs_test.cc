@@ -1586,14 +1586,18 @@ TEST_P(VerbsSharedPdc, QpsToOnePeerShareAConnectionAndLeaveItOneByOne) {
   EXPECT_EQ(wc[0].status, BRAID_WC_SUCCESS);
 }
 
-TEST(VerbsConfig, APdcPerPeerNeedsOneEngineAndAuthOff) {
-  braid_device_config c{};
-  c.ipv4 = "198.18.0.1";
-  c.pdc_per_peer = 2;
-  const MacAddr m{2, 0, 0, 0, 0, 1}, n{2, 0, 0, 0, 0, 2};
-  auto [ia, ib] = braid::PipeIo::make_pair(m, n, 1514);
-  EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr);
-  EXPECT_NE(std::string(braid_last_error()).find("pdc_per_peer"), std::string::npos);
+TEST(VerbsConfig, APdcPerPeerNeedsAKnownSettingAndAuthOff) {
+  for (const int auth : {BRAID_AUTH_OFF, BRAID_AUTH_REQUIRED}) {
+    braid_device_config c{};
+    c.ipv4 = "198.18.0.1";
+    c.pdc_per_peer = auth == BRAID_AUTH_OFF ? 2 : 1;
+    c.auth = auth;
+    c.auth_key = kKey;
+    const MacAddr m{2, 0, 0, 0, 0, 1}, n{2, 0, 0, 0, 0, 2};
+    auto [ia, ib] = braid::PipeIo::make_pair(m, n, 1514);
+    EXPECT_EQ(braid::open_device(&c, std::move(ia)), nullptr);
+    EXPECT_NE(std::string(braid_last_error()).find("pdc_per_peer"), std::string::npos);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsSharedPdc, ::testing::Values(Backend::kPipe),
