@@ -288,7 +288,7 @@ bool Connection::remove_queue_pair(uint16_t slot) {
   QueuePair& q = *qps_[slot];
   if (removed_cq_ == nullptr) removed_cq_ = std::make_unique<CompletionQueue>(1);
   const bool active = q.state() == ConnectionState::kActive;
-  if (slot != 0 && q.reads_outstanding() == 0) retiring_.push_back({slot, snd_nxt_});
+  if (slot != 0 && !q.abandoned_reads()) retiring_.push_back({slot, snd_nxt_});
   q.remove(removed_cq_.get(), snd_una_);  // no completion reaches its CQs
   if (active) nop_fill_requests(slot);    // (an error did it already)
   ++removed_;
@@ -349,7 +349,9 @@ PostError Connection::post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl
 
 void Connection::reclaim_slots() {
   std::erase_if(retiring_, [&](const Retiring& r) {
-    if (psn_lt(snd_una_, r.until)) return false;  // a packet of it may still go again
+    // A packet of it may still go again, unless nothing is unacknowledged
+    // (where PSNs start may have moved since it left: start_sending_at).
+    if (psn_lt(snd_una_, r.until) && snd_una_ != snd_nxt_) return false;
     if (tombstone_ == nullptr) {
       QpConfig t;
       t.slot = kNoSlot;
@@ -434,7 +436,7 @@ void Connection::nop_fill_requests(uint16_t slot) {
   }
 }
 
-void Connection::after_progress_multi(uint32_t from) {
+void Connection::after_progress_multi(uint32_t from, TimeNs now) {
   // The queue pairs that had a packet among the PSNs now acknowledged in
   // order (their records are still there): a request completes once its
   // last packet is, a READ response frees its room once its last is. So
@@ -461,6 +463,11 @@ void Connection::after_progress_multi(uint32_t from) {
     stop_qp(slot, q.complete_sends(snd_una_));
   }
   if (!retiring_.empty()) reclaim_slots();
+  // A busy PDC's timer never fires (each ACK sets it again): a READ whose
+  // responder went is found here.
+  if (reads_total_ > 0 && now >= stale_reads_at_) [[unlikely]] {
+    end_stale_reads(now);
+  }
 }
 
 void Connection::in_order_multi() {
@@ -650,7 +657,32 @@ uint32_t Connection::credit_cap() const {
       std::min<uint64_t>(std::max<uint64_t>(cap, 2 * cfg_.cc.bdp_bytes()), 1u << 30));
 }
 
+bool Connection::end_stale_reads(TimeNs now) {
+  if (now >= stale_reads_at_) {
+    TimeNs next = kNever;
+    for (uint16_t slot = 0; slot < qps_.size(); ++slot) {
+      QueuePair& q = *qps_[slot];
+      if (q.state() != ConnectionState::kActive || q.reads_outstanding() == 0) continue;
+      const TimeNs due = q.read_heard_at() + retry_budget();
+      if (due <= now) {
+        ++stats_.read_timeouts;
+        stop_qp(slot, WcStatus::kRetryExcErr);
+      } else {
+        next = std::min(next, due);
+      }
+    }
+    stale_reads_at_ = next;
+  }
+  return state_ == ConnectionState::kActive && reads_outstanding();
+}
+
 void Connection::on_read_timeout(TimeNs now) {
+  if (multi()) {
+    // Each queue pair's READs on their own: one whose responder went ends
+    // that queue pair after the retry budget, not the PDC.
+    if (end_stale_reads(now)) wheel_->schedule(&rto_timer_, now + rtt_.rto());
+    return;
+  }
   // No response data for a whole RTO since the last: the responder may be
   // gone. Spent like a packet's retries (the responder resends lost
   // responses itself; this only bounds the wait).
@@ -678,6 +710,12 @@ void Connection::on_rto(TimeNs now) {
   if (snd_una_ == snd_nxt_) {
     if (reads_outstanding()) on_read_timeout(now);
     return;
+  }
+  // Several queue pairs: while others keep the PDC busy, a READ whose
+  // responder went is found here (the READ timer runs only when idle).
+  if (multi() && reads_total_ > 0) [[unlikely]] {
+    end_stale_reads(now);
+    if (state_ != ConnectionState::kActive) return;
   }
   // Only packets unacknowledged for a whole RTO since their last transmission
   // are lost; if none is (the oldest were resent recently), wait for the

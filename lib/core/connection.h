@@ -503,15 +503,15 @@ class Connection {
   // snd_una_ advanced from `from`: the READ responses and sends it covers
   // complete (with several queue pairs, those of the queue pairs that had
   // packets among the PSNs now acknowledged: no other can have any).
-  void after_progress(uint32_t from) {
+  void after_progress(uint32_t from, TimeNs now) {
     if (!multi()) {
       release_read_responses();
       complete_sends();
       return;
     }
-    after_progress_multi(from);
+    after_progress_multi(from, now);
   }
-  [[gnu::noinline]] void after_progress_multi(uint32_t from);
+  [[gnu::noinline]] void after_progress_multi(uint32_t from, TimeNs now);
   // Several queue pairs: the next new packet, its queue pair's in *slot,
   // by turns among those with something to send; false: none may go.
   bool next_new_multi(Slice* s, uint16_t* slot, TimeNs now);
@@ -547,6 +547,10 @@ class Connection {
   void arm_rto(TimeNs now);
   void on_rto(TimeNs now);
   void on_read_timeout(TimeNs now);
+  // Several queue pairs: ends each one whose READs have had no response
+  // data for the retry budget; whether READs are still outstanding.
+  [[gnu::noinline]] bool end_stale_reads(TimeNs now);
+  TimeNs stale_reads_at_ = kNever;  // no queue pair's READ goes stale before this
   // RETRY_EXC_ERR takes both a packet's retries spent and, since the peer
   // last answered, the time InfiniBand allows them: retry_limit + 1 local ACK
   // timeouts (rto_max). An adaptive RTO far below that timeout must not give

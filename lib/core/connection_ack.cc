@@ -181,7 +181,7 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
     snd_una_ = cack + 1;
     progress_at_ = now;
     arm_rto(now);
-    after_progress(from);
+    after_progress(from, now);
   }
   peer_closed_ = true;
   close_answer_due_ = true;
@@ -315,7 +315,7 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   if (progress) {
     rtt_.on_progress();
     arm_rto(now);
-    after_progress(from);
+    after_progress(from, now);
     if (state_ != ConnectionState::kActive) return;
   }
   // Loss inference only from the freshest ACK: ACKs travel on several paths

@@ -406,6 +406,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   if (pkt.has_ses_response) {
     read_progress_at_ = read_heard_at_ = now;
     read_retries_ = 0;
+    qps_[qp_slot]->note_read_heard(now);
   }
   // The ACK names one packet. A CE-marked one keeps the name until the ACK
   // goes out, so the mark is charged to its entropy, not a later packet's.

@@ -300,7 +300,11 @@ uint32_t Connection::build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs 
     out.payload = in_place;
     out.payload_len = in_place_len = src.payload_len;
   }
-  if (read) read_progress_at_ = read_heard_at_ = now;
+  if (read) {
+    read_progress_at_ = read_heard_at_ = now;
+    qp.note_read_heard(now);
+    stale_reads_at_ = std::min(stale_reads_at_, now + retry_budget());
+  }
   // Ask for an immediate ACK when nothing else will follow soon: the last
   // packet queued, a retransmission, or a window about to close. Otherwise
   // the receiver coalesces.

@@ -444,7 +444,8 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
   sq_tx_ = sq_tail_;
   resend_count_ = 0;
   *reads_sum_ -= reads_outstanding_;
-  reads_outstanding_ = 0;  // (their READ timer must not run on)
+  if (reads_outstanding_ > 0) abandoned_reads_ = true;  // their responses may still come
+  reads_outstanding_ = 0;                               // (their READ timer must not run on)
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];
     WorkCompletion wc;

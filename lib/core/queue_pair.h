@@ -194,6 +194,13 @@ class QueuePair {
   uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
   uint32_t reads_outstanding() const { return reads_outstanding_; }
+  // When a READ of it last went or got response data (several queue
+  // pairs: each one's READs are timed on their own).
+  TimeNs read_heard_at() const { return read_heard_at_; }
+  void note_read_heard(TimeNs now) { read_heard_at_ = now; }
+  // READs were outstanding when it stopped: their responses (which name
+  // its slot) may still come.
+  bool abandoned_reads() const { return abandoned_reads_ || reads_outstanding_ > 0; }
   // Where the READs outstanding of every queue pair on its connection are
   // summed (the connection's READ timer asks on every ACK: no walk over
   // thousands of queue pairs).
@@ -394,6 +401,8 @@ class QueuePair {
   uint32_t sq_tail_ = 0;  // next free
   uint32_t next_rsn_ = 0;
   uint32_t reads_outstanding_ = 0;
+  bool abandoned_reads_ = false;
+  TimeNs read_heard_at_ = 0;
   uint32_t own_reads_sum_ = 0;
   uint32_t* reads_sum_ = &own_reads_sum_;
   // Parts of requests refused for want of a receive, to send again (at

@@ -596,15 +596,16 @@ TEST(SharedPdc, ALeftQueuePairsSlotGoesToTheNextOnceItsPacketsAreAcknowledged) {
 }
 
 // A QP that leaves with a READ outstanding keeps its slot: the READ's
-// responses name it, and must not reach a QP that took it.
-TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
+// responses name it, and must not reach a QP that took it. So does one
+// whose error (modify_qp to ERR) came first and flushed the READ.
+void leave_with_a_read_outstanding(bool error_first) {
   DirectPair p;
   std::deque<CompletionQueue> cq;
   for (int i = 0; i < 4; ++i) cq.emplace_back(64);
   auto [ca, cb] = one_qp_pdcs(p, ConnectionConfig{}, cq);
   ASSERT_NE(ca, nullptr);
   ASSERT_NE(cb, nullptr);
-  std::vector<uint8_t> remote = pattern(3000, 7), into(3000, 0), into2(3000, 0);
+  std::vector<uint8_t> remote = pattern(3000, 7), into(3000, 0);
   const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
   const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(100, 200), &cq[2], &cq[2]);
   const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(200, 100), &cq[3], &cq[3]);
@@ -618,6 +619,7 @@ TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
   p.deliver(p.b, p.drain(p.a));
   const std::vector<Frame> responses = p.drain(p.b);
   ASSERT_FALSE(responses.empty());
+  if (error_first) ca->set_queue_pair_error(sa, WcStatus::kWrFlushErr);
   EXPECT_EQ(p.a.detach_queue_pair(10, sa), Endpoint::Detach::kNumberHeld);  // b sent no data
   p.deliver(p.a, responses);
   ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return ca->unacked_packets() == 0; }));
@@ -625,7 +627,88 @@ TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
   ASSERT_NE(sa2, Connection::kNoSlot);
   EXPECT_NE(sa2, sa);
   EXPECT_TRUE(std::all_of(into.begin(), into.end(), [](uint8_t v) { return v == 0; }));
-  EXPECT_EQ(cq[2].size(), 0u);
+  EXPECT_EQ(cq[2].size(), error_first ? 1u : 0u);  // (the flush's)
+}
+
+TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
+  for (const bool error_first : {false, true}) {
+    SCOPED_TRACE(error_first ? "in error first" : "active");
+    leave_with_a_read_outstanding(error_first);
+  }
+}
+
+// A READ whose responder QP went after taking it never gets its data. With
+// several QPs on the PDC, each QP's READs are timed on their own: that QP
+// ends (RETRY_EXC_ERR) after the retry budget, while the PDC idles or while
+// another QP keeps it busy, and the others go on.
+void read_from_a_responder_that_left(bool busy) {
+  DirectPair p;
+  ConnectionConfig c;
+  c.rto_min_ns = c.rto_initial_ns = 200'000;
+  c.rto_max_ns = 400'000;
+  c.retry_limit = 1;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 4; ++i) cq.emplace_back(256);
+  auto [ca, cb] = one_qp_pdcs(p, c, cq);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
+  const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
+  ASSERT_NE(sa, Connection::kNoSlot);
+  ASSERT_NE(sb, Connection::kNoSlot);
+  cb->set_remote_access(sb, kAccessRemoteRead);
+  std::vector<uint8_t> remote = pattern(3000, 3), into(3000, 0), src = pattern(65536, 5),
+                       dst(65536, 0);
+  const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
+  const uint32_t wkey = p.b.memory().register_region(dst.data(), 65536, kAccessRemoteWrite, 0);
+  ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
+            PostError::kOk);
+  // b takes the READ, then its QP 21 goes before answering.
+  p.deliver(p.b, p.drain(p.a));
+  EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
+  uint64_t writes = 0;
+  auto post_write = [&] {
+    ASSERT_EQ(ca->post_send(
+                  0, request(100 + writes, Opcode::kWrite, src.data(), 65536, dst.data(), wkey)),
+              PostError::kOk);
+  };
+  if (busy) post_write();
+  // Busy: QP 10 WRITEs all along, a new one as each completes.
+  ASSERT_TRUE(p.run_for(100'000'000, 10'000, [&] {
+    for (const WorkCompletion& wc : poll_all(cq[0])) {
+      EXPECT_EQ(wc.status, WcStatus::kSuccess);
+      ++writes;
+      if (busy) post_write();
+    }
+    return cq[2].size() == 1;
+  }));
+  EXPECT_EQ(poll_all(cq[2])[0].status, WcStatus::kRetryExcErr);
+  if (busy) {
+    EXPECT_GT(writes, 10u);
+  }
+  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+  EXPECT_GE(ca->stats().read_timeouts, 1u);
+  // QP 10 goes on (the last WRITE of the busy phase completes first).
+  ASSERT_TRUE(p.run_for(100'000'000, 10'000, [&] { return ca->unacked_packets() == 0; }));
+  std::fill(dst.begin(), dst.end(), 0);
+  ASSERT_EQ(ca->post_send(0, request(7, Opcode::kWrite, src.data(), 65536, dst.data(), wkey)),
+            PostError::kOk);
+  bool done = false;
+  ASSERT_TRUE(p.run_for(100'000'000, 10'000, [&] {
+    for (const WorkCompletion& wc : poll_all(cq[0])) {
+      EXPECT_EQ(wc.status, WcStatus::kSuccess);
+      done = done || wc.wr_id == 7;
+    }
+    return done;
+  }));
+  EXPECT_EQ(dst, src);
+}
+
+TEST(SharedPdc, AReadWhoseResponderLeftEndsItsQueuePairAloneIdleOrBusy) {
+  for (const bool busy : {false, true}) {
+    SCOPED_TRACE(busy ? "busy" : "idle");
+    read_from_a_responder_that_left(busy);
+  }
 }
 
 }  // namespace
