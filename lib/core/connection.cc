@@ -457,6 +457,7 @@ void Connection::after_progress_multi(uint32_t from, TimeNs now) {
   }
   for (const uint16_t slot : visit_) {
     QueuePair& q = *qps_[slot];
+    if (q.reads_outstanding() > 0) q.note_read_heard(now);  // its READ may be the one taken
     const bool had_responses = q.responses_pending();
     q.release_read_responses(snd_una_, rx_.cack());  // READs waiting for room may start
     if (!had_responses && q.responses_pending()) sending_.push(slot);
@@ -658,11 +659,22 @@ uint32_t Connection::credit_cap() const {
 }
 
 bool Connection::end_stale_reads(TimeNs now) {
-  if (now >= stale_reads_at_) {
+  if (cfg_.retry_forever) {
+    stale_reads_at_ = kNever;  // waits for good, as a single QP's READ timer does
+  } else if (now >= stale_reads_at_) {
     TimeNs next = kNever;
     for (uint16_t slot = 0; slot < qps_.size(); ++slot) {
       QueuePair& q = *qps_[slot];
       if (q.state() != ConnectionState::kActive || q.reads_outstanding() == 0) continue;
+      // Only a READ the peer has taken in order is the responder's to
+      // answer: one behind a hole (another queue pair's RNR wait, a
+      // refusal while the QP was not there) waits for it, and its ACK
+      // starts the clock (after_progress_multi).
+      uint32_t psn = 0;
+      if (!q.oldest_read_psn(&psn) || !psn_lt(psn, snd_una_)) {
+        next = std::min(next, now + retry_budget());
+        continue;
+      }
       const TimeNs due = q.read_heard_at() + retry_budget();
       if (due <= now) {
         ++stats_.read_timeouts;
@@ -677,7 +689,7 @@ bool Connection::end_stale_reads(TimeNs now) {
 }
 
 void Connection::on_read_timeout(TimeNs now) {
-  if (multi()) {
+  if (multi() || cfg_.shared) {
     // Each queue pair's READs on their own: one whose responder went ends
     // that queue pair after the retry budget, not the PDC.
     if (end_stale_reads(now)) wheel_->schedule(&rto_timer_, now + rtt_.rto());

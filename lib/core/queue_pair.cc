@@ -327,6 +327,16 @@ bool QueuePair::first_read(uint16_t* message_id) const {
   return false;
 }
 
+bool QueuePair::oldest_read_psn(uint32_t* psn) const {
+  for (uint32_t i = sq_head_; i != sq_tx_; ++i) {
+    const SendWqe& w = sq_[i & sq_mask_];
+    if (w.wr.opcode != Opcode::kRead || !w.segmented || w.read_done) continue;
+    *psn = w.last_psn;
+    return true;
+  }
+  return false;
+}
+
 void QueuePair::push_send_completion(SendWqe& w, WcStatus status, WcStatus* err) {
   if (!w.wr.signaled && status == WcStatus::kSuccess) return;
   WorkCompletion wc;

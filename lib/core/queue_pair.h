@@ -197,6 +197,8 @@ class QueuePair {
   // When a READ of it last went or got response data (several queue
   // pairs: each one's READs are timed on their own).
   TimeNs read_heard_at() const { return read_heard_at_; }
+  // The request PSN of its oldest READ still waiting for data.
+  bool oldest_read_psn(uint32_t* psn) const;
   void note_read_heard(TimeNs now) { read_heard_at_ = now; }
   // READs were outstanding when it stopped: their responses (which name
   // its slot) may still come.

@@ -711,5 +711,36 @@ TEST(SharedPdc, AReadWhoseResponderLeftEndsItsQueuePairAloneIdleOrBusy) {
   }
 }
 
+// The same READ on a QP that retries for ever (verbs' timeout 0) waits for
+// good, as a single QP's does.
+TEST(SharedPdc, AReadWhoseResponderLeftWaitsForGoodWhenRetriesNeverEnd) {
+  DirectPair p;
+  ConnectionConfig c;
+  c.rto_min_ns = c.rto_initial_ns = 200'000;
+  c.rto_max_ns = 400'000;
+  c.retry_limit = 1;
+  c.retry_forever = true;
+  std::deque<CompletionQueue> cq;
+  for (int i = 0; i < 4; ++i) cq.emplace_back(16);
+  auto [ca, cb] = one_qp_pdcs(p, c, cq);
+  ASSERT_NE(ca, nullptr);
+  ASSERT_NE(cb, nullptr);
+  const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
+  const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
+  ASSERT_NE(sa, Connection::kNoSlot);
+  ASSERT_NE(sb, Connection::kNoSlot);
+  cb->set_remote_access(sb, kAccessRemoteRead);
+  std::vector<uint8_t> remote = pattern(3000, 3), into(3000, 0);
+  const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
+  ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
+  // 50 retry budgets (2 x 0.4 ms each) of virtual time.
+  EXPECT_FALSE(p.run_for(40'000'000, 10'000, [&] { return cq[2].size() > 0; }));
+  EXPECT_EQ(ca->queue_pair(sa).state(), ConnectionState::kActive);
+  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+}
+
 }  // namespace
 }  // namespace braid::test
