@@ -637,35 +637,50 @@ TEST(SharedPdc, AQueuePairThatLeftWithAReadOutstandingKeepsItsSlot) {
   }
 }
 
-// A READ whose responder QP went after taking it never gets its data. With
-// several QPs on the PDC, each QP's READs are timed on their own: that QP
-// ends (RETRY_EXC_ERR) after the retry budget, while the PDC idles or while
-// another QP keeps it busy, and the others go on.
-void read_from_a_responder_that_left(bool busy) {
+// a's QP 11 READs 3000 bytes from b's 21, which takes the READ and goes
+// before answering; a's QP 10 and b's 20 (the PDCs' first) stay. Retries
+// are quick: a retry budget of 2 x 0.4 ms.
+struct ReadFromALeftResponder {
   DirectPair p;
-  ConnectionConfig c;
-  c.rto_min_ns = c.rto_initial_ns = 200'000;
-  c.rto_max_ns = 400'000;
-  c.retry_limit = 1;
-  std::deque<CompletionQueue> cq;
-  for (int i = 0; i < 4; ++i) cq.emplace_back(256);
-  auto [ca, cb] = one_qp_pdcs(p, c, cq);
-  ASSERT_NE(ca, nullptr);
-  ASSERT_NE(cb, nullptr);
-  const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
-  const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
-  ASSERT_NE(sa, Connection::kNoSlot);
-  ASSERT_NE(sb, Connection::kNoSlot);
-  cb->set_remote_access(sb, kAccessRemoteRead);
-  std::vector<uint8_t> remote = pattern(3000, 3), into(3000, 0), src = pattern(65536, 5),
-                       dst(65536, 0);
-  const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
+  std::deque<CompletionQueue> cq;  // a10, b20, a11, b21
+  Connection* ca = nullptr;
+  Connection* cb = nullptr;
+  std::vector<uint8_t> remote = pattern(3000, 3), into = std::vector<uint8_t>(3000, 0);
+
+  void start(bool retry_forever) {
+    ConnectionConfig c;
+    c.rto_min_ns = c.rto_initial_ns = 200'000;
+    c.rto_max_ns = 400'000;
+    c.retry_limit = 1;
+    c.retry_forever = retry_forever;
+    for (int i = 0; i < 4; ++i) cq.emplace_back(256);
+    std::tie(ca, cb) = one_qp_pdcs(p, c, cq);
+    ASSERT_NE(ca, nullptr);
+    ASSERT_NE(cb, nullptr);
+    const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
+    const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
+    ASSERT_NE(sa, Connection::kNoSlot);
+    ASSERT_NE(sb, Connection::kNoSlot);
+    cb->set_remote_access(sb, kAccessRemoteRead);
+    const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
+    ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
+              PostError::kOk);
+    p.deliver(p.b, p.drain(p.a));
+    EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
+  }
+};
+
+// With several QPs on the PDC, each QP's READs are timed on their own: that
+// QP ends (RETRY_EXC_ERR) after the retry budget, while the PDC idles or
+// while another QP keeps it busy, and the others go on.
+void read_from_a_responder_that_left(bool busy) {
+  ReadFromALeftResponder r;
+  ASSERT_NO_FATAL_FAILURE(r.start(false));
+  DirectPair& p = r.p;
+  std::deque<CompletionQueue>& cq = r.cq;
+  Connection* ca = r.ca;
+  std::vector<uint8_t> src = pattern(65536, 5), dst(65536, 0);
   const uint32_t wkey = p.b.memory().register_region(dst.data(), 65536, kAccessRemoteWrite, 0);
-  ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
-            PostError::kOk);
-  // b takes the READ, then its QP 21 goes before answering.
-  p.deliver(p.b, p.drain(p.a));
-  EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
   uint64_t writes = 0;
   auto post_write = [&] {
     ASSERT_EQ(ca->post_send(
@@ -688,6 +703,7 @@ void read_from_a_responder_that_left(bool busy) {
   }
   EXPECT_EQ(ca->state(), ConnectionState::kActive);
   EXPECT_GE(ca->stats().read_timeouts, 1u);
+  EXPECT_TRUE(std::all_of(r.into.begin(), r.into.end(), [](uint8_t v) { return v == 0; }));
   // QP 10 goes on (the last WRITE of the busy phase completes first).
   ASSERT_TRUE(p.run_for(100'000'000, 10'000, [&] { return ca->unacked_packets() == 0; }));
   std::fill(dst.begin(), dst.end(), 0);
@@ -714,32 +730,12 @@ TEST(SharedPdc, AReadWhoseResponderLeftEndsItsQueuePairAloneIdleOrBusy) {
 // The same READ on a QP that retries for ever (verbs' timeout 0) waits for
 // good, as a single QP's does.
 TEST(SharedPdc, AReadWhoseResponderLeftWaitsForGoodWhenRetriesNeverEnd) {
-  DirectPair p;
-  ConnectionConfig c;
-  c.rto_min_ns = c.rto_initial_ns = 200'000;
-  c.rto_max_ns = 400'000;
-  c.retry_limit = 1;
-  c.retry_forever = true;
-  std::deque<CompletionQueue> cq;
-  for (int i = 0; i < 4; ++i) cq.emplace_back(16);
-  auto [ca, cb] = one_qp_pdcs(p, c, cq);
-  ASSERT_NE(ca, nullptr);
-  ASSERT_NE(cb, nullptr);
-  const uint16_t sa = p.a.attach_queue_pair(10, ca->queue_pair_config(11, 21), &cq[2], &cq[2]);
-  const uint16_t sb = p.b.attach_queue_pair(20, cb->queue_pair_config(21, 11), &cq[3], &cq[3]);
-  ASSERT_NE(sa, Connection::kNoSlot);
-  ASSERT_NE(sb, Connection::kNoSlot);
-  cb->set_remote_access(sb, kAccessRemoteRead);
-  std::vector<uint8_t> remote = pattern(3000, 3), into(3000, 0);
-  const uint32_t rkey = p.b.memory().register_region(remote.data(), 3000, kAccessRemoteRead, 0);
-  ASSERT_EQ(ca->post_send(sa, request(1, Opcode::kRead, into.data(), 3000, remote.data(), rkey)),
-            PostError::kOk);
-  p.deliver(p.b, p.drain(p.a));
-  EXPECT_EQ(p.b.detach_queue_pair(20, sb), Endpoint::Detach::kNumberFree);
-  // 50 retry budgets (2 x 0.4 ms each) of virtual time.
-  EXPECT_FALSE(p.run_for(40'000'000, 10'000, [&] { return cq[2].size() > 0; }));
-  EXPECT_EQ(ca->queue_pair(sa).state(), ConnectionState::kActive);
-  EXPECT_EQ(ca->state(), ConnectionState::kActive);
+  ReadFromALeftResponder r;
+  ASSERT_NO_FATAL_FAILURE(r.start(true));
+  // 50 retry budgets of virtual time.
+  EXPECT_FALSE(r.p.run_for(40'000'000, 10'000, [&] { return r.cq[2].size() > 0; }));
+  EXPECT_EQ(r.ca->queue_pair(1).state(), ConnectionState::kActive);
+  EXPECT_EQ(r.ca->state(), ConnectionState::kActive);
 }
 
 }  // namespace

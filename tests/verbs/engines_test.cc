@@ -238,6 +238,36 @@ class DeviceEngines : public ::testing::TestWithParam<Backend> {
     EXPECT_EQ(std::memcmp(x.at(kRdst), y.at(kSrc), 16384), 0) << "READ by QP " << qpn;
   }
 
+  // Every link's receives, then its work both ways; polls a's and b's CQs
+  // until they hold na and nb completions, and checks each end's.
+  static void work_both_ways(const std::vector<std::pair<End, End>>& links, Device& a, Device& b,
+                             size_t na, size_t nb) {
+    for (const auto& [x, y] : links) {
+      post_receive(x);
+      post_receive(y);
+    }
+    for (const auto& [x, y] : links) {
+      post_work(x, y);
+      post_work(y, x);
+    }
+    std::vector<braid_wc> wa, wb;
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((wa.size() < na || wb.size() < nb) && std::chrono::steady_clock::now() < end) {
+      braid_wc wc[16];
+      for (auto [d, out] : {std::pair{&a, &wa}, std::pair{&b, &wb}}) {
+        const int k = braid_poll_cq(d->cq, 16, wc);
+        ASSERT_GE(k, 0);
+        out->insert(out->end(), wc, wc + k);
+      }
+    }
+    ASSERT_EQ(wa.size(), na);
+    ASSERT_EQ(wb.size(), nb);
+    for (const auto& [x, y] : links) {
+      check(x, y, x.dev == &a ? wa : wb);
+      check(y, x, y.dev == &a ? wa : wb);
+    }
+  }
+
   static uint64_t steered(braid_context* c) {
     braid_port_stats st{};
     EXPECT_EQ(braid_query_port_stats(c, &st), 0);
@@ -276,31 +306,8 @@ TEST_P(DeviceEngines, QpsOnEveryEngineShareOneCqByteExact) {
     ASSERT_NO_FATAL_FAILURE(to_rts(x, y, y.dev == &a ? b : a));
     ASSERT_NO_FATAL_FAILURE(to_rts(y, x, x.dev == &a ? b : a));
   }
-  for (auto& [x, y] : links) {
-    post_receive(x);
-    post_receive(y);
-  }
-  for (auto& [x, y] : links) {
-    post_work(x, y);
-    post_work(y, x);
-  }
   // 5 completions per QP: a's 6, b's 4. Driven by polling only.
-  std::vector<braid_wc> wa, wb;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((wa.size() < 30 || wb.size() < 20) && std::chrono::steady_clock::now() < end) {
-    braid_wc wc[16];
-    for (auto [d, out] : {std::pair{&a, &wa}, std::pair{&b, &wb}}) {
-      const int k = braid_poll_cq(d->cq, 16, wc);
-      ASSERT_GE(k, 0);
-      out->insert(out->end(), wc, wc + k);
-    }
-  }
-  ASSERT_EQ(wa.size(), 30u);
-  ASSERT_EQ(wb.size(), 20u);
-  for (auto& [x, y] : links) {
-    check(x, y, x.dev == &a ? wa : wb);
-    check(y, x, y.dev == &a ? wa : wb);
-  }
+  ASSERT_NO_FATAL_FAILURE(work_both_ways(links, a, b, 30, 20));
   // Both devices handed frames between their engines.
   EXPECT_GT(steered(a.ctx), 0u);
   EXPECT_GT(steered(b.ctx), 0u);
@@ -343,30 +350,7 @@ TEST_P(DeviceEngines, APdcPerPeerCarriesTheQpsOfOneEngineToOneEngineOfThePeer) {
     EXPECT_EQ(b.qps[peer_of[i]]->conn, b.qps[peer_of[i + 2]]->conn) << i;
     EXPECT_EQ(a.qps[i]->conn->live_queue_pairs(), 2u);
   }
-  for (auto& [x, y] : links) {
-    post_receive(x);
-    post_receive(y);
-  }
-  for (auto& [x, y] : links) {
-    post_work(x, y);
-    post_work(y, x);
-  }
-  std::vector<braid_wc> wa, wb;
-  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while ((wa.size() < 40 || wb.size() < 40) && std::chrono::steady_clock::now() < end) {
-    braid_wc wc[16];
-    for (auto [d, out] : {std::pair{&a, &wa}, std::pair{&b, &wb}}) {
-      const int k = braid_poll_cq(d->cq, 16, wc);
-      ASSERT_GE(k, 0);
-      out->insert(out->end(), wc, wc + k);
-    }
-  }
-  ASSERT_EQ(wa.size(), 40u);
-  ASSERT_EQ(wb.size(), 40u);
-  for (auto& [x, y] : links) {
-    check(x, y, wa);
-    check(y, x, wb);
-  }
+  ASSERT_NO_FATAL_FAILURE(work_both_ways(links, a, b, 40, 40));
   EXPECT_GT(steered(a.ctx), 0u);
   teardown(a);
   teardown(b);
