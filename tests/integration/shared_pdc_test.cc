@@ -91,6 +91,21 @@ std::pair<Connection*, Connection*> one_qp_pdcs(DirectPair& p, ConnectionConfig 
   return {ca, cb};
 }
 
+// Posts `wr` on the queue pair in `slot` of `c` and moves frames until
+// `cq` holds one completion (at most `budget` of virtual time): its status.
+WcStatus post_and_wait(DirectPair& p, Connection* c, uint16_t slot, CompletionQueue& cq,
+                       const SendRequest& wr, TimeNs budget) {
+  if (c->post_send(slot, wr) != PostError::kOk) {
+    ADD_FAILURE() << "post_send refused";
+    return WcStatus::kWrFlushErr;
+  }
+  if (!p.run_for(budget, 1'000, [&] { return cq.size() == 1; })) {
+    ADD_FAILURE() << "no completion";
+    return WcStatus::kWrFlushErr;
+  }
+  return poll_all(cq)[0].status;
+}
+
 std::vector<uint8_t> pattern(size_t n, uint8_t seed) {
   std::vector<uint8_t> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<uint8_t>(i * 7 + seed);
@@ -242,10 +257,10 @@ TEST(SharedPdc, AQueuePairDestroyedUnderItsPeersWritesEndsOnlyThatPeer) {
   EXPECT_EQ(s.b21cq().size(), 0u);
   EXPECT_GE(s.cb->stats().wrong_qp, 4u);
   // The PDC goes on: QP 10 -> 20.
-  ASSERT_EQ(s.ca->post_send(0, request(20, Opcode::kWrite, src.data(), 4096, other.data(), okey)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return s.a10cq().size() == 1; }));
-  EXPECT_EQ(poll_all(s.a10cq())[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(
+      post_and_wait(p, s.ca, 0, s.a10cq(),
+                    request(20, Opcode::kWrite, src.data(), 4096, other.data(), okey), 10'000'000),
+      WcStatus::kSuccess);
   EXPECT_EQ(other, src);
   EXPECT_EQ(s.ca->state(), ConnectionState::kActive);
   EXPECT_EQ(s.cb->state(), ConnectionState::kActive);
@@ -269,10 +284,9 @@ TEST(SharedPdc, ARemovedQueuePairsLostRequestsGoAgainAsNoOps) {
   EXPECT_EQ(p.a.detach_queue_pair(10, 0), Endpoint::Detach::kNumberHeld);  // 10 keeps the PDC
   EXPECT_TRUE(s.ca->removed(0));
   ASSERT_EQ(
-      s.ca->post_send(s.a11, request(9, Opcode::kWrite, src.data(), 4096, other.data(), okey)),
-      PostError::kOk);
-  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return s.a11cq().size() == 1; }));
-  EXPECT_EQ(poll_all(s.a11cq())[0].status, WcStatus::kSuccess);
+      post_and_wait(p, s.ca, s.a11, s.a11cq(),
+                    request(9, Opcode::kWrite, src.data(), 4096, other.data(), okey), 100'000'000),
+      WcStatus::kSuccess);
   EXPECT_EQ(other, src);
   EXPECT_TRUE(std::all_of(dst.begin(), dst.end(), [](uint8_t b) { return b == 0; }));
   EXPECT_EQ(s.cb->stats().nops_received, 3u);
@@ -434,10 +448,9 @@ TEST(SharedPdc, RequestsForQueuePairsNotThereDoNotHoldThePdc) {
   EXPECT_EQ(ca->state(), ConnectionState::kActive);
   EXPECT_EQ(cb->state(), ConnectionState::kActive);
   // The PDC still carries QP 10.
-  ASSERT_EQ(ca->post_send(0, request(5, Opcode::kWrite, src.data(), 100, d10.data(), k10)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[0].size() == 1; }));
-  EXPECT_EQ(poll_all(cq[0])[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(post_and_wait(p, ca, 0, cq[0],
+                          request(5, Opcode::kWrite, src.data(), 100, d10.data(), k10), 10'000'000),
+            WcStatus::kSuccess);
 }
 
 // A shared PDC's only QP going to ERR ends the QP, not the PDC: the peer's
@@ -463,10 +476,9 @@ TEST(SharedPdc, ItsOnlyQueuePairsErrorLeavesThePdc) {
   ASSERT_NE(a11, Connection::kNoSlot);
   ASSERT_NE(b21, Connection::kNoSlot);
   std::fill(dst.begin(), dst.end(), 0);
-  ASSERT_EQ(ca->post_send(a11, request(2, Opcode::kWrite, src.data(), 2000, dst.data(), key)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(5'000'000, 1'000, [&] { return cq[2].size() == 1; }));
-  EXPECT_EQ(poll_all(cq[2])[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(post_and_wait(p, ca, a11, cq[2],
+                          request(2, Opcode::kWrite, src.data(), 2000, dst.data(), key), 5'000'000),
+            WcStatus::kSuccess);
   EXPECT_EQ(dst, src);
 }
 
@@ -490,10 +502,9 @@ TEST(SharedPdc, APeerThatRestartedIsNotReachedThroughTheStalePdcAndEachEndFails)
   std::vector<uint8_t> src = pattern(3000, 4), da(3000, 0), db(3000, 0);
   const uint32_t ka = p.a.memory().register_region(da.data(), 3000, kAccessRemoteWrite, 0);
   // a's PDC learns b's names from b's first data.
-  ASSERT_EQ(cb->post_send(0, request(1, Opcode::kWrite, src.data(), 3000, da.data(), ka)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(5'000'000, 1'000, [&] { return cq[1].size() == 1; }));
-  ASSERT_EQ(poll_all(cq[1])[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(post_and_wait(p, cb, 0, cq[1],
+                          request(1, Opcode::kWrite, src.data(), 3000, da.data(), ka), 5'000'000),
+            WcStatus::kSuccess);
   ASSERT_TRUE(ca->peer_named());
   std::fill(da.begin(), da.end(), 0);
   // The crash: b's PDC is gone, a hears nothing of it.
@@ -547,15 +558,15 @@ TEST(SharedPdc, ALeftQueuePairsSlotGoesToTheNextOnceItsPacketsAreAcknowledged) {
   const uint32_t bkey = p.a.memory().register_region(back.data(), 3000, kAccessRemoteWrite, 0);
   // Each side's PDC learns the other's names (until then a leaving QP's
   // number stays held: the peer may name it).
-  ASSERT_EQ(cb->post_send(0, request(1, Opcode::kWrite, src.data(), 3000, back.data(), bkey)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[1].size() == 1; }));
-  ASSERT_EQ(poll_all(cq[1])[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(
+      post_and_wait(p, cb, 0, cq[1],
+                    request(1, Opcode::kWrite, src.data(), 3000, back.data(), bkey), 10'000'000),
+      WcStatus::kSuccess);
   std::fill(back.begin(), back.end(), 0);
-  ASSERT_EQ(ca->post_send(0, request(2, Opcode::kWrite, src.data(), 3000, dst.data(), key)),
-            PostError::kOk);
-  ASSERT_TRUE(p.run_for(10'000'000, 1'000, [&] { return cq[0].size() == 1; }));
-  ASSERT_EQ(poll_all(cq[0])[0].status, WcStatus::kSuccess);
+  ASSERT_EQ(
+      post_and_wait(p, ca, 0, cq[0], request(2, Opcode::kWrite, src.data(), 3000, dst.data(), key),
+                    10'000'000),
+      WcStatus::kSuccess);
   uint16_t first = Connection::kNoSlot;
   uint16_t kept_b = Connection::kNoSlot;  // b's QP 200, kept after a's 100 leaves
   for (uint32_t i = 0; i < 40; ++i) {
