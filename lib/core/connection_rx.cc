@@ -239,6 +239,76 @@ bool Connection::take_for_no_qp(const wire::ParsedPacket& pkt, Refusal* why) {
 }
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
+  // The common packet, the short way: a new request of this connection's
+  // job for its one queue pair, not CE-marked, nothing refused or paced on
+  // this connection. Everything else, or a check failing here before
+  // anything changed, goes the general way, which decides it all again;
+  // what this way does is what the general one does for such a packet.
+  const uint32_t psn = pkt.req.psn;
+  if (multi_ || has_fatal_nack_ || !rnr_refused_.empty() || pkt.trimmed || !pkt.has_ses_request ||
+      pkt.ip.ecn == wire::kEcnCe || pkt.ses.job_id != rx_job_id_ || grantor_.paced() ||
+      !qp_.named_by(pkt.ses) || rx_.check(psn) != ReceiveWindow::Verdict::kNew) [[unlikely]] {
+    on_data_general(pkt, now);
+    return;
+  }
+  Refusal why = Refusal::kNone;
+  if (!qp_.place_request(pkt, rx_.cack(), &why)) [[unlikely]] {
+    refuse(0, psn, why, now);
+    return;
+  }
+  const bool in_order = psn == rx_.cack() + 1;
+  const uint32_t advanced = rx_.mark(psn);
+  ++stats_.data_received;
+  rcvd_bytes_ += pkt.payload_len;
+  ++unacked_packets_;
+  if (!ack_trigger_ecn_) {
+    ack_trigger_psn_ = psn;
+    ack_trigger_at_ = now;
+    ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
+  }
+  if (advanced > 0) on_in_order_advance();
+  // (No refusal waits: only refuse() makes one, and it was not called.)
+  if (state_ != ConnectionState::kActive) return;
+  schedule_ack(!in_order || advanced > 1 || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);
+}
+
+void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now) {
+  constexpr auto kErr = static_cast<uint8_t>(wire::NackCode::kExpNackErr);
+  switch (why) {
+    case Refusal::kNone:
+      break;  // dropped silently (counted): nothing the sender can fix
+    case Refusal::kNotReady:
+      // The wait this responder asks for travels in the NACK (IB's RNR
+      // NAK carries the responder's timer).
+      queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf), 0, 0,
+                 static_cast<uint32_t>(std::min<TimeNs>(cfg_.rnr_delay_ns, 0xffffffffu)));
+      set_refused_for_rnr(psn, true);
+      break;
+    case Refusal::kAccess:
+    case Refusal::kInvalid:
+      if (multi() || cfg_.shared || qp_slot == kNoSlot) {
+        go_multi();
+        refuse_multi(qp_slot, psn, why);
+        break;
+      }
+      // As an InfiniBand responder: the refused request ends the
+      // connection here too. Nothing after it is placed, posted receives
+      // flush, and the ACK owed for what came before still goes out.
+      // Packets before it that are still on their way (other paths) are
+      // placed and acknowledged first: the error waits for them.
+      fatal_nack_ = PendingNack{
+          psn, kErr,
+          static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
+                                                       : wire::BraidNackReason::kInvalidRequest),
+          0};
+      has_fatal_nack_ = true;
+      queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
+      if (psn == rx_.cack() + 1) end_after_refusal(now);
+      break;
+  }
+}
+
+void Connection::on_data_general(const wire::ParsedPacket& pkt, TimeNs now) {
   const uint32_t psn = pkt.req.psn;
   if (stats_.data_received == 0 && pkt.has_ses_response && !pkt.trimmed) learn_responder_psn(pkt);
   // Before anything is counted or marked: data of this direction carries
@@ -368,39 +438,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ++stats_.invalid_requests;
   }
   if (!ok) {
-    constexpr auto kErr = static_cast<uint8_t>(wire::NackCode::kExpNackErr);
-    switch (why) {
-      case Refusal::kNone:
-        break;  // dropped silently (counted): nothing the sender can fix
-      case Refusal::kNotReady:
-        // The wait this responder asks for travels in the NACK (IB's RNR
-        // NAK carries the responder's timer).
-        queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kNoPktBuf), 0, 0,
-                   static_cast<uint32_t>(std::min<TimeNs>(cfg_.rnr_delay_ns, 0xffffffffu)));
-        set_refused_for_rnr(psn, true);
-        break;
-      case Refusal::kAccess:
-      case Refusal::kInvalid:
-        if (multi() || cfg_.shared || qp_slot == kNoSlot) {
-          go_multi();
-          refuse_multi(qp_slot, psn, why);
-          break;
-        }
-        // As an InfiniBand responder: the refused request ends the
-        // connection here too. Nothing after it is placed, posted receives
-        // flush, and the ACK owed for what came before still goes out.
-        // Packets before it that are still on their way (other paths) are
-        // placed and acknowledged first: the error waits for them.
-        fatal_nack_ = PendingNack{
-            psn, kErr,
-            static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
-                                                         : wire::BraidNackReason::kInvalidRequest),
-            0};
-        has_fatal_nack_ = true;
-        queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
-        if (psn == rx_.cack() + 1) end_after_refusal(now);
-        break;
-    }
+    if (why != Refusal::kNone) refuse(qp_slot, psn, why, now);
     return;
   }
   if (pkt.has_ses_response) {

@@ -27,8 +27,6 @@ uint8_t ses_return_code(AccessError e) {
 
 namespace {
 
-constexpr uint32_t kRsnFlag = 0x80000000u;  // `initiator`: consumes a receive WQE
-
 bool consumes_receive(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }

@@ -13,9 +13,11 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "core/completion_queue.h"
+#include "core/connection_stats.h"
 #include "core/memory_table.h"
 #include "core/ring.h"
 #include "core/sg_list.h"
@@ -23,8 +25,6 @@
 #include "wire/frame.h"
 
 namespace braid {
-
-struct ConnectionStats;
 
 // A queue pair's own settings (from ConnectionConfig, clamped there).
 struct QpConfig {
@@ -82,6 +82,9 @@ enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
 
 class QueuePair {
  public:
+  // In a request's `initiator`: the message consumes a receive WQE (a SEND,
+  // a WRITE with immediate data); the rest is its receive sequence number.
+  static constexpr uint32_t kRsnFlag = 0x80000000u;
   // `stats` are the connection's (it outlives this).
   QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTable* mrs,
             CompletionQueue* send_cq, CompletionQueue* recv_cq);
@@ -244,7 +247,10 @@ class QueuePair {
 
   // --- responder ---
   // Places a request (cack: what is held in order) or a READ response.
-  bool place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refusal* why);
+  // place_request is inline (below the class): the common packet, a WRITE,
+  // is placed without a call; other requests go to place_request_other.
+  [[gnu::always_inline]] bool place_request(const wire::ParsedPacket& pkt, uint32_t cack,
+                                            Refusal* why);
   bool place_read_response(const wire::ParsedPacket& pkt, Refusal* why);
   // Everything up to cack is in: deferred tails placed, receives complete,
   // READs executed. kSuccess, or the error to stop on (a full CQ).
@@ -375,6 +381,9 @@ class QueuePair {
   // Holds back the last bytes of a WRITE's last packet that came before the
   // rest of its message (`dst`: where its payload goes); returns the bytes
   // to place now.
+  // A request other than a WRITE, its payload checked to lie inside its
+  // message (at msg_offset).
+  bool place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_offset, Refusal* why);
   [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst);
   // Bytes [dst, dst + len) of the packet `psn` are being placed while tails
   // are held: older tails they overlap take the newer bytes.
@@ -424,5 +433,69 @@ class QueuePair {
   std::vector<DeferredTail> tails_;  // grows the first time tails wait (at most a window's)
   uint32_t tail_count_ = 0;
 };
+
+inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refusal* why) {
+  const wire::SesRequest& s = pkt.ses;
+  const uint32_t len = pkt.payload_len;
+  const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
+  const auto invalid = [&] {
+    ++stats_->invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  };
+  const auto access = [&] {
+    ++stats_->access_errors;
+    *why = Refusal::kAccess;
+    return false;
+  };
+  // WRITE and SEND payloads must lie inside the message they claim to be of.
+  // The last packet of a message of several that came before the rest of
+  // it: a WRITE's last bytes wait for them (defer_tail).
+  bool tail_first = false;
+  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
+    if (uint64_t{msg_offset} + len > s.request_length) return invalid();
+    if (!s.som()) {
+      if (s.payload_length != len) return invalid();
+      tail_first = s.eom() && pkt.req.psn != cack + 1;
+    }
+    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+  }
+
+  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kWrite)) [[unlikely]] {
+    return place_request_other(pkt, msg_offset, why);
+  }
+  // The QP's own access first (IB: a QP without REMOTE_WRITE refuses
+  // every WRITE, whatever the region allows).
+  if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
+  const bool imm = s.initiator & kRsnFlag;
+  uint32_t rsn = 0;
+  bool done = false;
+  if (imm && !receive_slot(s.initiator, &rsn, &done, why)) return false;
+  if (done) return true;
+  // A zero-length WRITE (a WRITE_IMM doorbell) touches no memory: no key
+  // check, as InfiniBand.
+  if (s.request_length == 0) {
+    if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
+    return true;
+  }
+  if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
+  // Every packet checks the whole message's range, as an RC responder does
+  // on the first packet: a message that overruns the region places nothing.
+  uint8_t* base = nullptr;
+  if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset - msg_offset,
+                    s.request_length, kAccessRemoteWrite, cfg_.pd, &base) != AccessError::kNone) {
+    return access();
+  }
+  uint32_t now_len = len;
+  if (tail_first) [[unlikely]]
+    now_len = defer_tail(pkt, base + msg_offset);
+  if (tail_count_ > 0 && now_len > 0) [[unlikely]] {
+    update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
+  }
+  if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
+  stats_->bytes_placed += len;
+  if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
+  return true;
+}
 
 }  // namespace braid

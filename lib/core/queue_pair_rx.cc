@@ -10,10 +10,6 @@
 
 namespace braid {
 
-namespace {
-constexpr uint32_t kRsnFlag = 0x80000000u;
-}  // namespace
-
 bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why) {
   *done = false;
   if (!(initiator & kRsnFlag)) {
@@ -60,10 +56,10 @@ void QueuePair::note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn
   }
 }
 
-bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refusal* why) {
+bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_offset,
+                                    Refusal* why) {
   const wire::SesRequest& s = pkt.ses;
   const uint32_t len = pkt.payload_len;
-  const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
   const auto invalid = [&] {
     ++stats_->invalid_requests;
     *why = Refusal::kInvalid;
@@ -74,55 +70,7 @@ bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cack, Refu
     *why = Refusal::kAccess;
     return false;
   };
-  // WRITE and SEND payloads must lie inside the message they claim to be of.
-  // The last packet of a message of several that came before the rest of
-  // it: a WRITE's last bytes wait for them (defer_tail).
-  bool tail_first = false;
-  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
-    if (uint64_t{msg_offset} + len > s.request_length) return invalid();
-    if (!s.som()) {
-      if (s.payload_length != len) return invalid();
-      tail_first = s.eom() && pkt.req.psn != cack + 1;
-    }
-    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
-  }
-
   switch (static_cast<wire::SesOpcode>(s.opcode)) {
-    case wire::SesOpcode::kWrite: {
-      // The QP's own access first (IB: a QP without REMOTE_WRITE refuses
-      // every WRITE, whatever the region allows).
-      if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
-      const bool imm = s.initiator & kRsnFlag;
-      uint32_t rsn = 0;
-      bool done = false;
-      if (imm && !receive_slot(s.initiator, &rsn, &done, why)) return false;
-      if (done) return true;
-      // A zero-length WRITE (a WRITE_IMM doorbell) touches no memory: no key
-      // check, as InfiniBand.
-      if (s.request_length == 0) {
-        if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
-        return true;
-      }
-      if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
-      // Every packet checks the whole message's range, as an RC responder does
-      // on the first packet: a message that overruns the region places nothing.
-      uint8_t* base = nullptr;
-      if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset - msg_offset,
-                        s.request_length, kAccessRemoteWrite, cfg_.pd,
-                        &base) != AccessError::kNone) {
-        return access();
-      }
-      uint32_t now_len = len;
-      if (tail_first) [[unlikely]]
-        now_len = defer_tail(pkt, base + msg_offset);
-      if (tail_count_ > 0 && now_len > 0) [[unlikely]] {
-        update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
-      }
-      if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
-      stats_->bytes_placed += len;
-      if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
-      return true;
-    }
     case wire::SesOpcode::kSend: {
       uint32_t rsn = 0;
       bool done = false;

@@ -97,10 +97,14 @@ inline void decode_ses_request_common(const uint8_t* p, SesRequest* h) {
   h->version = p[1] >> 6;
   h->flags = p[1] & 0x3f;
   h->message_id = load_be16(p + 2);
-  h->ri_generation = p[4];
-  h->job_id = load_be24(p + 5);
-  h->pid_on_fep = load_be16(p + 8) & 0xfff;
-  h->resource_index = load_be16(p + 10) & 0xfff;
+  // Two words instead of five loads: ri_generation and the 24-bit job id,
+  // then the two 12-bit names of the queue pair.
+  const uint32_t job = load_be32(p + 4);
+  h->ri_generation = static_cast<uint8_t>(job >> 24);
+  h->job_id = job & 0xffffff;
+  const uint32_t names = load_be32(p + 8);
+  h->pid_on_fep = (names >> 16) & 0xfff;
+  h->resource_index = names & 0xfff;
 }
 
 inline size_t decode_ses_request(const uint8_t* p, size_t len, SesRequest* h) {
