@@ -401,6 +401,7 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
 void Connection::go_multi() {
   if (multi_) return;
   multi_ = true;
+  rx_general_ = true;
   slot_of_qpn_.emplace(qp_.config().qp_num & 0xffffff, 0);
   // The lists start now: the first queue pair's work joins them.
   for (ReadyQueue* l : {&sending_, &receiving_}) l->reserve_ids(qps_.size());

@@ -266,8 +266,10 @@ class Connection {
   PostError post_send(uint16_t slot, const SendRequest& wr);
   PostError post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl);
 
-  // A decoded packet addressed to this connection.
+  // A decoded packet addressed to this connection; on_data_packet for a
+  // request (data) only, without dispatching on its type again.
   [[gnu::noinline]] void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
+  [[gnu::noinline]] void on_data_packet(const wire::ParsedPacket& pkt, TimeNs now);
   // Write the next frame to send into buf (capacity cap) and return its
   // length, 0 when nothing may be sent now: a control frame (NACK, ACK,
   // hole ACK), or a data frame (a retransmission, a new packet or a READ
@@ -627,6 +629,9 @@ class Connection {
   // Payloads may go by reference (not copied into the frame).
   bool payload_by_reference() const { return trailer_bytes_ == 0; }
   // connection_rx.cc
+  // Not sealed while auth is on, or without the CRC trailer the peer sends:
+  // dropped (counted).
+  bool admits(const wire::ParsedPacket& pkt);
   [[gnu::always_inline]] inline void on_data(const wire::ParsedPacket& pkt, TimeNs now);
   // Any data packet (on_data takes the common one a shorter way).
   [[gnu::noinline]] void on_data_general(const wire::ParsedPacket& pkt, TimeNs now);
@@ -674,7 +679,10 @@ class Connection {
     return (rnr_refused_[i >> 6] >> (i & 63)) & 1;
   }
   void set_refused_for_rnr(uint32_t psn, bool on, bool nop_only = false) {
-    if (rnr_refused_.empty()) rnr_refused_.resize(2 * rx_.window() / 64);
+    if (rnr_refused_.empty()) {
+      rnr_refused_.resize(2 * rx_.window() / 64);
+      rx_general_ = true;
+    }
     const uint32_t i = (psn & (rx_.window() - 1)) + (nop_only ? rx_.window() : 0);
     const uint64_t bit = uint64_t{1} << (i & 63);
     rnr_refused_[i >> 6] = on ? rnr_refused_[i >> 6] | bit : rnr_refused_[i >> 6] & ~bit;
@@ -812,6 +820,9 @@ class Connection {
   std::vector<uint16_t> visit_;
   uint32_t visit_epoch_ = 0;
   bool multi_ = false;  // more than one queue pair
+  // Every data packet takes on_data's general way: several queue pairs, a
+  // refusal pending, or PSNs refused for RNR (each set once, for good).
+  bool rx_general_ = false;
   // The queue pairs' turns at new packets (next_new_multi): kQpTurn packets
   // each, as the endpoint's turns among connections (fewer list operations,
   // and runs of one queue pair's packets for its receiver).

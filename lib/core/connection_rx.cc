@@ -57,10 +57,10 @@ bool Connection::open_sealed(wire::ParsedPacket* pkt, uint8_t* scratch, size_t s
   return true;
 }
 
-void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+bool Connection::admits(const wire::ParsedPacket& pkt) {
   if (cfg_.auth && !pkt.sealed) [[unlikely]] {
     ++stats_.unsealed;
-    return;
+    return false;
   }
   // A peer that sends trailers sends them on every packet: one without is a
   // packet whose flag a bit error cleared (its trailer would be read as
@@ -69,29 +69,38 @@ void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
     peer_crc_ = true;
   } else if (peer_crc_ && !pkt.trimmed) {
     ++stats_.missing_crc;
+    return false;
+  }
+  return true;
+}
+
+void Connection::on_data_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  if (!admits(pkt)) return;
+  if (state_ == ConnectionState::kActive) {
+    on_data(pkt, now);
+  } else if (has_fatal_nack_) {
+    if (pkt.req.psn == fatal_nack_.psn) {
+      // The refused packet again: our NACK was lost. Say why once more.
+      queue_nack(fatal_nack_.psn, fatal_nack_.code, fatal_nack_.vendor, fatal_nack_.flags);
+    } else if (psn_le(pkt.req.psn, rx_.cack())) {
+      // A packet we accepted before the error, again: our last ACK was
+      // lost. Its request is done here; say so once more.
+      ack_trigger_psn_ = rx_.cack();
+      ack_trigger_at_ = now;
+      ack_trigger_retx_ = true;
+      ack_due_ = true;
+    }
+  }
+  poke();
+}
+
+void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  if (wire::is_request_type(pkt.pro.type)) {
+    on_data_packet(pkt, now);
     return;
   }
+  if (!admits(pkt)) return;
   switch (static_cast<wire::PdsType>(pkt.pro.type)) {
-    case wire::PdsType::kRudReq:
-    case wire::PdsType::kRodReq:
-    case wire::PdsType::kRudCcReq:
-    case wire::PdsType::kRodCcReq:
-      if (state_ == ConnectionState::kActive) {
-        on_data(pkt, now);
-      } else if (has_fatal_nack_) {
-        if (pkt.req.psn == fatal_nack_.psn) {
-          // The refused packet again: our NACK was lost. Say why once more.
-          queue_nack(fatal_nack_.psn, fatal_nack_.code, fatal_nack_.vendor, fatal_nack_.flags);
-        } else if (psn_le(pkt.req.psn, rx_.cack())) {
-          // A packet we accepted before the error, again: our last ACK was
-          // lost. Its request is done here; say so once more.
-          ack_trigger_psn_ = rx_.cack();
-          ack_trigger_at_ = now;
-          ack_trigger_retx_ = true;
-          ack_due_ = true;
-        }
-      }
-      break;
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
     case wire::PdsType::kAckCcx:
@@ -245,9 +254,11 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // anything changed, goes the general way, which decides it all again;
   // what this way does is what the general one does for such a packet.
   const uint32_t psn = pkt.req.psn;
-  if (multi_ || has_fatal_nack_ || !rnr_refused_.empty() || pkt.trimmed || !pkt.has_ses_request ||
-      pkt.ip.ecn == wire::kEcnCe || pkt.ses.job_id != rx_job_id_ || grantor_.paced() ||
-      !qp_.named_by(pkt.ses) || rx_.check(psn) != ReceiveWindow::Verdict::kNew) [[unlikely]] {
+  // (The next PSN in order is always new.)
+  const bool in_order = psn == rx_.cack() + 1;
+  if (rx_general_ || pkt.trimmed || !pkt.has_ses_request || pkt.ip.ecn == wire::kEcnCe ||
+      pkt.ses.job_id != rx_job_id_ || grantor_.paced() || !qp_.named_by(pkt.ses) ||
+      (!in_order && rx_.check(psn) != ReceiveWindow::Verdict::kNew)) [[unlikely]] {
     on_data_general(pkt, now);
     return;
   }
@@ -256,7 +267,6 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     refuse(0, psn, why, now);
     return;
   }
-  const bool in_order = psn == rx_.cack() + 1;
   const uint32_t advanced = rx_.mark(psn);
   ++stats_.data_received;
   rcvd_bytes_ += pkt.payload_len;
@@ -302,6 +312,7 @@ void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now)
                                                        : wire::BraidNackReason::kInvalidRequest),
           0};
       has_fatal_nack_ = true;
+      rx_general_ = true;
       queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);
       if (psn == rx_.cack() + 1) end_after_refusal(now);
       break;

@@ -413,7 +413,12 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     if (cfg_.auth != AuthMode::kRequired) answer_unknown_close(now);
     return;
   }
-  c->on_packet(pkt_, now);
+  // (What decodes and is not an ACK, NACK or control packet is a request.)
+  if (data) {
+    c->on_data_packet(pkt_, now);
+  } else {
+    c->on_packet(pkt_, now);
+  }
 }
 
 Connection* Endpoint::route_other(Connection* c, uint16_t dst, uint16_t src, bool close, bool data,

@@ -55,7 +55,7 @@ class MemoryRegionTable {
                            static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr)));
   }
   bool deregister(uint32_t key);
-  const MemoryRegion* find(uint32_t key) const {
+  [[gnu::always_inline]] const MemoryRegion* find(uint32_t key) const {
     const uint32_t index = (key >> kGenBits) ^ index_mask_;
     if (index >= regions_.size()) return nullptr;
     const MemoryRegion& r = regions_[index];
@@ -66,9 +66,10 @@ class MemoryRegionTable {
   // Resolves a remote access to a local pointer, or says why not. Inline:
   // every packet placed and every buffer posted passes here (out of line,
   // once the verbs calls were split over several files, it cost 26
-  // instructions a 64 B WRITE, bench/verbs_instructions.sh).
-  AccessError resolve(uint32_t key, uint64_t addr, uint64_t len, uint32_t need, uint32_t pd,
-                      uint8_t** out) const {
+  // instructions a 64 B WRITE, bench/verbs_instructions.sh), always: left
+  // to itself the compiler calls it from the receive path.
+  [[gnu::always_inline]] AccessError resolve(uint32_t key, uint64_t addr, uint64_t len,
+                                             uint32_t need, uint32_t pd, uint8_t** out) const {
     const MemoryRegion* r = find(key);
     if (r == nullptr) return AccessError::kBadKey;
     if (r->pd != pd) return AccessError::kWrongPd;

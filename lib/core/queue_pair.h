@@ -127,8 +127,7 @@ class QueuePair {
   void set_remote_access(uint32_t access) { cfg_.remote_access = access; }
   // Whether the request names this queue pair.
   bool named_by(const wire::SesRequest& s) const {
-    return s.resource_index == (cfg_.qp_num & 0xfff) &&
-           s.pid_on_fep == ((cfg_.qp_num >> 12) & 0xfff);
+    return ((uint32_t{s.pid_on_fep} << 16) | s.resource_index) == wire_name_;
   }
 
   // --- requester ---
@@ -393,6 +392,8 @@ class QueuePair {
   void place_deferred_tails(uint32_t cack);
 
   QpConfig cfg_;
+  // The two 12-bit halves of qp_num, as a request names them (named_by).
+  uint32_t wire_name_ = ((cfg_.qp_num >> 12) & 0xfff) << 16 | (cfg_.qp_num & 0xfff);
   ConnectionStats* stats_;
   uint64_t requests_received_ = 0;
   MemoryRegionTable* mrs_;

@@ -70,18 +70,23 @@ bool ipv4_header_checksum_ok(const uint8_t* ip, size_t ihl) {
   uint64_t sum = 0;
   size_t i = 0;
   if (ihl == kIpv4Size) {
-    // Every header Braid sends has no options: a fixed sum the compiler
-    // unrolls.
-    for (; i < kIpv4Size; i += 4) {
-      uint32_t w;
-      std::memcpy(&w, ip + i, 4);
-      sum += w;
-    }
+    // Every header Braid sends has no options: two 64-bit words and one of
+    // 32, their carries added back (end-around carry).
+    uint64_t a, b;
+    uint32_t c;
+    std::memcpy(&a, ip, 8);
+    std::memcpy(&b, ip + 8, 8);
+    std::memcpy(&c, ip + 16, 4);
+    const bool c1 = __builtin_add_overflow(a, b, &sum);
+    const bool c2 = __builtin_add_overflow(sum, uint64_t{c} + c1, &sum);
+    sum += c2;
+    i = kIpv4Size;
   }
   for (; i < ihl; i += 4) {
     uint32_t w;
     std::memcpy(&w, ip + i, 4);
-    sum += w;
+    const bool c = __builtin_add_overflow(sum, uint64_t{w}, &sum);
+    sum += c;
   }
   sum = (sum & 0xffffffffu) + (sum >> 32);
   sum = (sum & 0xffffffffu) + (sum >> 32);
