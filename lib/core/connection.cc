@@ -105,7 +105,8 @@ Connection::Connection(const ConnectionConfig& cfg, MemoryRegionTable* mrs,
   highest_sacked_ = cfg.tx_psn - 1;
   name_src_ = peer_dst_ = cfg_.local_id;
   name_dst_ = peer_src_ = cfg_.remote_id;
-  peer_named_ = !cfg_.shared;          // (only a shared PDC learns them)
+  peer_named_ = !cfg_.shared;  // (only a shared PDC learns them)
+  named_src_ = peer_named_ ? cfg_.remote_id : 0x10000u;
   if (cfg_.shared) cfg_.auth = false;  // (not supported: a key per pair of QPs)
   tx_job_id_ = job_id_for(true, cfg_.tx_psn);
   rx_job_id_ = job_id_for(false, cfg_.rx_psn);
@@ -268,6 +269,7 @@ bool Connection::learn_peer_names(const wire::ParsedPacket& pkt, uint16_t dst, u
   peer_src_ = src;
   peer_dst_ = dst;
   peer_named_ = true;
+  named_src_ = cfg_.remote_id;
   cfg_.rx_psn = start;
   rx_.restart(start);
   rx_job_id_ = job;

@@ -187,6 +187,9 @@ class Connection {
   // A shared PDC has learnt which of its queue pairs the peer names (any
   // other connection knows from the start).
   bool peer_named() const { return peer_named_; }
+  // The source PDC id the peer's packets carry to this connection's own
+  // pair once its names are known; before, a value no id has.
+  uint32_t named_src() const { return named_src_; }
   bool shared() const { return cfg_.shared; }
   void set_remote_mac(const wire::MacAddr& mac);
   bool has_remote_mac() const { return mac_known_; }
@@ -773,8 +776,11 @@ class Connection {
   // the path's delay is the time since the last transmission less that.
   // Inlined into on_ack, its per-packet caller (a call there cost 14
   // instructions a packet, bench/core_instructions.sh).
-  [[gnu::always_inline]] inline void ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked,
-                                                TimeNs now, TimeNs held = 0);
+  // What was in flight of it is added to *flight_bytes: the caller takes it
+  // out of the window once for all the records it acknowledges.
+  [[gnu::always_inline]] inline void ack_record(TxRecord& r, uint32_t* acked_bytes,
+                                                uint32_t* flight_bytes, bool marked, TimeNs now,
+                                                TimeNs held = 0);
   // Judges the PSNs an ACK reported missing: the first hole (cack + 1) and
   // the clear bits of its SACK window [base, base + 63].
   void detect_losses(uint32_t base, TimeNs now);
@@ -851,6 +857,7 @@ class Connection {
   // it puts there). A shared PDC's change as it learns (shared above).
   uint16_t name_src_ = 0, name_dst_ = 0, peer_src_ = 0, peer_dst_ = 0;
   bool peer_named_ = true;  // the peer's are known (a shared PDC learns them)
+  uint32_t named_src_ = 0;  // named_src()
   bool spoken_ = false;     // ... fixed ours (speak_as)
 
   // Transmit state.

@@ -175,9 +175,12 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
   // As a cumulative ACK (without SACK, RTT sample or congestion signal:
   // the peer is going).
   if (state_ == ConnectionState::kActive && psn_lt(snd_una_, cack + 1)) {
-    uint32_t acked = 0;
+    uint32_t acked = 0, flight = 0;
     const uint32_t from = snd_una_;
-    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) ack_record(rec(psn), &acked, false, now);
+    for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
+      ack_record(rec(psn), &acked, &flight, false, now);
+    }
+    sub_inflight(flight);
     snd_una_ = cack + 1;
     progress_at_ = now;
     arm_rto(now);
@@ -187,10 +190,10 @@ void Connection::on_close(uint32_t cack, TimeNs now) {
   close_answer_due_ = true;
 }
 
-void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, bool marked, TimeNs now,
-                            TimeNs held) {
+void Connection::ack_record(TxRecord& r, uint32_t* acked_bytes, uint32_t* flight_bytes, bool marked,
+                            TimeNs now, TimeNs held) {
   if (r.state == TxState::kInFlight) {
-    sub_inflight(charge(r));
+    *flight_bytes += charge(r);
   } else if (r.state != TxState::kLost) {
     return;
   }
@@ -272,12 +275,12 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
                           ? latest_acked_sent_ - sample->sent_at
                           : 0;
 
-  uint32_t acked = 0;
+  uint32_t acked = 0, flight = 0;
   bool progress = false;
   const uint32_t from = snd_una_;
   if (psn_lt(snd_una_, cack + 1)) {
     for (uint32_t psn = snd_una_; psn != cack + 1; ++psn) {
-      ack_record(rec(psn), &acked, ecn && psn == trigger, now, held);
+      ack_record(rec(psn), &acked, &flight, ecn && psn == trigger, now, held);
     }
     snd_una_ = cack + 1;
     progress_at_ = now;
@@ -292,11 +295,12 @@ void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
       bits &= bits - 1;
       const uint32_t psn = base + i;
       if (psn_lt(psn, snd_una_) || !psn_lt(psn, snd_nxt_)) continue;
-      ack_record(rec(psn), &acked, ecn && psn == trigger, now, held);
+      ack_record(rec(psn), &acked, &flight, ecn && psn == trigger, now, held);
       highest = psn;
     }
   }
   if (psn_lt(highest_sacked_, highest)) highest_sacked_ = highest;
+  sub_inflight(flight);
 
   if (sample != nullptr) {
     paths_.on_rtt(sample_entropy, rtt, now, late);

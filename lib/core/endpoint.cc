@@ -398,8 +398,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   Connection* c = connection(dst);
   // (A shared PDC's own pair is its key's alias: it takes this path once
   // it has learnt the peer's names.)
-  if (c == nullptr || !c->peer_named() || c->config().remote_id != src ||
-      c->config().remote_ip != pkt_.ip.src) [[unlikely]] {
+  if (c == nullptr || c->named_src() != src || c->config().remote_ip != pkt_.ip.src) [[unlikely]] {
     c = route_other(c, dst, src, close, data, now);
     if (c == nullptr) return;  // dropped or answered there
   }

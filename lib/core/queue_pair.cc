@@ -31,20 +31,6 @@ bool consumes_receive(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }
 
-wire::SesOpcode ses_opcode(Opcode op) {
-  switch (op) {
-    case Opcode::kWrite:
-    case Opcode::kWriteImm:
-      return wire::SesOpcode::kWrite;
-    case Opcode::kSend:
-    case Opcode::kSendImm:
-      return wire::SesOpcode::kSend;
-    case Opcode::kRead:
-      return wire::SesOpcode::kRead;
-  }
-  return wire::SesOpcode::kNoOp;
-}
-
 bool sgl_uses(const SgList& l, uint32_t lkey) {
   for (uint8_t i = 0; i < l.num; ++i) {
     if (l.sge[i].lkey == lkey && l.sge[i].length > 0) return true;
@@ -265,7 +251,6 @@ bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
   const SendWqe& w = sq_[r.seq & sq_mask_];
   const Opcode op = w.wr.opcode;
   wire::SesRequest s;
-  s.opcode = static_cast<uint8_t>(ses_opcode(op));
   const bool som = r.offset == 0;
   const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
   s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
@@ -274,30 +259,37 @@ bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
   s.pid_on_fep = static_cast<uint16_t>(cfg_.remote_qpn >> 12);
   s.resource_index = static_cast<uint16_t>(cfg_.remote_qpn & 0xfff);
   s.request_length = static_cast<uint32_t>(w.length);
+  // One dispatch on the opcode: what it names, and whether it consumes a
+  // receive (its RSN) or carries immediate data (in the first packet).
+  const uint32_t rsn = kRsnFlag | (w.rsn & ~kRsnFlag);
   switch (op) {
     case Opcode::kWrite:
-    case Opcode::kWriteImm:
+      s.opcode = static_cast<uint8_t>(wire::SesOpcode::kWrite);
       s.buffer_offset = w.wr.remote_addr + r.offset;
       s.memory_key = w.wr.rkey;
       break;
+    case Opcode::kWriteImm:
+      s.opcode = static_cast<uint8_t>(wire::SesOpcode::kWrite);
+      s.buffer_offset = w.wr.remote_addr + r.offset;
+      s.memory_key = w.wr.rkey;
+      s.initiator = rsn;
+      break;
     case Opcode::kSend:
     case Opcode::kSendImm:
+      s.opcode = static_cast<uint8_t>(wire::SesOpcode::kSend);
       s.buffer_offset = r.offset;
+      s.initiator = rsn;
       break;
     case Opcode::kRead:
+      s.opcode = static_cast<uint8_t>(wire::SesOpcode::kRead);
       s.buffer_offset = w.wr.remote_addr;
       s.memory_key = w.wr.rkey;
       s.initiator = cfg_.slot;  // the response names it
       break;
   }
-  if (op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm) {
-    s.initiator = kRsnFlag | (w.rsn & ~kRsnFlag);
-  }
-  if (op == Opcode::kSendImm || op == Opcode::kWriteImm) {
-    if (som) {
-      s.flags |= wire::kSesFlagHd;
-      s.header_data = w.wr.imm_data;
-    }
+  if ((op == Opcode::kSendImm || op == Opcode::kWriteImm) && som) [[unlikely]] {
+    s.flags |= wire::kSesFlagHd;
+    s.header_data = w.wr.imm_data;
   }
   s.payload_length = r.len;
   s.message_offset = r.offset;

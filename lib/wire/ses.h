@@ -130,10 +130,8 @@ inline size_t encode_ses_request(uint8_t* p, const SesRequest& h) {
   p[0] = h.opcode & 0x3f;
   p[1] = static_cast<uint8_t>((h.version << 6) | (h.flags & 0x3f));
   store_be16(p + 2, h.message_id);
-  p[4] = h.ri_generation;
-  store_be24(p + 5, h.job_id);
-  store_be16(p + 8, h.pid_on_fep & 0xfff);
-  store_be16(p + 10, h.resource_index & 0xfff);
+  store_be32(p + 4, (uint32_t{h.ri_generation} << 24) | (h.job_id & 0xffffff));
+  store_be32(p + 8, (uint32_t{h.pid_on_fep & 0xfffu} << 16) | (h.resource_index & 0xfffu));
   store_be64(p + 12, h.buffer_offset);
   store_be32(p + 20, h.initiator);
   store_be64(p + 24, h.memory_key);
