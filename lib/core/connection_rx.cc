@@ -267,7 +267,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     refuse(0, psn, why, now);
     return;
   }
-  const uint32_t advanced = rx_.mark(psn);
+  const uint32_t advanced = rx_.mark(psn, in_order);
   ++stats_.data_received;
   rcvd_bytes_ += pkt.payload_len;
   ++unacked_packets_;

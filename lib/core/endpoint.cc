@@ -367,33 +367,39 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     return;
   }
   uint16_t dst = 0, src = 0;
-  bool close = false, data = false;
-  switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
-    case wire::PdsType::kAck:
-    case wire::PdsType::kAckCc:
-    case wire::PdsType::kAckCcx:
-      dst = pkt_.ack.dpdcid;
-      src = pkt_.ack.spdcid;
-      break;
-    case wire::PdsType::kNack:
-    case wire::PdsType::kNackCcx:
-      dst = pkt_.nack.dpdcid;
-      src = pkt_.nack.spdcid;
-      break;
-    case wire::PdsType::kCtrl:
-      dst = pkt_.ctrl.dpdcid;
-      src = pkt_.ctrl.spdcid;
-      close = pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
-      break;
-    default:
-      if (pkt_.req.pro.flags & wire::kReqFlagSyn) {
-        drop(wire::DropReason::kUnknownConnection);  // Braid sets PDCs up out of band
+  bool close = false;
+  // What decodes and is not an ACK, NACK or control packet is a request
+  // (data): tested first, as one bit of a mask.
+  const bool data = wire::is_request_type(pkt_.pro.type);
+  if (data) [[likely]] {
+    if (pkt_.req.pro.flags & wire::kReqFlagSyn) {
+      drop(wire::DropReason::kUnknownConnection);  // Braid sets PDCs up out of band
+      return;
+    }
+    dst = pkt_.req.dpdcid;
+    src = pkt_.req.spdcid;
+  } else {
+    switch (static_cast<wire::PdsType>(pkt_.pro.type)) {
+      case wire::PdsType::kAck:
+      case wire::PdsType::kAckCc:
+      case wire::PdsType::kAckCcx:
+        dst = pkt_.ack.dpdcid;
+        src = pkt_.ack.spdcid;
+        break;
+      case wire::PdsType::kNack:
+      case wire::PdsType::kNackCcx:
+        dst = pkt_.nack.dpdcid;
+        src = pkt_.nack.spdcid;
+        break;
+      case wire::PdsType::kCtrl:
+        dst = pkt_.ctrl.dpdcid;
+        src = pkt_.ctrl.spdcid;
+        close = pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
+        break;
+      default:
+        drop(wire::DropReason::kUnknownPdsType);  // (the decoder takes no other)
         return;
-      }
-      dst = pkt_.req.dpdcid;
-      src = pkt_.req.spdcid;
-      data = true;
-      break;
+    }
   }
   Connection* c = connection(dst);
   // (A shared PDC's own pair is its key's alias: it takes this path once
@@ -412,7 +418,6 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     if (cfg_.auth != AuthMode::kRequired) answer_unknown_close(now);
     return;
   }
-  // (What decodes and is not an ACK, NACK or control packet is a request.)
   if (data) {
     c->on_data_packet(pkt_, now);
   } else {

@@ -493,7 +493,7 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
   if (tail_count_ > 0 && now_len > 0) [[unlikely]] {
     update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
   }
-  if (now_len > 0) std::memcpy(base + msg_offset, pkt.payload, now_len);
+  copy_payload(base + msg_offset, pkt.payload, now_len);
   stats_->bytes_placed += len;
   if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
   return true;

@@ -34,8 +34,9 @@ class ReceiveWindow {
   }
 
   // Marks a PSN that check() called kNew. Returns how far cack() advanced.
-  uint32_t mark(uint32_t psn) {
-    if (held_ == 0 && psn == cack_ + 1) {
+  // `in_order`: the caller knows psn is cack() + 1.
+  uint32_t mark(uint32_t psn, bool in_order = false) {
+    if (held_ == 0 && (in_order || psn == cack_ + 1)) {
       // In order with nothing held above: no bit to set and clear again.
       cack_ = psn;
       return 1;

@@ -4,18 +4,6 @@
 
 namespace braid::wire {
 
-bool is_request_type(uint8_t type) {
-  switch (static_cast<PdsType>(type)) {
-    case PdsType::kRudReq:
-    case PdsType::kRodReq:
-    case PdsType::kRudCcReq:
-    case PdsType::kRodCcReq:
-      return true;
-    default:
-      return false;
-  }
-}
-
 size_t decode_ack(const uint8_t* p, size_t len, AckHeader* h) {
   if (len < kAckSize) return 0;
   h->pro = decode_prologue(p);

@@ -208,7 +208,16 @@ struct UnreliableHeader {
   uint32_t pkt_id = 0;  // RUDI only
 };
 
-bool is_request_type(uint8_t type);
+// RUD and ROD requests, with or without the CC extension: one bit of a mask
+// (a type is 5 bits), as the receive path tests it for every packet.
+inline bool is_request_type(uint8_t type) {
+  constexpr uint32_t kRequests = (1u << static_cast<uint8_t>(PdsType::kRudReq)) |
+                                 (1u << static_cast<uint8_t>(PdsType::kRodReq)) |
+                                 (1u << static_cast<uint8_t>(PdsType::kRudCcReq)) |
+                                 (1u << static_cast<uint8_t>(PdsType::kRodCcReq));
+  return type < 32 && ((kRequests >> type) & 1);
+}
+
 inline Prologue decode_prologue(const uint8_t* p) {
   const uint16_t v = static_cast<uint16_t>((p[0] << 8) | p[1]);
   return Prologue{static_cast<uint8_t>(v >> 11), static_cast<uint8_t>((v >> 7) & 0xf),

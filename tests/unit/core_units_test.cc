@@ -777,6 +777,24 @@ TEST(SgList, CopiesAcrossEntries) {
   EXPECT_EQ(out, std::vector<uint8_t>(src.begin() + 3, src.begin() + 10));
 }
 
+TEST(SgList, CopyPayloadCopiesExactlyItsBytesForEverySize) {
+  // Small copies take overlapping fixed-size moves: each size from 0 past
+  // the inline limit copies its bytes, at any alignment, and touches none
+  // beyond them.
+  std::vector<uint8_t> src(200);
+  std::iota(src.begin(), src.end(), 1);
+  for (size_t n = 0; n <= 130; ++n) {
+    for (size_t at = 0; at < 4; ++at) {
+      std::vector<uint8_t> dst(200, 0xee);
+      copy_payload(dst.data() + 8 + at, src.data() + at, n);
+      for (size_t i = 0; i < dst.size(); ++i) {
+        const bool inside = i >= 8 + at && i < 8 + at + n;
+        ASSERT_EQ(dst[i], inside ? src[i - 8] : 0xee) << "n " << n << " at " << at << " byte " << i;
+      }
+    }
+  }
+}
+
 TEST(CompletionQueue, RingOrderAndOverrun) {
   CompletionQueue cq(3);
   for (uint64_t i = 0; i < 3; ++i) {
