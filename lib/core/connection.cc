@@ -339,7 +339,13 @@ PostError Connection::post_send(uint16_t slot, const SendRequest& wr) {
     unsent_credit_ += payload + packets * credit_header();
   }
   if (multi()) sending_.push(slot);
-  poke();
+  // A post makes data to send, nothing else: unless credit asks for it (a
+  // control frame), only the data queue needs a look.
+  if (credit_on_) {
+    poke();
+  } else {
+    queue_data();
+  }
   return PostError::kOk;
 }
 

@@ -541,6 +541,12 @@ class Connection {
     if (control_q_ == nullptr) return;
     const uint16_t id = cfg_.local_id;
     if (!control_q_->contains(id) && control_due()) control_q_->push(id);
+    queue_data();
+  }
+  // poke()'s data part: the data queue, or the peer's waiters.
+  void queue_data() {
+    if (control_q_ == nullptr) return;
+    const uint16_t id = cfg_.local_id;
     // Nothing queued to send (a receiver's usual case) needs no closer look.
     const bool work = retx_count_ > 0 || !at_tail();
     if (work && !data_q_->contains(id)) {
