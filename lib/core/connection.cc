@@ -339,11 +339,13 @@ PostError Connection::post_send(uint16_t slot, const SendRequest& wr) {
     unsent_credit_ += payload + packets * credit_header();
   }
   if (multi()) sending_.push(slot);
-  // A post makes data to send, nothing else: unless credit asks for it (a
-  // control frame), only the data queue needs a look.
+  // A post makes data to send and no control frame (unless credit asks for
+  // one): the data queue needs a look, and the peer's waiters go first if
+  // the window has room for them (they were woken in their order).
   if (credit_on_) {
     poke();
   } else {
+    peer_->wake_if_open();
     queue_data();
   }
   return PostError::kOk;
