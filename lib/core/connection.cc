@@ -325,7 +325,7 @@ PostError Connection::post_send(uint16_t slot, const SendRequest& wr) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
   if (slot >= qps_.size()) return PostError::kInvalid;
   // From idle, a burst may start on the speculative allowance.
-  const bool idle = snd_una_ == snd_nxt_ && at_tail() && retx_count_ == 0;
+  const bool idle = credit_on_ && snd_una_ == snd_nxt_ && at_tail() && retx_count_ == 0;
   uint64_t length = 0;
   const PostError e = qps_[slot]->post_send(wr, &length);
   if (e != PostError::kOk) return e;

@@ -270,9 +270,11 @@ class Connection {
   PostError post_recv(uint16_t slot, uint64_t wr_id, const SgList& sgl);
 
   // A decoded packet addressed to this connection; on_data_packet for a
-  // request (data) only, without dispatching on its type again.
+  // request (data) only, on_ack_packet for an ACK, without dispatching on
+  // its type again.
   [[gnu::noinline]] void on_packet(const wire::ParsedPacket& pkt, TimeNs now);
   [[gnu::noinline]] void on_data_packet(const wire::ParsedPacket& pkt, TimeNs now);
+  [[gnu::noinline]] void on_ack_packet(const wire::ParsedPacket& pkt, TimeNs now);
   // Write the next frame to send into buf (capacity cap) and return its
   // length, 0 when nothing may be sent now: a control frame (NACK, ACK,
   // hole ACK), or a data frame (a retransmission, a new packet or a READ
@@ -725,7 +727,7 @@ class Connection {
   uint32_t build_nack(uint8_t* buf, uint32_t cap);
   uint32_t build_cnp(uint8_t* buf, uint32_t cap);
   void schedule_ack(bool immediate, TimeNs now);
-  [[gnu::noinline]] void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
+  [[gnu::always_inline]] inline void on_ack(const wire::ParsedPacket& pkt, TimeNs now);
   void on_spurious_timeout();
   void on_nack(const wire::ParsedPacket& pkt, TimeNs now);
   // The peer refused the request packet `r` for want of a receive (RNR).

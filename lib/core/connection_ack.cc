@@ -225,6 +225,12 @@ void Connection::on_spurious_timeout() {
   }
 }
 
+void Connection::on_ack_packet(const wire::ParsedPacket& pkt, TimeNs now) {
+  if (!admits(pkt)) return;
+  if (state_ == ConnectionState::kActive) on_ack(pkt, now);
+  poke();
+}
+
 void Connection::on_ack(const wire::ParsedPacket& pkt, TimeNs now) {
   const wire::AckHeader& a = pkt.ack;
   ++stats_.acks_received;

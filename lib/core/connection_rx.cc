@@ -95,17 +95,23 @@ void Connection::on_data_packet(const wire::ParsedPacket& pkt, TimeNs now) {
 }
 
 void Connection::on_packet(const wire::ParsedPacket& pkt, TimeNs now) {
-  if (wire::is_request_type(pkt.pro.type)) {
-    on_data_packet(pkt, now);
-    return;
-  }
-  if (!admits(pkt)) return;
   switch (static_cast<wire::PdsType>(pkt.pro.type)) {
+    case wire::PdsType::kRudReq:
+    case wire::PdsType::kRodReq:
+    case wire::PdsType::kRudCcReq:
+    case wire::PdsType::kRodCcReq:
+      on_data_packet(pkt, now);  // (the endpoint calls it directly)
+      return;
     case wire::PdsType::kAck:
     case wire::PdsType::kAckCc:
     case wire::PdsType::kAckCcx:
-      if (state_ == ConnectionState::kActive) on_ack(pkt, now);
+      on_ack_packet(pkt, now);  // (the endpoint calls it directly)
+      return;
+    default:
       break;
+  }
+  if (!admits(pkt)) return;
+  switch (static_cast<wire::PdsType>(pkt.pro.type)) {
     case wire::PdsType::kNack:
     case wire::PdsType::kNackCcx:
       if (state_ == ConnectionState::kActive) on_nack(pkt, now);

@@ -367,7 +367,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     return;
   }
   uint16_t dst = 0, src = 0;
-  bool close = false;
+  bool close = false, ack = false;
   // What decodes and is not an ACK, NACK or control packet is a request
   // (data): tested first, as one bit of a mask.
   const bool data = wire::is_request_type(pkt_.pro.type);
@@ -385,6 +385,7 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
       case wire::PdsType::kAckCcx:
         dst = pkt_.ack.dpdcid;
         src = pkt_.ack.spdcid;
+        ack = true;
         break;
       case wire::PdsType::kNack:
       case wire::PdsType::kNackCcx:
@@ -420,6 +421,8 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
   }
   if (data) {
     c->on_data_packet(pkt_, now);
+  } else if (ack) {
+    c->on_ack_packet(pkt_, now);
   } else {
     c->on_packet(pkt_, now);
   }

@@ -30,7 +30,7 @@ struct SgList {
 // Copies a payload. Small ones (a 64 B message's) inline, as two copies of
 // fixed size that may overlap in the middle: no call to memcpy, whose call
 // and size dispatch cost more than the copy (bench/core_instructions.sh).
-inline void copy_payload(uint8_t* dst, const uint8_t* src, size_t n) {
+[[gnu::always_inline]] inline void copy_payload(uint8_t* dst, const uint8_t* src, size_t n) {
   if (n > 64) {
     std::memcpy(dst, src, n);
   } else if (n >= 32) {
