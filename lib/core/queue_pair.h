@@ -380,6 +380,18 @@ class QueuePair {
   // Holds back the last bytes of a WRITE's last packet that came before the
   // rest of its message (`dst`: where its payload goes); returns the bytes
   // to place now.
+  // A request or response refused as invalid, or for its access: counted,
+  // *why set; false.
+  bool refused_invalid(Refusal* why) {
+    ++stats_->invalid_requests;
+    *why = Refusal::kInvalid;
+    return false;
+  }
+  bool refused_access(Refusal* why) {
+    ++stats_->access_errors;
+    *why = Refusal::kAccess;
+    return false;
+  }
   // A request other than a WRITE, its payload checked to lie inside its
   // message (at msg_offset).
   bool place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_offset, Refusal* why);
@@ -439,27 +451,17 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
   const wire::SesRequest& s = pkt.ses;
   const uint32_t len = pkt.payload_len;
   const uint32_t msg_offset = s.som() ? 0 : s.message_offset;
-  const auto invalid = [&] {
-    ++stats_->invalid_requests;
-    *why = Refusal::kInvalid;
-    return false;
-  };
-  const auto access = [&] {
-    ++stats_->access_errors;
-    *why = Refusal::kAccess;
-    return false;
-  };
   // WRITE and SEND payloads must lie inside the message they claim to be of.
   // The last packet of a message of several that came before the rest of
   // it: a WRITE's last bytes wait for them (defer_tail).
   bool tail_first = false;
   if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
-    if (uint64_t{msg_offset} + len > s.request_length) return invalid();
+    if (uint64_t{msg_offset} + len > s.request_length) return refused_invalid(why);
     if (!s.som()) {
-      if (s.payload_length != len) return invalid();
+      if (s.payload_length != len) return refused_invalid(why);
       tail_first = s.eom() && pkt.req.psn != cack + 1;
     }
-    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return invalid();
+    if (s.eom() && uint64_t{msg_offset} + len != s.request_length) return refused_invalid(why);
   }
 
   if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kWrite)) [[unlikely]] {
@@ -467,7 +469,7 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
   }
   // The QP's own access first (IB: a QP without REMOTE_WRITE refuses
   // every WRITE, whatever the region allows).
-  if (!(cfg_.remote_access & kAccessRemoteWrite)) return access();
+  if (!(cfg_.remote_access & kAccessRemoteWrite)) return refused_access(why);
   const bool imm = s.initiator & kRsnFlag;
   uint32_t rsn = 0;
   bool done = false;
@@ -479,13 +481,13 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
     if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
     return true;
   }
-  if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return access();
+  if (s.memory_key > 0xffffffffu || s.buffer_offset < msg_offset) return refused_access(why);
   // Every packet checks the whole message's range, as an RC responder does
   // on the first packet: a message that overruns the region places nothing.
   uint8_t* base = nullptr;
   if (mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset - msg_offset,
                     s.request_length, kAccessRemoteWrite, cfg_.pd, &base) != AccessError::kNone) {
-    return access();
+    return refused_access(why);
   }
   uint32_t now_len = len;
   if (tail_first) [[unlikely]]

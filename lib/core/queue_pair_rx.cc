@@ -12,11 +12,7 @@ namespace braid {
 
 bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why) {
   *done = false;
-  if (!(initiator & kRsnFlag)) {
-    ++stats_->invalid_requests;
-    *why = Refusal::kInvalid;
-    return false;
-  }
+  if (!(initiator & kRsnFlag)) return refused_invalid(why);
   // The wire carries 31 bits; rebuild the full number next to rq_head_.
   const uint32_t full = rq_head_ + ((initiator - rq_head_) & ~kRsnFlag);
   if (full - rq_head_ >= rq_tail_ - rq_head_) {
@@ -60,16 +56,6 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
                                     Refusal* why) {
   const wire::SesRequest& s = pkt.ses;
   const uint32_t len = pkt.payload_len;
-  const auto invalid = [&] {
-    ++stats_->invalid_requests;
-    *why = Refusal::kInvalid;
-    return false;
-  };
-  const auto access = [&] {
-    ++stats_->access_errors;
-    *why = Refusal::kAccess;
-    return false;
-  };
   switch (static_cast<wire::SesOpcode>(s.opcode)) {
     case wire::SesOpcode::kSend: {
       uint32_t rsn = 0;
@@ -77,13 +63,13 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
       if (!receive_slot(s.initiator, &rsn, &done, why)) return false;
       if (done) return true;
       RecvWqe& w = rq_[rsn & rq_mask_];
-      if (s.buffer_offset != msg_offset) return invalid();
+      if (s.buffer_offset != msg_offset) return refused_invalid(why);
       if (s.request_length > w.length) {
         // The message does not fit the posted buffer: the receive completes
         // with LOC_LEN_ERR, our own sends are flushed, the sender learns it
         // from the NACK.
         w.status = WcStatus::kLocLenErr;
-        return invalid();
+        return refused_invalid(why);
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
       stats_->bytes_placed += len;
@@ -91,22 +77,22 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
       return true;
     }
     case wire::SesOpcode::kRead: {
-      if (len != 0 || !s.som() || !s.eom()) return invalid();
-      if (!(cfg_.remote_access & kAccessRemoteRead)) return access();
-      if (s.memory_key > 0xffffffffu) return access();
+      if (len != 0 || !s.som() || !s.eom()) return refused_invalid(why);
+      if (!(cfg_.remote_access & kAccessRemoteRead)) return refused_access(why);
+      if (s.memory_key > 0xffffffffu) return refused_access(why);
       uint8_t* src = nullptr;
       // A zero-length READ (a fence) reads nothing: no key check.
       if (s.request_length > 0 &&
           mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, s.request_length,
                         kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
-        return access();
+        return refused_access(why);
       }
       // Over what this responder accepts (max_dest_rd_atomic): READs not yet
       // answered, queued or with response packets still to send. (One the
       // requester has completed was wholly sent: an IB requester within
       // its own max_rd_atomic never trips this.)
       if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
-        return invalid();
+        return refused_invalid(why);
       }
       reads_[reads_tail_ & rr_mask_] = PendingRead{pkt.req.psn,
                                                    s.message_id,
@@ -120,11 +106,11 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
     case wire::SesOpcode::kNoOp:
       // Fills the PSN of a request refused for want of a receive (sent
       // again under a new PSN): nothing to place.
-      if (len != 0 || !s.som() || !s.eom() || s.request_length != 0) return invalid();
+      if (len != 0 || !s.som() || !s.eom() || s.request_length != 0) return refused_invalid(why);
       ++stats_->nops_received;
       return true;
     default:
-      return invalid();
+      return refused_invalid(why);
   }
 }
 
@@ -142,13 +128,8 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
     ++stats_->stale_responses;
     return false;
   }
-  const auto invalid = [&] {
-    ++stats_->invalid_requests;
-    *why = Refusal::kInvalid;
-    return false;
-  };
   if (s.opcode != static_cast<uint8_t>(wire::SesResponseOpcode::kResponseWithData)) {
-    return invalid();
+    return refused_invalid(why);
   }
   if (s.return_code != wire::kSesRcOk) {
     w.failed = true;
@@ -157,7 +138,7 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
   }
   if (s.payload_length != len || s.modified_length != w.length ||
       uint64_t{s.message_offset} + len > w.length) {
-    return invalid();
+    return refused_invalid(why);
   }
   if (len > 0) copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
   stats_->bytes_placed += len;
