@@ -69,6 +69,16 @@ struct Shared {
   CompletionQueue& b20cq() { return cqs[3]; }
 };
 
+// Retries that run out within a test's budget: an RTO of 1 to 4 ms, two
+// retries.
+ConnectionConfig quick_retries() {
+  ConnectionConfig c;
+  c.rto_min_ns = 1'000'000;
+  c.rto_max_ns = 4'000'000;
+  c.retry_limit = 2;
+  return c;
+}
+
 // Shared PDCs with one QP each: a's 10 <-> b's 20, settings from `c`, CQs
 // cq[0] (a) and cq[1] (b), both at RTS from PSN 0.
 std::pair<Connection*, Connection*> one_qp_pdcs(DirectPair& p, ConnectionConfig c,
@@ -404,10 +414,7 @@ TEST(SharedPdc, ACloseNamingAPsnNeverSentIsIgnored) {
 // alone.
 TEST(SharedPdc, RequestsForQueuePairsNotThereDoNotHoldThePdc) {
   DirectPair p;
-  ConnectionConfig c;
-  c.rto_min_ns = 1'000'000;
-  c.rto_max_ns = 4'000'000;
-  c.retry_limit = 2;
+  const ConnectionConfig c = quick_retries();
   std::deque<CompletionQueue> cq;
   for (int i = 0; i < 5; ++i) cq.emplace_back(64);
   auto [ca, cb] = one_qp_pdcs(p, c, cq);
@@ -490,10 +497,7 @@ TEST(SharedPdc, ItsOnlyQueuePairsErrorLeavesThePdc) {
 // placed at either end (docs/architecture.md: a known limit).
 TEST(SharedPdc, APeerThatRestartedIsNotReachedThroughTheStalePdcAndEachEndFails) {
   DirectPair p;
-  ConnectionConfig c;
-  c.rto_min_ns = 1'000'000;
-  c.rto_max_ns = 4'000'000;
-  c.retry_limit = 2;
+  const ConnectionConfig c = quick_retries();
   std::deque<CompletionQueue> cq;
   for (int i = 0; i < 4; ++i) cq.emplace_back(64);
   auto [ca, cb] = one_qp_pdcs(p, c, cq);
