@@ -34,6 +34,7 @@ struct braid_context;
 struct braid_pd;
 struct braid_cq;
 struct braid_qp;
+struct braid_srq;
 struct braid_comp_channel;
 
 /* Device configuration. Unset fields (0 / NULL) take the defaults shown. */
@@ -237,6 +238,9 @@ struct braid_device_attr {
   int max_qp_rd_atom;
   int max_qp_init_rd_atom;
   uint8_t phys_port_cnt;
+  int max_srq;
+  int max_srq_wr;
+  int max_srq_sge;
 };
 
 struct braid_port_attr {
@@ -381,6 +385,9 @@ struct braid_qp_init_attr {
   struct braid_qp_cap cap;
   enum braid_qp_type qp_type;
   int sq_sig_all;
+  /* Receives come from this shared receive queue (cap.max_recv_wr and
+   * max_recv_sge are then ignored, and braid_post_recv refuses). */
+  struct braid_srq* srq;
 };
 
 struct braid_ah_attr {
@@ -479,6 +486,52 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
  * of the first that would be refused (a full queue included), none. */
 int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr);
 int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_recv_wr** bad_wr);
+
+/* Shared receive queues (InfiniBand's SRQ). A QP takes a receive for each
+ * message that consumes one, in the order of its messages; it may take it
+ * up to a window of messages before the message arrives (those before it
+ * are on their way), and gives back the ones it never used when it goes to
+ * the error state (docs/ibverbs.md). */
+struct braid_srq_attr {
+  uint32_t max_wr;
+  uint32_t max_sge;
+  uint32_t srq_limit; /* the limit event fires below this many; 0: disarmed */
+};
+struct braid_srq_init_attr {
+  void* srq_context;
+  struct braid_srq_attr attr; /* srq_limit is ignored at creation, as libibverbs */
+};
+enum braid_srq_attr_mask {
+  BRAID_SRQ_MAX_WR = 1 << 0, /* grows the queue (never below what waits) */
+  BRAID_SRQ_LIMIT = 1 << 1,  /* arms the limit event */
+};
+struct braid_srq* braid_create_srq(struct braid_pd* pd, struct braid_srq_init_attr* attr);
+int braid_modify_srq(struct braid_srq* srq, struct braid_srq_attr* attr, int attr_mask);
+int braid_query_srq(struct braid_srq* srq, struct braid_srq_attr* attr);
+/* EBUSY while QPs use it. */
+int braid_destroy_srq(struct braid_srq* srq);
+int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
+                        struct braid_recv_wr** bad_wr);
+
+/* Asynchronous events, numbered as libibverbs' enum ibv_event_type. */
+enum braid_event_type {
+  BRAID_EVENT_SRQ_LIMIT_REACHED = 15,
+};
+struct braid_async_event {
+  enum braid_event_type event_type;
+  struct braid_srq* srq; /* for SRQ events */
+  void* context;         /* the object's srq_context */
+};
+/* Takes the oldest event waiting: 0, or EAGAIN when none waits (it never
+ * blocks; wait for braid_async_event_fd to be readable). */
+int braid_get_async_event(struct braid_context* context, struct braid_async_event* event);
+/* Readable while events wait. */
+int braid_async_event_fd(struct braid_context* context);
+/* Events go to fn(arg, event) instead, as they happen, from the thread that
+ * raised them (an engine's, holding its lock: fn must not call into the
+ * device); NULL restores the queue. */
+typedef void (*braid_async_handler)(void* arg, const struct braid_async_event* event);
+int braid_set_async_handler(struct braid_context* context, braid_async_handler fn, void* arg);
 
 /* Transport counters (Braid's own; libibverbs has no equivalent). They only
  * grow; a QP's are zero before RTR. Same locking rules as the call that

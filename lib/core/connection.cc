@@ -45,6 +45,7 @@ QpConfig qp_config(const ConnectionConfig& c) {
   q.mtu = c.mtu;
   q.sq_depth = c.sq_depth;
   q.rq_depth = c.rq_depth;
+  q.srq = c.srq;
   q.max_rd_atomic = c.max_rd_atomic;
   q.max_dest_rd_atomic = c.max_dest_rd_atomic;
   q.remote_access = c.remote_access;

@@ -54,6 +54,8 @@ struct ConnectionConfig {
   uint32_t window_packets = 1024;  // PSNs tracked each way: power of two, 128..16384
   uint32_t sq_depth = 256;         // power of two, at most 32768
   uint32_t rq_depth = 256;         // power of two, at most 2^20
+  // Receives come from this shared receive queue, not post_recv (QpConfig).
+  SharedReceiveQueue* srq = nullptr;
   // The transmit window's records and the queues start small and double on
   // first use up to window_packets and the depths: an idle QP holds a few
   // KiB (thousands of QPs on a device). false: all at full size from the

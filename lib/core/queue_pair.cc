@@ -31,13 +31,6 @@ bool consumes_receive(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }
 
-bool sgl_uses(const SgList& l, uint32_t lkey) {
-  for (uint8_t i = 0; i < l.num; ++i) {
-    if (l.sge[i].lkey == lkey && l.sge[i].length > 0) return true;
-  }
-  return false;
-}
-
 }  // namespace
 
 QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTable* mrs,
@@ -79,6 +72,7 @@ PostError QueuePair::post_send(const SendRequest& wr, uint64_t* length) {
 
 PostError QueuePair::post_recv(uint64_t wr_id, const SgList& sgl) {
   if (state_ != ConnectionState::kActive) return PostError::kConnectionError;
+  if (cfg_.srq != nullptr) return PostError::kInvalid;  // receives come from the SRQ
   if (rq_tail_ - rq_head_ >= cfg_.rq_depth) return PostError::kQueueFull;
   if (sgl.num > kMaxSge) return PostError::kInvalid;
   if (rq_tail_ - rq_head_ >= rq_.size())
@@ -446,14 +440,26 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
   *reads_sum_ -= reads_outstanding_;
   if (reads_outstanding_ > 0) abandoned_reads_ = true;  // their responses may still come
   reads_outstanding_ = 0;                               // (their READ timer must not run on)
+  if (cfg_.srq != nullptr) give_back_unused();
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];
+    if (cfg_.srq != nullptr && unused(w)) continue;  // given back
     WorkCompletion wc;
     wc.wr_id = w.wr_id;
     wc.status = w.status != WcStatus::kSuccess ? w.status : WcStatus::kWrFlushErr;
     wc.opcode = WcOpcode::kRecv;
     wc.qp_num = cfg_.qp_num;
     recv_cq_->push(wc);
+  }
+}
+
+void QueuePair::give_back_unused() {
+  // The newest first: each goes back in front of the queue, so they keep
+  // their order there. A receive some of whose message was placed, or that
+  // failed, completes on this queue pair (flush) instead.
+  for (uint32_t r = rq_tail_; r != rq_head_; --r) {
+    const RecvWqe& w = rq_[(r - 1) & rq_mask_];
+    if (unused(w)) cfg_.srq->give_back(SharedReceiveQueue::Entry{w.wr_id, w.sgl, w.status});
   }
 }
 

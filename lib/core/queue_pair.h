@@ -21,6 +21,7 @@
 #include "core/memory_table.h"
 #include "core/ring.h"
 #include "core/sg_list.h"
+#include "core/shared_receive_queue.h"
 #include "core/types.h"
 #include "wire/frame.h"
 
@@ -44,6 +45,9 @@ struct QpConfig {
   // (ConnectionConfig::shared).
   uint32_t rx_psn = 0;
   bool grow_rings = true;  // queues start small and double on first use
+  // Receives come from this shared receive queue (rq_depth: how many it
+  // may hold bound at once), not from post_recv.
+  SharedReceiveQueue* srq = nullptr;
 };
 
 enum class ConnectionState : uint8_t { kActive, kError };
@@ -62,8 +66,6 @@ struct SendRequest {
   // IBV_SEND_FENCE: starts only once every earlier READ has completed.
   bool fence = false;
 };
-
-enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
 
 // What one packet carries of a queue pair's messages: part of a request
 // (a work request's MSN) or of a READ response (its sequence), or nothing
@@ -88,6 +90,13 @@ class QueuePair {
   // `stats` are the connection's (it outlives this).
   QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTable* mrs,
             CompletionQueue* send_cq, CompletionQueue* recv_cq);
+  // Receives it took from a shared receive queue and never used go back
+  // (a queue pair destroyed without going to error first).
+  ~QueuePair() {
+    if (cfg_.srq != nullptr) give_back_unused();
+  }
+  QueuePair(const QueuePair&) = delete;
+  QueuePair& operator=(const QueuePair&) = delete;
 
   ConnectionState state() const { return state_; }
   const QpConfig& config() const { return cfg_; }
@@ -374,6 +383,14 @@ class QueuePair {
   // The receive a request consuming one names. *done: it has completed
   // (the request, sent again, was placed before: not placed again).
   bool receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refusal* why);
+  // Takes receives from the shared receive queue for every RSN up to
+  // `rsn` (false: it has too few, or the peer names one further ahead than
+  // it could have sent).
+  bool bind_shared(uint32_t rsn);
+  // Receives bound and never used go back to the shared receive queue
+  // (flush).
+  void give_back_unused();
+  static bool unused(const RecvWqe& w) { return !w.any && w.status == WcStatus::kSuccess; }
   static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, uint32_t len,
                            bool rdma_imm);
   void execute_reads(uint32_t cack);

@@ -17,6 +17,12 @@ bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refu
   const uint32_t full = rq_head_ + ((initiator - rq_head_) & ~kRsnFlag);
   if (full - rq_head_ >= rq_tail_ - rq_head_) {
     if (full - rq_head_ < (1u << 30)) {
+      if (cfg_.srq != nullptr && bind_shared(full)) {
+        *rsn = full;
+        // A receive whose region went (dereg_mr) fails its message.
+        if (rq_[full & rq_mask_].status != WcStatus::kSuccess) return refused_invalid(why);
+        return true;
+      }
       ++stats_->rnr_nacks;
       *why = Refusal::kNotReady;
       return false;
@@ -30,6 +36,24 @@ bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refu
     return true;
   }
   *rsn = full;
+  return true;
+}
+
+bool QueuePair::bind_shared(uint32_t rsn) {
+  // A peer has no more receive-consuming messages under way than PSNs in
+  // its window: one naming a receive further ahead is not believed (it
+  // would take the shared queue's receives from every other queue pair).
+  if (rsn - rq_head_ >= std::min(cfg_.max_tails, cfg_.rq_depth)) return false;
+  while (rq_tail_ - rq_head_ <= rsn - rq_head_) {
+    if (rq_tail_ - rq_head_ >= rq_.size())
+      grow_ring(rq_, &rq_mask_, rq_head_, rq_tail_, 2 * rq_.size());
+    SharedReceiveQueue::Entry e;
+    if (!cfg_.srq->take(&e)) return false;
+    RecvWqe& w = rq_[rq_tail_ & rq_mask_];
+    w.start(e.wr_id, e.sgl);
+    w.status = e.status;
+    ++rq_tail_;
+  }
   return true;
 }
 

@@ -27,6 +27,14 @@ struct SgList {
   }
 };
 
+// Whether a buffer of the list lies in the region of this key.
+inline bool sgl_uses(const SgList& l, uint32_t lkey) {
+  for (uint8_t i = 0; i < l.num; ++i) {
+    if (l.sge[i].lkey == lkey && l.sge[i].length > 0) return true;
+  }
+  return false;
+}
+
 // Copies a payload. Small ones (a 64 B message's) inline, as two copies of
 // fixed size that may overlap in the middle: no call to memcpy, whose call
 // and size dispatch cost more than the copy (bench/core_instructions.sh).

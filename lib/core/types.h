@@ -57,6 +57,9 @@ enum class WcOpcode : uint8_t {
 
 const char* wc_status_name(WcStatus s);
 
+// Why a post was refused.
+enum class PostError : uint8_t { kOk, kQueueFull, kInvalid, kConnectionError };
+
 struct WorkCompletion {
   uint64_t wr_id = 0;
   WcStatus status = WcStatus::kSuccess;

@@ -153,6 +153,7 @@ braid_context* open_shared(Device* d) {
                  braid_last_error());
     return nullptr;
   }
+  braid_set_async_handler(bctx, route_async_event, nullptr);
   // A memif or vhost-user port is DOWN until its peer attaches, and
   // programs written for RDMA NICs give up on a port that is not ACTIVE
   // (perftest: "Port number 1 state is Down"): wait for the peer here.
@@ -216,8 +217,8 @@ BRAID_EXPORT int ibv_close_device(ibv_context* context) {
   braid::ibv::release_objects(c);
   {
     std::lock_guard<std::mutex> g(c->objects_lock);
-    const size_t left =
-        c->qps.size() + c->mrs.size() + c->cqs.size() + c->channels.size() + c->pds.size();
+    const size_t left = c->qps.size() + c->mrs.size() + c->cqs.size() + c->channels.size() +
+                        c->pds.size() + c->srqs.size();
     if (left != 0) {  // some would not go (a destroy failed): the context stays
       std::fprintf(stderr, "braid libibverbs: cannot close a context of %s: %zu objects remain\n",
                    c->device->dev.name, left);

@@ -5,6 +5,7 @@
 #include <infiniband/verbs.h>
 
 #include <cstddef>
+#include <deque>
 #include <mutex>
 #include <unordered_set>
 #include <vector>
@@ -39,9 +40,15 @@ struct Context {
   std::unordered_set<ibv_cq*> cqs;
   std::unordered_set<ibv_comp_channel*> channels;
   std::unordered_set<ibv_pd*> pds;
+  std::unordered_set<ibv_srq*> srqs;
   // Guards the sets: libibverbs lets any thread create and destroy objects,
   // and Braid's own lock (threaded contexts) covers only its own objects.
   std::mutex objects_lock;
+  // Asynchronous events about this context's objects (srq.cc), waiting for
+  // ibv_get_async_event; async_fd is readable while any does.
+  std::mutex events_lock;
+  std::deque<ibv_async_event> events;
+  bool events_signalled = false;
 };
 
 // Records an object in (or removes it from) one of the context's sets.
@@ -74,6 +81,13 @@ struct Mr {
   ibv_mr mr;
   braid_mr* b;
 };
+struct Srq {
+  ibv_srq srq;
+  braid_srq* b = nullptr;
+};
+// Where the device's asynchronous events go: the context of the object
+// each is about (braid_set_async_handler).
+void route_async_event(void* arg, const braid_async_event* ev);
 struct Channel {
   ibv_comp_channel ch;
   braid_comp_channel* b;

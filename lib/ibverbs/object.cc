@@ -149,9 +149,12 @@ int post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return rc;
 }
 
-int post_srq_recv(ibv_srq*, ibv_recv_wr* wr, ibv_recv_wr** bad) {
-  if (bad) *bad = wr;
-  return EOPNOTSUPP;
+int post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  braid_recv_wr* b_bad = nullptr;
+  const int rc = braid_post_srq_recv(reinterpret_cast<Srq*>(srq)->b,
+                                     reinterpret_cast<braid_recv_wr*>(wr), &b_bad);
+  if (rc != 0 && bad) *bad = reinterpret_cast<ibv_recv_wr*>(b_bad);
+  return rc;
 }
 
 ibv_mw* alloc_mw(ibv_pd*, ibv_mw_type) {
@@ -192,6 +195,7 @@ void braid::ibv::release_objects(Context* c) {
     return std::vector(set.begin(), set.end());
   };
   for (ibv_qp* qp : copy(c->qps)) ibv_destroy_qp(qp);
+  for (ibv_srq* srq : copy(c->srqs)) ibv_destroy_srq(srq);
   for (ibv_mr* mr : copy(c->mrs)) ibv_dereg_mr(mr);
   for (ibv_cq* cq : copy(c->cqs)) ibv_destroy_cq(cq);
   for (ibv_comp_channel* ch : copy(c->channels)) ibv_destroy_comp_channel(ch);
@@ -473,13 +477,14 @@ BRAID_EXPORT int ibv_resize_cq(ibv_cq*, int) {
 
 Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail_null<Qp>(EINVAL);
-  if (attr->qp_type != IBV_QPT_RC || attr->srq != nullptr) {
-    return fail_null<Qp>(EOPNOTSUPP);  // UC, UD, raw, XRC and SRQs: not in Braid
+  if (attr->qp_type != IBV_QPT_RC) {
+    return fail_null<Qp>(EOPNOTSUPP);  // UC, UD, raw and XRC: not in Braid
   }
   if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<Qp>(EINVAL);
   // Objects of one context are not visible to another (a kernel device
   // finds no such handle in the context's file).
-  if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context) {
+  if (attr->send_cq->context != pd->context || attr->recv_cq->context != pd->context ||
+      (attr->srq != nullptr && attr->srq->context != pd->context)) {
     return fail_null<Qp>(EINVAL);
   }
   braid_qp_init_attr b{};
@@ -490,6 +495,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
            attr->cap.max_recv_sge, attr->cap.max_inline_data};
   b.qp_type = BRAID_QPT_RC;
   b.sq_sig_all = attr->sq_sig_all;
+  if (attr->srq != nullptr) b.srq = reinterpret_cast<Srq*>(attr->srq)->b;
   auto* q = new (std::nothrow) Qp{};
   if (q == nullptr) return fail_null<Qp>(ENOMEM);
   q->b = braid_create_qp(pd_of(pd)->b, &b);
@@ -514,6 +520,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->pd = pd;
   qp->send_cq = attr->send_cq;
   qp->recv_cq = attr->recv_cq;
+  qp->srq = attr->srq;
   qp->qp_num = braid_qp_num(q->b);
   qp->state = IBV_QPS_RESET;
   qp->qp_type = IBV_QPT_RC;
@@ -603,6 +610,7 @@ BRAID_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask,
     init_attr->qp_context = qp->qp_context;
     init_attr->send_cq = qp->send_cq;
     init_attr->recv_cq = qp->recv_cq;
+    init_attr->srq = qp->srq;
     init_attr->cap = attr->cap;
     init_attr->qp_type = IBV_QPT_RC;
     init_attr->sq_sig_all = bi.sq_sig_all;

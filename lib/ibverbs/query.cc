@@ -32,7 +32,8 @@ int fill_device_attr(Context* c, ibv_device_attr* a) {
   a->vendor_part_id = b.vendor_part_id;
   a->max_qp = b.max_qp;
   a->max_qp_wr = b.max_qp_wr;
-  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT;
+  a->device_cap_flags =
+      IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT | IBV_DEVICE_SRQ_RESIZE;
   a->max_sge = b.max_sge;
   a->max_sge_rd = b.max_sge;
   a->max_cq = b.max_cq;
@@ -43,6 +44,9 @@ int fill_device_attr(Context* c, ibv_device_attr* a) {
   a->max_res_rd_atom = b.max_qp_rd_atom * b.max_qp;
   a->max_qp_init_rd_atom = b.max_qp_init_rd_atom;
   a->atomic_cap = IBV_ATOMIC_NONE;
+  a->max_srq = b.max_srq;
+  a->max_srq_wr = b.max_srq_wr;
+  a->max_srq_sge = b.max_srq_sge;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 15;
   a->phys_port_cnt = b.phys_port_cnt;
@@ -97,8 +101,9 @@ void init_context(Context* c) {
   ibv_context& ctx = c->vctx.context;
   ctx.device = &c->device->dev;
   ctx.cmd_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  // No asynchronous events are generated; the descriptor never fires.
-  ctx.async_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  // Readable while asynchronous events wait (srq.cc). Blocking, as the
+  // kernel's: ibv_get_async_event waits unless the program sets O_NONBLOCK.
+  ctx.async_fd = eventfd(0, EFD_CLOEXEC);
   ctx.num_comp_vectors = 1;
   pthread_mutex_init(&ctx.mutex, nullptr);
   ctx.abi_compat = __VERBS_ABI_IS_EXTENDED;

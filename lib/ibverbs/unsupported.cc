@@ -47,29 +47,6 @@ BRAID_EXPORT int ibv_resolve_eth_l2_from_gid(ibv_context*, ibv_ah_attr*, uint8_t
   return unsupported();
 }
 
-// Shared receive queues.
-BRAID_EXPORT ibv_srq* ibv_create_srq(ibv_pd*, ibv_srq_init_attr*) {
-  return unsupported_null<ibv_srq>();
-}
-BRAID_EXPORT int ibv_modify_srq(ibv_srq*, ibv_srq_attr*, int) {
-  return unsupported();
-}
-BRAID_EXPORT int ibv_query_srq(ibv_srq*, ibv_srq_attr*) {
-  return unsupported();
-}
-BRAID_EXPORT int ibv_destroy_srq(ibv_srq*) {
-  return unsupported();
-}
-
-// Asynchronous events: Braid raises none (errors arrive as completions).
-// The context's async_fd never becomes readable; a blocking caller is told
-// at once rather than left waiting forever.
-BRAID_EXPORT int ibv_get_async_event(ibv_context*, ibv_async_event*) {
-  errno = EAGAIN;
-  return -1;
-}
-BRAID_EXPORT void ibv_ack_async_event(ibv_async_event*) {}
-
 // Sharing objects between processes, device memory, ECE, dma-buf.
 BRAID_EXPORT ibv_context* ibv_import_device(int) {
   return unsupported_null<ibv_context>();

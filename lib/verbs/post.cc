@@ -165,6 +165,8 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
     }
     if (qp->state == BRAID_QPS_RESET) {
       rc = fail(EINVAL, "post_recv: QP in RESET");
+    } else if (qp->srq != nullptr) {
+      rc = fail(EINVAL, "post_recv: the QP takes its receives from its SRQ");
     } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
       rc = fail(EINVAL, "post_recv: more SGEs than max_recv_sge");
     } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite, &sgl)) {
@@ -184,6 +186,30 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
     }
   }
   c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
+  return 0;
+}
+
+int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
+                        struct braid_recv_wr** bad) {
+  if (srq == nullptr) return EINVAL;
+  // The queue has its own lock: no engine's is needed (QPs of any engine
+  // take from it).
+  for (; wr != nullptr; wr = wr->next) {
+    braid::SgList sgl;
+    int rc = 0;
+    if (wr->num_sge > static_cast<int>(srq->max_sge)) {
+      rc = fail(EINVAL, "post_srq_recv: more SGEs than max_sge");
+    } else if (!to_sgl(srq->context, srq->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite,
+                       &sgl)) {
+      rc = fail(EINVAL, "post_srq_recv: a buffer is outside its MR or lacks LOCAL_WRITE");
+    } else {
+      rc = post_error(srq->queue.post(wr->wr_id, sgl), "post_srq_recv");
+    }
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+  }
   return 0;
 }
 

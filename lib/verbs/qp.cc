@@ -98,6 +98,9 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
     return fail_null<braid_qp>(EINVAL, "create_qp: capabilities beyond the device's limits");
   }
   braid_context* c = pd->context;
+  if (a->srq != nullptr && a->srq->context != c) {
+    return fail_null<braid_qp>(EINVAL, "create_qp: the SRQ is another device's");
+  }
   Guard g(c);
   // Numbers go round the 16-bit space rather than lowest-free first: a
   // number comes back only after 65534 others, so late packets of an old
@@ -117,6 +120,8 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   auto* qp = new braid_qp{};
   qp->context = c;
   qp->pd = pd;
+  qp->srq = a->srq;
+  if (a->srq != nullptr) ++a->srq->users;
   qp->send_cq = a->send_cq;
   qp->recv_cq = a->recv_cq;
   qp->qp_context = a->qp_context;
@@ -159,6 +164,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
   // A CQ keeps its rings (and the completions in them) until it goes.
   --qp->send_cq->users;
   --qp->recv_cq->users;
+  if (qp->srq != nullptr) --qp->srq->users;
   --qp->pd->users;
   --c->open_objects;
   delete qp;
@@ -231,6 +237,12 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
+  if (qp->srq != nullptr) {
+    // It holds bound as many receives as its peer may have messages under
+    // way (its PSN window bounds them: QueuePair::bind_shared).
+    cc.srq = &qp->srq->queue;
+    cc.rq_depth = 1u << 20;
+  }
   cc.entropy.count = c->config.entropies;
   cc.entropy.policy = static_cast<braid::PathPolicy>(c->config.paths - 1);  // checked at open
   cc.cc.algorithm = static_cast<braid::CcAlgorithm>(c->config.cc - 1);      // checked at open
@@ -278,6 +290,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
     q.pd = cc.pd;
     q.sq_depth = cc.sq_depth;
     q.rq_depth = cc.rq_depth;
+    q.srq = cc.srq;
     q.max_rd_atomic = cc.max_rd_atomic;
     q.max_dest_rd_atomic = cc.max_dest_rd_atomic;
     q.remote_access = cc.remote_access;

@@ -170,6 +170,9 @@ int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
   a->max_qp_rd_atom = 16;
   a->max_qp_init_rd_atom = 16;
   a->phys_port_cnt = 1;
+  a->max_srq = 65535;
+  a->max_srq_wr = 1 << 20;
+  a->max_srq_sge = braid::kMaxSge;
   return 0;
 }
 
@@ -247,6 +250,8 @@ int braid_dereg_mr(struct braid_mr* mr) {
   if (!c->memory->deregister(mr->lkey)) return EINVAL;
   // Work still outstanding on the region fails (LOC_PROT_ERR, its QP to
   // error) rather than touching memory the application may free now.
+  // A shared receive queue's receive on it fails the message that takes it.
+  for (braid_srq* srq : c->srqs) srq->queue.revoke_local_key(mr->lkey);
   for (braid_qp* qp : c->qps) {
     if (qp->conn != nullptr && qp->conn->revoke_local_key(mr->lkey)) {
       c->slots[qp->engine]->engine->transmit();

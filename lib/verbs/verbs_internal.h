@@ -1,6 +1,8 @@
 // The objects behind Braid's verbs C API (include/braid/verbs.h).
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -14,6 +16,7 @@
 #include "braid/verbs.h"
 #include "core/completion_queue.h"
 #include "core/connection.h"
+#include "core/shared_receive_queue.h"
 #include "engine/engine.h"
 #include "engine/idle_yield.h"
 
@@ -60,6 +63,7 @@ struct braid_context {
   // sum every queue's, read only under every engine's lock.
   std::unique_ptr<braid::PacketIo> port;
   ~braid_context() {
+    if (async_fd >= 0) close(async_fd);
     // Engines go before the group they hand frames through, and queues
     // before the port they belong to.
     for (size_t k = slots.size(); k-- > 0;) slots[k]->engine.reset();
@@ -106,7 +110,16 @@ struct braid_context {
   // QP numbers of their destroyed QPs that the peer may still name, held
   // (qpn_holds) until the PDC goes.
   std::unordered_map<uint16_t, std::vector<uint32_t>> pdc_held_qpns;
-  int open_objects = 0;  // PDs, CQs, QPs, MRs, channels not yet destroyed
+  std::vector<braid_srq*> srqs;
+  // Asynchronous events (srq.cc): waiting in `async_events` (the eventfd
+  // readable while any does), or handed to `async_handler` as raised.
+  std::mutex async_lock;
+  std::deque<braid_async_event> async_events;
+  int async_fd = -1;  // eventfd, made by the first braid_async_event_fd
+  bool async_signalled = false;
+  braid_async_handler async_handler = nullptr;
+  void* async_arg = nullptr;
+  int open_objects = 0;  // PDs, CQs, QPs, SRQs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
   uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
 };
@@ -200,12 +213,24 @@ struct braid_cq {
   braid::CompletionQueue& ring(uint16_t k) { return *rings[k]; }
 };
 
+struct braid_srq {
+  braid_context* context;
+  braid_pd* pd;  // its receives' buffers are checked against it
+  void* srq_context;
+  uint32_t max_sge;
+  braid::SharedReceiveQueue queue;
+  int users = 0;  // QPs taking from it
+  braid_srq(braid_context* c, braid_pd* p, void* ctx, uint32_t sge, uint32_t max_wr)
+      : context(c), pd(p), srq_context(ctx), max_sge(sge), queue(max_wr) {}
+};
+
 struct braid_qp {
   braid_context* context;
   uint16_t engine = 0;  // context->engine_of(qp_num)
   braid_pd* pd;
   braid_cq* send_cq;
   braid_cq* recv_cq;
+  braid_srq* srq = nullptr;  // its receives', when it has one
   void* qp_context;
   uint32_t qp_num;
   braid_qp_state state = BRAID_QPS_RESET;

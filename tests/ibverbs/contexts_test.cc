@@ -589,6 +589,124 @@ TEST(IbvConformance, ACompletionChannelsFdIsReadableExactlyWhileAnEventIsPending
   EXPECT_EQ(ibv_close_device(c), 0);
 }
 
+// Two QPs of context 2 take their receives from one SRQ: SENDs from two
+// QPs of context 1 land in its buffers, each receive used once, and its
+// limit event reaches context 2's async_fd and ibv_get_async_event only.
+TEST(IbvConformance, QpsShareAnSrqAndItsLimitEventReachesItsOwnContext) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a1, a2;
+  ASSERT_TRUE(a1.make(c1, 4096));
+  ASSERT_TRUE(a2.make(c1, 4096));
+  ibv_pd* pd = ibv_alloc_pd(c2);
+  ibv_cq* cq = ibv_create_cq(c2, 64, nullptr, nullptr, 0);
+  std::vector<uint8_t> buf(8 * 256, 0);
+  ibv_mr* mr = ibv_reg_mr(pd, buf.data(), buf.size(), IBV_ACCESS_LOCAL_WRITE);
+  ASSERT_NE(mr, nullptr);
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(pd, &sa);
+  ASSERT_NE(srq, nullptr) << strerror(errno);
+  ibv_device_attr da{};
+  ASSERT_EQ(ibv_query_device(c2, &da), 0);
+  EXPECT_GE(da.max_srq_wr, 8);
+  EXPECT_GE(da.max_srq_sge, 1);
+  ibv_qp* qb[2];
+  for (ibv_qp*& q : qb) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = cq;
+    ia.cap = {8, 0, 1, 0, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ia.srq = srq;
+    q = ibv_create_qp(pd, &ia);
+    ASSERT_NE(q, nullptr);
+    ibv_qp_attr qa{};
+    ibv_qp_init_attr qi{};
+    ASSERT_EQ(ibv_query_qp(q, &qa, IBV_QP_CAP, &qi), 0);
+    EXPECT_EQ(qi.srq, srq);
+  }
+  ASSERT_TRUE(connect(c1, a1.qp, qb[0]->qp_num));
+  ASSERT_TRUE(connect(c1, a2.qp, qb[1]->qp_num));
+  ASSERT_TRUE(connect(c2, qb[0], a1.qp->qp_num));
+  ASSERT_TRUE(connect(c2, qb[1], a2.qp->qp_num));
+  for (uint64_t i = 0; i < 8; ++i) {
+    ibv_sge s{reinterpret_cast<uintptr_t>(buf.data() + i * 256), 256, mr->lkey};
+    ibv_recv_wr r{}, *bad = nullptr;
+    r.wr_id = i;
+    r.sg_list = &s;
+    r.num_sge = 1;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &r, &bad), 0);
+  }
+  ibv_recv_wr none{}, *bad_r = nullptr;
+  EXPECT_EQ(ibv_post_recv(qb[0], &none, &bad_r), EINVAL);  // receives come from the SRQ
+  ibv_srq_attr lim{};
+  lim.srq_limit = 5;
+  ASSERT_EQ(ibv_modify_srq(srq, &lim, IBV_SRQ_LIMIT), 0);
+  // Non-blocking descriptors: nothing waits yet.
+  for (ibv_context* c : {c1, c2}) {
+    ASSERT_EQ(fcntl(c->async_fd, F_SETFL, fcntl(c->async_fd, F_GETFL) | O_NONBLOCK), 0);
+    ibv_async_event ev{};
+    errno = 0;
+    EXPECT_EQ(ibv_get_async_event(c, &ev), -1);
+    EXPECT_EQ(errno, EAGAIN);
+  }
+  // Two SENDs from each of context 1's QPs.
+  for (int round = 0; round < 2; ++round) {
+    for (Side* a : {&a1, &a2}) {
+      const uint8_t v = static_cast<uint8_t>(a == &a1 ? 0x10 + round : 0x20 + round);
+      std::memset(a->buf.data(), v, 100);
+      ibv_sge s{reinterpret_cast<uintptr_t>(a->buf.data()), 100, a->mr->lkey};
+      ibv_send_wr w{}, *bad = nullptr;
+      w.opcode = IBV_WR_SEND;
+      w.sg_list = &s;
+      w.num_sge = 1;
+      w.send_flags = IBV_SEND_SIGNALED;
+      ASSERT_EQ(ibv_post_send(a->qp, &w, &bad), 0);
+      ASSERT_EQ(wait_one(a->cq).status, IBV_WC_SUCCESS);
+    }
+  }
+  std::set<uint64_t> used;
+  std::multiset<uint8_t> values;
+  for (int i = 0; i < 4; ++i) {
+    const ibv_wc wc = wait_one(cq);
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
+    EXPECT_EQ(wc.byte_len, 100u);
+    EXPECT_TRUE(wc.qp_num == qb[0]->qp_num || wc.qp_num == qb[1]->qp_num);
+    used.insert(wc.wr_id);
+    values.insert(buf[wc.wr_id * 256]);
+  }
+  EXPECT_EQ(used.size(), 4u);
+  EXPECT_EQ(values, (std::multiset<uint8_t>{0x10, 0x11, 0x20, 0x21}));
+  // 4 receives left, below the limit of 5: one event, on context 2 only.
+  pollfd p[2] = {{c1->async_fd, POLLIN, 0}, {c2->async_fd, POLLIN, 0}};
+  ASSERT_EQ(poll(p, 2, 0), 1);
+  EXPECT_EQ(p[1].revents, POLLIN);
+  ibv_async_event ev{};
+  ASSERT_EQ(ibv_get_async_event(c2, &ev), 0);
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.element.srq, srq);
+  ibv_ack_async_event(&ev);
+  EXPECT_EQ(srq->events_completed, 1u);
+  EXPECT_EQ(ibv_get_async_event(c2, &ev), -1);
+  ibv_srq_attr q{};
+  ASSERT_EQ(ibv_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);  // disarmed
+  EXPECT_EQ(q.max_wr, 8u);
+  errno = 0;
+  EXPECT_EQ(ibv_destroy_srq(srq), EBUSY);
+  for (ibv_qp* qp : qb) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  EXPECT_EQ(ibv_dereg_mr(mr), 0);
+  EXPECT_EQ(ibv_destroy_cq(cq), 0);
+  EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  a1.destroy();
+  a2.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
 TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
   ibv_device* dev = the_device();
   ASSERT_NE(dev, nullptr);

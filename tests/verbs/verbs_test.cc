@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 
+#include <poll.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -1614,6 +1615,100 @@ INSTANTIATE_TEST_SUITE_P(Pipe, VerbsAuthWrongKey, ::testing::Values(Backend::kPi
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeStats, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });
+
+// b's QP takes its receives from a shared receive queue: a's SENDs land in
+// the SRQ's buffers in message order, the limit event fires once as the
+// queue drains below its limit (queued, the event fd readable), and what
+// an SRQ QP may not do is refused.
+TEST_P(VerbsPipe, SendsTakeTheirReceivesFromASharedReceiveQueue) {
+  braid_srq_init_attr sa{};
+  sa.srq_context = &sa;
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  braid_srq* srq = braid_create_srq(b.pd, &sa);
+  ASSERT_NE(srq, nullptr) << braid_last_error();
+  for (Side* x : {&a, &b}) ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+  a.qp = new_qp(a, {16, 16, 1, 1, 0});
+  ASSERT_NE(a.qp, nullptr) << braid_last_error();
+  braid_qp_init_attr ia{};
+  ia.send_cq = b.cq;
+  ia.recv_cq = b.cq;
+  ia.cap = {16, 0, 1, 0, 0};
+  ia.qp_type = BRAID_QPT_RC;
+  ia.srq = srq;
+  b.qp = braid_create_qp(b.pd, &ia);
+  ASSERT_NE(b.qp, nullptr) << braid_last_error();
+  connect();
+  learn_macs();
+  for (uint64_t i = 0; i < 8; ++i) {
+    braid_sge rs = sge(b, i * 256, 256);
+    braid_recv_wr r{};
+    r.wr_id = 100 + i;
+    r.sg_list = &rs;
+    r.num_sge = 1;
+    ASSERT_EQ(braid_post_srq_recv(srq, &r, nullptr), 0) << braid_last_error();
+  }
+  braid_sge extra = sge(b, 0, 8);
+  braid_recv_wr r{};
+  r.sg_list = &extra;
+  r.num_sge = 1;
+  braid_recv_wr* bad = nullptr;
+  EXPECT_EQ(braid_post_srq_recv(srq, &r, &bad), ENOMEM);  // max_wr wait
+  EXPECT_EQ(bad, &r);
+  EXPECT_EQ(braid_post_recv(b.qp, &r, nullptr), EINVAL);  // receives come from the SRQ
+  braid_srq_attr lim{};
+  lim.srq_limit = 9;
+  EXPECT_EQ(braid_modify_srq(srq, &lim, BRAID_SRQ_LIMIT), EINVAL);  // above max_wr
+  lim.srq_limit = 3;
+  ASSERT_EQ(braid_modify_srq(srq, &lim, BRAID_SRQ_LIMIT), 0);
+  braid_srq_attr q{};
+  ASSERT_EQ(braid_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.max_wr, 8u);
+  EXPECT_EQ(q.srq_limit, 3u);
+  const int efd = braid_async_event_fd(b.ctx);
+  ASSERT_GE(efd, 0);
+  braid_async_event ev{};
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+
+  for (uint64_t i = 0; i < 6; ++i) {
+    for (size_t k = 0; k < 100; ++k) a.buf[i * 100 + k] = static_cast<uint8_t>(i + 1);
+    braid_sge s = sge(a, i * 100, 100);
+    braid_send_wr w{};
+    w.wr_id = i;
+    w.sg_list = &s;
+    w.num_sge = 1;
+    w.opcode = BRAID_WR_SEND;
+    w.send_flags = BRAID_SEND_SIGNALED;
+    ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0) << braid_last_error();
+  }
+  auto wa = wait(a, 6);
+  ASSERT_EQ(wa.size(), 6u);
+  auto wb = wait(b, 6);
+  ASSERT_EQ(wb.size(), 6u);
+  for (uint64_t i = 0; i < 6; ++i) {
+    EXPECT_EQ(wb[i].status, BRAID_WC_SUCCESS);
+    EXPECT_EQ(wb[i].wr_id, 100 + i);
+    EXPECT_EQ(wb[i].opcode, BRAID_WC_RECV);
+    EXPECT_EQ(wb[i].byte_len, 100u);
+    EXPECT_EQ(wb[i].qp_num, braid_qp_num(b.qp));
+    EXPECT_EQ(std::count(b.buf.begin() + i * 256, b.buf.begin() + i * 256 + 100, i + 1), 100);
+  }
+  // 2 receives left, below the limit of 3: one event, and the limit disarmed.
+  pollfd pfd{efd, POLLIN, 0};
+  EXPECT_EQ(poll(&pfd, 1, 0), 1);
+  ASSERT_EQ(braid_get_async_event(b.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.srq, srq);
+  EXPECT_EQ(ev.context, &sa);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  ASSERT_EQ(braid_query_srq(srq, &q), 0);
+  EXPECT_EQ(q.srq_limit, 0u);
+  EXPECT_EQ(braid_destroy_srq(srq), EBUSY);  // b.qp uses it
+  ASSERT_EQ(braid_destroy_qp(b.qp), 0);
+  b.qp = nullptr;
+  EXPECT_EQ(braid_destroy_srq(srq), 0);
+}
 
 INSTANTIATE_TEST_SUITE_P(Pipe, VerbsPipeCrcOneSide, ::testing::Values(Backend::kPipe),
                          [](const auto&) { return std::string("pipe"); });

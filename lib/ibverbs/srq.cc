@@ -1,0 +1,173 @@
+// Shared receive queues (ibv_create_srq, ibv_modify_srq, ibv_query_srq,
+// ibv_destroy_srq; ibv_post_srq_recv is an op: object.cc) and asynchronous
+// events (ibv_get_async_event, ibv_ack_async_event).
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <new>
+
+#include "ibverbs/ibverbs_internal.h"
+
+#define BRAID_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace braid::ibv {
+namespace {
+
+static_assert(int(BRAID_SRQ_MAX_WR) == int(IBV_SRQ_MAX_WR) &&
+              int(BRAID_SRQ_LIMIT) == int(IBV_SRQ_LIMIT));
+static_assert(int(BRAID_EVENT_SRQ_LIMIT_REACHED) == int(IBV_EVENT_SRQ_LIMIT_REACHED));
+
+Srq* srq_of(ibv_srq* s) {
+  return reinterpret_cast<Srq*>(s);
+}
+
+int fail(int err) {
+  errno = err;
+  return err;
+}
+
+}  // namespace
+
+void route_async_event(void*, const braid_async_event* ev) {
+  ibv_async_event out{};
+  out.event_type = static_cast<ibv_event_type>(ev->event_type);
+  Context* c = nullptr;
+  switch (ev->event_type) {
+    case BRAID_EVENT_SRQ_LIMIT_REACHED: {
+      Srq* s = static_cast<Srq*>(ev->context);
+      out.element.srq = &s->srq;
+      c = context_of(s->srq.context);
+      break;
+    }
+  }
+  if (c == nullptr) return;
+  std::lock_guard<std::mutex> g(c->events_lock);
+  c->events.push_back(out);
+  if (!c->events_signalled) {
+    const uint64_t one = 1;
+    if (write(c->vctx.context.async_fd, &one, sizeof one) == sizeof one) {
+      c->events_signalled = true;
+    }
+  }
+}
+
+}  // namespace braid::ibv
+
+using namespace braid::ibv;  // NOLINT: the file's own types
+
+BRAID_EXPORT ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (pd == nullptr || attr == nullptr) {
+    errno = EINVAL;
+    return nullptr;
+  }
+  auto* s = new (std::nothrow) Srq{};
+  if (s == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  braid_srq_init_attr b{};
+  b.srq_context = s;  // events name the wrapper (route_async_event)
+  b.attr = {attr->attr.max_wr, attr->attr.max_sge, 0};
+  s->b = braid_create_srq(reinterpret_cast<Pd*>(pd)->b, &b);
+  if (s->b == nullptr) {
+    const int err = errno;
+    delete s;
+    errno = err;
+    return nullptr;
+  }
+  attr->attr.max_sge = b.attr.max_sge;
+  ibv_srq* srq = &s->srq;
+  srq->context = pd->context;
+  srq->srq_context = attr->srq_context;
+  srq->pd = pd;
+  pthread_mutex_init(&srq->mutex, nullptr);
+  pthread_cond_init(&srq->cond, nullptr);
+  Context* c = context_of(pd->context);
+  track(c, c->srqs, srq);
+  count_parent_user(pd, +1);
+  trace("create_srq max_wr %u -> %p", attr->attr.max_wr, static_cast<void*>(srq));
+  return srq;
+}
+
+BRAID_EXPORT int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  if (srq == nullptr || attr == nullptr) return fail(EINVAL);
+  braid_srq_attr b{attr->max_wr, attr->max_sge, attr->srq_limit};
+  if (const int rc = braid_modify_srq(srq_of(srq)->b, &b, mask)) return fail(rc);
+  return 0;
+}
+
+BRAID_EXPORT int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (srq == nullptr || attr == nullptr) return fail(EINVAL);
+  braid_srq_attr b{};
+  if (const int rc = braid_query_srq(srq_of(srq)->b, &b)) return fail(rc);
+  attr->max_wr = b.max_wr;
+  attr->max_sge = b.max_sge;
+  attr->srq_limit = b.srq_limit;
+  return 0;
+}
+
+BRAID_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
+  if (srq == nullptr) return fail(EINVAL);
+  Srq* s = srq_of(srq);
+  if (const int rc = braid_destroy_srq(s->b)) return fail(rc);
+  Context* c = context_of(srq->context);
+  untrack(c, c->srqs, srq);
+  {
+    // An event about it that the program has not taken goes with it.
+    std::lock_guard<std::mutex> g(c->events_lock);
+    std::erase_if(c->events, [srq](const ibv_async_event& e) {
+      return e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && e.element.srq == srq;
+    });
+  }
+  count_parent_user(srq->pd, -1);
+  pthread_cond_destroy(&srq->cond);
+  pthread_mutex_destroy(&srq->mutex);
+  trace("destroy_srq %p", static_cast<void*>(srq));
+  delete s;
+  return 0;
+}
+
+// Waits for an event unless the program made async_fd non-blocking (then
+// EAGAIN when none waits), as libibverbs' read of the kernel's descriptor.
+BRAID_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
+  Context* c = context_of(ctx);
+  if (c == nullptr || event == nullptr) {
+    errno = EINVAL;
+    return -1;
+  }
+  const int fd = ctx->async_fd;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> g(c->events_lock);
+      if (!c->events.empty()) {
+        *event = c->events.front();
+        c->events.pop_front();
+        if (c->events.empty() && c->events_signalled) {
+          uint64_t n = 0;
+          if (read(fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
+        }
+        return 0;
+      }
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || (flags & O_NONBLOCK)) {
+      errno = EAGAIN;
+      return -1;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+  }
+}
+
+BRAID_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
+  if (event == nullptr) return;
+  if (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED && event->element.srq != nullptr) {
+    ibv_srq* srq = event->element.srq;
+    pthread_mutex_lock(&srq->mutex);
+    ++srq->events_completed;
+    pthread_cond_signal(&srq->cond);
+    pthread_mutex_unlock(&srq->mutex);
+  }
+}
