@@ -237,6 +237,9 @@ struct braid_device_attr {
   int max_pd;
   int max_qp_rd_atom;
   int max_qp_init_rd_atom;
+  /* 1 (IBV_ATOMIC_HCA): atomics are atomic with respect to every other
+   * atomic on the device. */
+  int atomic_cap;
   uint8_t phys_port_cnt;
   int max_srq;
   int max_srq_wr;
@@ -273,6 +276,8 @@ enum braid_wc_opcode {
   BRAID_WC_SEND = 0,
   BRAID_WC_RDMA_WRITE = 1,
   BRAID_WC_RDMA_READ = 2,
+  BRAID_WC_COMP_SWAP = 3,
+  BRAID_WC_FETCH_ADD = 4,
   BRAID_WC_RECV = 128,
   BRAID_WC_RECV_RDMA_WITH_IMM = 129,
 };
@@ -305,6 +310,8 @@ enum braid_wr_opcode {
   BRAID_WR_SEND = 2,
   BRAID_WR_SEND_WITH_IMM = 3,
   BRAID_WR_RDMA_READ = 4,
+  BRAID_WR_ATOMIC_CMP_AND_SWP = 5, /* 8 bytes; the old value into sg_list */
+  BRAID_WR_ATOMIC_FETCH_AND_ADD = 6,
 };
 
 enum braid_send_flags {
@@ -326,6 +333,15 @@ struct braid_send_wr {
     uint64_t remote_addr;
     uint32_t rkey;
   } rdma;
+  /* Atomics: an 8-byte aligned target in a region with REMOTE_ATOMIC, on a
+   * QP whose peer allows it; sg_list is one 8-byte buffer for the old
+   * value. Atomic against every other atomic on the target's device. */
+  struct {
+    uint64_t remote_addr;
+    uint64_t compare_add; /* compare (CMP_AND_SWP) or add (FETCH_AND_ADD) */
+    uint64_t swap;
+    uint32_t rkey;
+  } atomic;
 };
 
 struct braid_recv_wr {

@@ -335,7 +335,7 @@ PostError Connection::post_send(uint16_t slot, const SendRequest& wr) {
       unsent_credit_ = retx_credit_ = 0;
       credit_.on_idle();
     }
-    const uint64_t payload = wr.opcode == Opcode::kRead ? 0 : length;
+    const uint64_t payload = answered_with_data(wr.opcode) ? 0 : length;
     const uint64_t packets = std::max<uint64_t>(1, (payload + cfg_.mtu - 1) / cfg_.mtu);
     unsent_credit_ += payload + packets * credit_header();
   }

@@ -54,6 +54,8 @@ struct ConnectionStats {
   uint64_t malformed_ctrl = 0;            // CTRL packets too short for their type: dropped
   uint64_t after_refusal = 0;             // packets at or after a refused one, not placed
   uint64_t missing_crc = 0;               // no trailer from a peer that sends them: dropped
+  uint64_t atomics_received = 0;          // atomic requests accepted (this end the target)
+  uint64_t atomics_executed = 0;          // ... and run (once each)
   uint64_t nops_received = 0;             // NOPs filling the PSN of a request we refused (RNR)
   uint64_t duplicate_messages = 0;  // parts of messages whose receive had completed: not placed
   uint64_t wrong_qp = 0;  // requests naming a QP not on this connection, responses a slot: dropped

@@ -13,6 +13,7 @@ enum AccessFlags : uint32_t {
   kAccessLocalWrite = 1,
   kAccessRemoteWrite = 2,
   kAccessRemoteRead = 4,
+  kAccessRemoteAtomic = 8,
 };
 
 enum class AccessError : uint8_t {

@@ -27,6 +27,24 @@ uint8_t ses_return_code(AccessError e) {
 
 namespace {
 
+WcOpcode wc_opcode_of(Opcode op) {
+  switch (op) {
+    case Opcode::kRead:
+      return WcOpcode::kRdmaRead;
+    case Opcode::kSend:
+    case Opcode::kSendImm:
+      return WcOpcode::kSend;
+    case Opcode::kAtomicFetchAdd:
+      return WcOpcode::kFetchAdd;
+    case Opcode::kAtomicCmpSwap:
+      return WcOpcode::kCompSwap;
+    case Opcode::kWrite:
+    case Opcode::kWriteImm:
+      break;
+  }
+  return WcOpcode::kRdmaWrite;
+}
+
 bool consumes_receive(Opcode op) {
   return op == Opcode::kSend || op == Opcode::kSendImm || op == Opcode::kWriteImm;
 }
@@ -62,6 +80,9 @@ PostError QueuePair::post_send(const SendRequest& wr, uint64_t* length) {
   if (wr.local.num > kMaxSge) return PostError::kInvalid;
   *length = wr.local.total_length();
   if (*length > 0xffffffffu) return PostError::kInvalid;  // SES request_length is 32 bits
+  if (is_atomic(wr.opcode) && *length != 8) [[unlikely]] {
+    return PostError::kInvalid;  // the old value's room
+  }
   if (sq_tail_ - sq_head_ >= sq_.size())
     grow_ring(sq_, &sq_mask_, sq_head_, sq_tail_, 2 * sq_.size());
   sq_[sq_tail_ & sq_mask_].start(wr, *length, sq_tail_,
@@ -90,7 +111,7 @@ uint32_t QueuePair::next_payload_len() const {
   if (resend_count_ > 0) return resend_[resend_head_].len;
   if (sq_tx_ == sq_tail_) return 0;
   const SendWqe& w = sq_[sq_tx_ & sq_mask_];
-  if (w.wr.opcode == Opcode::kRead) return 0;
+  if (answered_with_data(w.wr.opcode)) return static_cast<uint32_t>(atomic_payload(w.wr.opcode));
   return static_cast<uint32_t>(std::min<uint64_t>(cfg_.mtu, w.length - w.bytes_sent));
 }
 
@@ -128,12 +149,12 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   if (reads_outstanding_ > 0 && w.wr.fence && !w.started) return false;
   r->kind = TxKind::kRequest;
   r->seq = w.msn;
-  if (w.wr.opcode == Opcode::kRead) {
+  if (answered_with_data(w.wr.opcode)) {
     if (reads_outstanding_ >= cfg_.max_rd_atomic) return false;
     ++reads_outstanding_;
     ++*reads_sum_;
     r->offset = 0;
-    r->len = 0;
+    r->len = static_cast<uint16_t>(atomic_payload(w.wr.opcode));
     w.started = w.segmented = true;
     w.last_psn = psn;
     ++sq_tx_;
@@ -191,6 +212,10 @@ QueuePair::Source QueuePair::source(const Slice& r) {
   if (r.kind != TxKind::kReadResponse) return s;
   const ReadResponse& job = rr_[r.seq & rr_mask_];
   s.read_rc = job.return_code;
+  if (job.atomic) {
+    s.read_src = job.old_value;  // as it was when the atomic ran
+    return s;
+  }
   if (s.read_rc == wire::kSesRcOk && r.len > 0) {
     uint8_t* src = nullptr;
     const AccessError err =
@@ -246,7 +271,7 @@ bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
   const Opcode op = w.wr.opcode;
   wire::SesRequest s;
   const bool som = r.offset == 0;
-  const bool eom = op == Opcode::kRead || r.offset + r.len == w.length;
+  const bool eom = answered_with_data(op) || r.offset + r.len == w.length;
   s.flags = (som ? wire::kSesFlagSom : 0) | (eom ? wire::kSesFlagEom : 0);
   s.message_id = static_cast<uint16_t>(w.msn);
   s.job_id = job_id;
@@ -280,6 +305,21 @@ bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
       s.memory_key = w.wr.rkey;
       s.initiator = cfg_.slot;  // the response names it
       break;
+    case Opcode::kAtomicFetchAdd:
+    case Opcode::kAtomicCmpSwap: {
+      s.opcode = static_cast<uint8_t>(wire::SesOpcode::kFetchAtomic);
+      s.buffer_offset = w.wr.remote_addr;
+      s.memory_key = w.wr.rkey;
+      s.initiator = cfg_.slot;
+      wire::SesAtomic a;
+      a.code = op == Opcode::kAtomicFetchAdd ? wire::kSesAtomicSum : wire::kSesAtomicCompareSwap;
+      a.operand = w.wr.atomic_operand();
+      a.compare = w.wr.atomic_compare();
+      s.payload_length = r.len;
+      wire::encode_ses_request(ses_at, s);
+      wire::encode_ses_atomic(payload, a);
+      return true;
+    }
   }
   if ((op == Opcode::kSendImm || op == Opcode::kWriteImm) && som) [[unlikely]] {
     s.flags |= wire::kSesFlagHd;
@@ -301,10 +341,21 @@ bool QueuePair::write_packet(const Slice& r, const Source& src, uint32_t job_id,
   return op == Opcode::kRead;
 }
 
+size_t QueuePair::atomic_payload(Opcode op) {
+  switch (op) {
+    case Opcode::kAtomicFetchAdd:
+      return wire::ses_atomic_size(wire::kSesAtomicSum);
+    case Opcode::kAtomicCmpSwap:
+      return wire::ses_atomic_size(wire::kSesAtomicCompareSwap);
+    default:
+      return 0;
+  }
+}
+
 bool QueuePair::first_read(uint16_t* message_id) const {
   for (uint32_t i = sq_head_; i != sq_tx_; ++i) {
     const SendWqe& w = sq_[i & sq_mask_];
-    if (w.wr.opcode != Opcode::kRead) continue;
+    if (!answered_with_data(w.wr.opcode)) continue;
     *message_id = static_cast<uint16_t>(w.msn);
     return true;
   }
@@ -314,7 +365,7 @@ bool QueuePair::first_read(uint16_t* message_id) const {
 bool QueuePair::oldest_read_psn(uint32_t* psn) const {
   for (uint32_t i = sq_head_; i != sq_tx_; ++i) {
     const SendWqe& w = sq_[i & sq_mask_];
-    if (w.wr.opcode != Opcode::kRead || !w.segmented || w.read_done) continue;
+    if (!answered_with_data(w.wr.opcode) || !w.segmented || w.read_done) continue;
     *psn = w.last_psn;
     return true;
   }
@@ -340,6 +391,11 @@ void QueuePair::push_send_completion(SendWqe& w, WcStatus status, WcStatus* err)
       wc.opcode = WcOpcode::kRdmaRead;
       wc.byte_len = static_cast<uint32_t>(w.length);
       break;
+    case Opcode::kAtomicFetchAdd:
+    case Opcode::kAtomicCmpSwap:
+      wc.opcode = wc_opcode_of(w.wr.opcode);
+      wc.byte_len = 8;
+      break;
   }
   if (!send_cq_->push(wc)) *err = WcStatus::kWrFlushErr;  // CQ overrun
 }
@@ -348,7 +404,7 @@ WcStatus QueuePair::complete_sends(uint32_t snd_una) {
   while (sq_head_ != sq_tx_) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
     if (w.failed) return w.fail_status;
-    if (w.wr.opcode == Opcode::kRead) {
+    if (answered_with_data(w.wr.opcode)) {
       if (!w.segmented || !w.read_done) break;
       --reads_outstanding_;
       --*reads_sum_;
@@ -405,7 +461,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
     SendWqe& w = sq_[sq_head_ & sq_mask_];
     WcStatus s = WcStatus::kWrFlushErr;
     if (!error_given) {
-      const bool done = w.wr.opcode == Opcode::kRead
+      const bool done = answered_with_data(w.wr.opcode)
                             ? w.segmented && w.read_done
                             : w.segmented && w.resends == 0 && psn_lt(w.last_psn, snd_una);
       if (w.failed) {
@@ -429,10 +485,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
     wc.wr_id = w.wr.wr_id;
     wc.status = s;
     wc.qp_num = cfg_.qp_num;
-    wc.opcode = w.wr.opcode == Opcode::kRead ? WcOpcode::kRdmaRead
-                : (w.wr.opcode == Opcode::kSend || w.wr.opcode == Opcode::kSendImm)
-                    ? WcOpcode::kSend
-                    : WcOpcode::kRdmaWrite;
+    wc.opcode = wc_opcode_of(w.wr.opcode);
     send_cq_->push(wc);
   }
   sq_tx_ = sq_tail_;

@@ -65,7 +65,23 @@ struct SendRequest {
   uint32_t imm_data = 0;
   // IBV_SEND_FENCE: starts only once every earlier READ has completed.
   bool fence = false;
+
+  // An atomic's operands (the value added or swapped in, the value
+  // compared with) ride in two SGEs it does not use: it has one, the old
+  // value's room. Every request stays as small as before atomics (a copy
+  // of 16 bytes more on every post cost 3% of a 64 B WRITE's instructions).
+  void set_atomic_operands(uint64_t operand, uint64_t compare) {
+    local.sge[kMaxSge - 1].addr = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(operand));
+    local.sge[kMaxSge - 2].addr = reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(compare));
+  }
+  uint64_t atomic_operand() const {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(local.sge[kMaxSge - 1].addr));
+  }
+  uint64_t atomic_compare() const {
+    return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(local.sge[kMaxSge - 2].addr));
+  }
 };
+static_assert(kMaxSge >= 3, "an atomic's operands need two spare SGEs");
 
 // What one packet carries of a queue pair's messages: part of a request
 // (a work request's MSN) or of a READ response (its sequence), or nothing
@@ -318,6 +334,10 @@ class QueuePair {
     uint8_t return_code = wire::kSesRcOk;
     uint32_t last_psn = 0;
     bool segmented = false;
+    // An atomic's answer: the target's old value (big-endian), taken once
+    // when it ran; sent again as it is if its packet is lost.
+    bool atomic = false;
+    uint8_t old_value[8] = {};
   };
   struct RecvWqe {
     uint64_t wr_id = 0;
@@ -354,6 +374,9 @@ class QueuePair {
     uint32_t rkey = 0;
     uint64_t addr = 0;
     uint32_t length = 0;
+    uint8_t atomic = 0;  // wire::kSesAtomic* (0: a READ)
+    uint64_t operand = 0;
+    uint64_t compare = 0;
   };
   // The last bytes of a multi-packet WRITE that arrived before the rest of
   // its message: placed once every packet before it has been (a program
@@ -375,6 +398,8 @@ class QueuePair {
   static constexpr uint32_t kInitialQueueEntries = 16;
 
   void push_send_completion(SendWqe& w, WcStatus status, WcStatus* err);
+  // The payload of an atomic request of this opcode (0: not an atomic).
+  static size_t atomic_payload(Opcode op);
   WcStatus complete_recvs(uint32_t cack);
   WcStatus in_order_work(uint32_t cack);
   // The outstanding work request whose MSN has these low 16 bits
@@ -394,6 +419,7 @@ class QueuePair {
   static void note_receive(RecvWqe& w, const wire::SesRequest& s, uint32_t psn, uint32_t len,
                            bool rdma_imm);
   void execute_reads(uint32_t cack);
+  void execute_atomic(const PendingRead& pr, uint8_t* target, ReadResponse* job);
   // Holds back the last bytes of a WRITE's last packet that came before the
   // rest of its message (`dst`: where its payload goes); returns the bytes
   // to place now.
@@ -412,6 +438,9 @@ class QueuePair {
   // A request other than a WRITE, its payload checked to lie inside its
   // message (at msg_offset).
   bool place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_offset, Refusal* why);
+  // A READ or an atomic accepted: it waits for its PSN to be in order.
+  bool accept_read(const wire::ParsedPacket& pkt, uint8_t atomic_code, uint64_t operand,
+                   uint64_t compare, Refusal* why);
   [[gnu::noinline]] uint32_t defer_tail(const wire::ParsedPacket& pkt, uint8_t* dst);
   // Bytes [dst, dst + len) of the packet `psn` are being placed while tails
   // are held: older tails they overlap take the newer bytes.
@@ -472,7 +501,9 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
   // The last packet of a message of several that came before the rest of
   // it: a WRITE's last bytes wait for them (defer_tail).
   bool tail_first = false;
-  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead)) {
+  // (READs and atomics carry no part of the message they name.)
+  if (s.opcode != static_cast<uint8_t>(wire::SesOpcode::kRead) &&
+      s.opcode != static_cast<uint8_t>(wire::SesOpcode::kFetchAtomic)) {
     if (uint64_t{msg_offset} + len > s.request_length) return refused_invalid(why);
     if (!s.som()) {
       if (s.payload_length != len) return refused_invalid(why);

@@ -111,21 +111,26 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
                         kAccessRemoteRead, cfg_.pd, &src) != AccessError::kNone) {
         return refused_access(why);
       }
-      // Over what this responder accepts (max_dest_rd_atomic): READs not yet
-      // answered, queued or with response packets still to send. (One the
-      // requester has completed was wholly sent: an IB requester within
-      // its own max_rd_atomic never trips this.)
-      if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
+      return accept_read(pkt, 0, 0, 0, why);
+    }
+    case wire::SesOpcode::kFetchAtomic: {
+      // One packet, 8 bytes at an 8-byte aligned address (InfiniBand: an
+      // invalid request otherwise), in a region that allows atomics.
+      wire::SesAtomic a;
+      if (!s.som() || !s.eom() || s.request_length != 8 ||
+          wire::decode_ses_atomic(pkt.payload, len, &a) == 0) {
         return refused_invalid(why);
       }
-      reads_[reads_tail_ & rr_mask_] = PendingRead{pkt.req.psn,
-                                                   s.message_id,
-                                                   static_cast<uint16_t>(s.initiator),
-                                                   static_cast<uint32_t>(s.memory_key),
-                                                   s.buffer_offset,
-                                                   s.request_length};
-      ++reads_tail_;
-      return true;
+      if (!(cfg_.remote_access & kAccessRemoteAtomic)) return refused_access(why);
+      if (s.buffer_offset % 8 != 0) return refused_invalid(why);
+      uint8_t* target = nullptr;
+      if (s.memory_key > 0xffffffffu ||
+          mrs_->resolve(static_cast<uint32_t>(s.memory_key), s.buffer_offset, 8,
+                        kAccessRemoteAtomic, cfg_.pd, &target) != AccessError::kNone) {
+        return refused_access(why);
+      }
+      ++stats_->atomics_received;
+      return accept_read(pkt, a.code, a.operand, a.compare, why);
     }
     case wire::SesOpcode::kNoOp:
       // Fills the PSN of a request refused for want of a receive (sent
@@ -138,6 +143,29 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
   }
 }
 
+bool QueuePair::accept_read(const wire::ParsedPacket& pkt, uint8_t atomic_code, uint64_t operand,
+                            uint64_t compare, Refusal* why) {
+  const wire::SesRequest& s = pkt.ses;
+  // Over what this responder accepts (max_dest_rd_atomic): READs and
+  // atomics not yet answered, queued or with response packets still to
+  // send. (One the requester has completed was wholly sent: an IB
+  // requester within its own max_rd_atomic never trips this.)
+  if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
+    return refused_invalid(why);
+  }
+  reads_[reads_tail_ & rr_mask_] = PendingRead{pkt.req.psn,
+                                               s.message_id,
+                                               static_cast<uint16_t>(s.initiator),
+                                               static_cast<uint32_t>(s.memory_key),
+                                               s.buffer_offset,
+                                               s.request_length,
+                                               atomic_code,
+                                               operand,
+                                               compare};
+  ++reads_tail_;
+  return true;
+}
+
 bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why) {
   const wire::SesResponse& s = pkt.resp;
   const uint32_t len = pkt.payload_len;
@@ -148,7 +176,7 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
     return false;
   }
   SendWqe& w = sq_[msn & sq_mask_];
-  if (w.wr.opcode != Opcode::kRead || w.read_done) {
+  if (!answered_with_data(w.wr.opcode) || w.read_done) {
     ++stats_->stale_responses;
     return false;
   }
@@ -164,7 +192,13 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
       uint64_t{s.message_offset} + len > w.length) {
     return refused_invalid(why);
   }
-  if (len > 0) copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
+  if (is_atomic(w.wr.opcode)) [[unlikely]] {
+    // The old value, in the requester's byte order.
+    const uint64_t old = wire::load_be64(pkt.payload);
+    copy_to_sgl(w.wr.local, 0, reinterpret_cast<const uint8_t*>(&old), 8);
+  } else if (len > 0) {
+    copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
+  }
   stats_->bytes_placed += len;
   w.read_bytes += len;
   if (w.read_bytes == w.length) w.read_done = true;
@@ -235,10 +269,12 @@ void QueuePair::execute_reads(uint32_t cack) {
     uint8_t* src = nullptr;
     // Checked again (and again for every packet built): the region may have
     // gone since the request arrived.
-    job.return_code = pr.length == 0
-                          ? wire::kSesRcOk
-                          : ses_return_code(mrs_->resolve(pr.rkey, pr.addr, pr.length,
-                                                          kAccessRemoteRead, cfg_.pd, &src));
+    job.return_code =
+        pr.length == 0
+            ? wire::kSesRcOk
+            : ses_return_code(mrs_->resolve(
+                  pr.rkey, pr.addr, pr.length,
+                  pr.atomic != 0 ? kAccessRemoteAtomic : kAccessRemoteRead, cfg_.pd, &src));
     if (job.return_code == wire::kSesRcOk) {
       job.rkey = pr.rkey;
       job.addr = pr.addr;
@@ -246,11 +282,31 @@ void QueuePair::execute_reads(uint32_t cack) {
     } else {
       ++stats_->access_errors;
     }
+    if (pr.atomic != 0 && job.return_code == wire::kSesRcOk) execute_atomic(pr, src, &job);
     job.message_id = pr.message_id;
     job.requester = pr.requester;
     ++rr_tail_;
     ++reads_head_;
   }
+}
+
+void QueuePair::execute_atomic(const PendingRead& pr, uint8_t* target, ReadResponse* job) {
+  // Once, when everything before it is in: a copy of the request that
+  // comes again is a duplicate PSN and never gets here, and a lost
+  // response is sent again from old_value. Atomic with respect to every
+  // other atomic on the device (any engine's: IBV_ATOMIC_HCA), and to the
+  // CPU's own atomics on the same word.
+  auto* word = reinterpret_cast<uint64_t*>(target);
+  uint64_t old = 0;
+  if (pr.atomic == wire::kSesAtomicSum) {
+    old = __atomic_fetch_add(word, pr.operand, __ATOMIC_SEQ_CST);
+  } else {
+    old = pr.compare;
+    __atomic_compare_exchange_n(word, &old, pr.operand, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+  }
+  job->atomic = true;
+  wire::store_be64(job->old_value, old);
+  ++stats_->atomics_executed;
 }
 
 WcStatus QueuePair::in_order_work(uint32_t cack) {

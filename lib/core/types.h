@@ -28,7 +28,24 @@ enum class Opcode : uint8_t {
   kSend,
   kSendImm,
   kRead,
+  // 8-byte atomics on the peer's memory; the old value comes back into
+  // the request's local buffer (SendRequest::set_atomic_operands).
+  kAtomicFetchAdd,
+  kAtomicCmpSwap,
 };
+
+// Requests answered with data (the requester waits for it, within
+// max_rd_atomic): READs and atomics.
+// (One compare each: the opcodes are in this order.)
+inline bool answered_with_data(Opcode op) {
+  return op >= Opcode::kRead;
+}
+inline bool is_atomic(Opcode op) {
+  return op >= Opcode::kAtomicFetchAdd;
+}
+static_assert(Opcode::kAtomicFetchAdd > Opcode::kRead && Opcode::kAtomicCmpSwap > Opcode::kRead &&
+              Opcode::kWrite < Opcode::kRead && Opcode::kWriteImm < Opcode::kRead &&
+              Opcode::kSend < Opcode::kRead && Opcode::kSendImm < Opcode::kRead);
 
 // Values of enum ibv_wc_status.
 enum class WcStatus : uint8_t {
@@ -51,6 +68,8 @@ enum class WcOpcode : uint8_t {
   kSend = 0,
   kRdmaWrite = 1,
   kRdmaRead = 2,
+  kCompSwap = 3,
+  kFetchAdd = 4,
   kRecv = 128,
   kRecvRdmaWithImm = 129,
 };

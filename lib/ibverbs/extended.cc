@@ -15,11 +15,12 @@
 namespace braid::ibv {
 namespace {
 
-// The operations Braid carries (RC: no atomics, memory windows, invalidation
-// or TSO).
+// The operations Braid carries (RC: no memory windows, invalidation, TSO
+// or atomic writes).
 constexpr uint64_t kSendOps = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                               IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
-                              IBV_QP_EX_WITH_RDMA_READ;
+                              IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+                              IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
 constexpr unsigned kWrFlags = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED;
 // What a completion carries on Ethernet RC; timestamps, VLAN, flow tags and
 // tag matching are not provided.
@@ -129,7 +130,8 @@ void wr_set_inline_data_list(ibv_qp_ex* qx, size_t n, const ibv_data_buf* bufs) 
   braid_send_wr* w = last_wr(qx);
   if (w == nullptr) return;
   Qp* q = qp_of(qx);
-  if (w->opcode == BRAID_WR_RDMA_READ) {
+  if (w->opcode == BRAID_WR_RDMA_READ || w->opcode == BRAID_WR_ATOMIC_CMP_AND_SWP ||
+      w->opcode == BRAID_WR_ATOMIC_FETCH_AND_ADD) {
     batch_fail(q, EINVAL);  // inline is for SEND and WRITE
     return;
   }
@@ -178,14 +180,22 @@ void wr_abort(ibv_qp_ex* qx) {
   wr_start(qx);
 }
 
+void wr_atomic_cmp_swp(ibv_qp_ex* qx, uint32_t rkey, uint64_t remote_addr, uint64_t compare,
+                       uint64_t swap) {
+  if (braid_send_wr* w =
+          begin_wr(qx, BRAID_WR_ATOMIC_CMP_AND_SWP, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP)) {
+    w->atomic = {remote_addr, compare, swap, rkey};
+  }
+}
+void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t rkey, uint64_t remote_addr, uint64_t add) {
+  if (braid_send_wr* w =
+          begin_wr(qx, BRAID_WR_ATOMIC_FETCH_AND_ADD, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)) {
+    w->atomic = {remote_addr, add, 0, rkey};
+  }
+}
+
 // Builders and setters for what Braid does not carry: the batch fails at
 // ibv_wr_complete (they cannot be requested at creation either).
-void wr_atomic_cmp_swp(ibv_qp_ex* qx, uint32_t, uint64_t, uint64_t, uint64_t) {
-  batch_fail(qp_of(qx), EOPNOTSUPP);
-}
-void wr_atomic_fetch_add(ibv_qp_ex* qx, uint32_t, uint64_t, uint64_t) {
-  batch_fail(qp_of(qx), EOPNOTSUPP);
-}
 void wr_bind_mw(ibv_qp_ex* qx, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
   batch_fail(qp_of(qx), EOPNOTSUPP);
 }

@@ -47,6 +47,10 @@ static_assert(int(BRAID_WC_REM_ACCESS_ERR) == int(IBV_WC_REM_ACCESS_ERR) &&
               int(BRAID_WC_RECV_RDMA_WITH_IMM) == int(IBV_WC_RECV_RDMA_WITH_IMM) &&
               int(BRAID_WC_RDMA_READ) == int(IBV_WC_RDMA_READ) &&
               int(BRAID_WC_WITH_IMM) == int(IBV_WC_WITH_IMM));
+static_assert(int(BRAID_WR_ATOMIC_CMP_AND_SWP) == int(IBV_WR_ATOMIC_CMP_AND_SWP) &&
+              int(BRAID_WR_ATOMIC_FETCH_AND_ADD) == int(IBV_WR_ATOMIC_FETCH_AND_ADD) &&
+              int(BRAID_WC_COMP_SWAP) == int(IBV_WC_COMP_SWAP) &&
+              int(BRAID_WC_FETCH_ADD) == int(IBV_WC_FETCH_ADD));
 static_assert(int(BRAID_WR_RDMA_READ) == int(IBV_WR_RDMA_READ) &&
               int(BRAID_WR_SEND_WITH_IMM) == int(IBV_WR_SEND_WITH_IMM) &&
               int(BRAID_SEND_INLINE) == int(IBV_SEND_INLINE) &&
@@ -120,7 +124,7 @@ int req_notify_cq(ibv_cq* cq, int solicited_only) {
 
 int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; wr != nullptr; wr = wr->next) {
-    if (wr->opcode > IBV_WR_RDMA_READ) {  // atomics, bind, TSO, invalidate...
+    if (wr->opcode > IBV_WR_ATOMIC_FETCH_AND_ADD) {  // bind, TSO, invalidate...
       if (bad) *bad = wr;
       return EINVAL;
     }
@@ -132,8 +136,13 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     b.send_flags = wr->send_flags &
                    (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
     b.imm_data = wr->imm_data;
-    b.rdma.remote_addr = wr->wr.rdma.remote_addr;
-    b.rdma.rkey = wr->wr.rdma.rkey;
+    if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+      b.atomic = {wr->wr.atomic.remote_addr, wr->wr.atomic.compare_add, wr->wr.atomic.swap,
+                  wr->wr.atomic.rkey};
+    } else {
+      b.rdma.remote_addr = wr->wr.rdma.remote_addr;
+      b.rdma.rkey = wr->wr.rdma.rkey;
+    }
     if (const int rc = braid_post_send(qp_of(qp)->b, &b, nullptr)) {
       if (bad) *bad = wr;
       return rc;
@@ -302,9 +311,6 @@ BRAID_EXPORT ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uin
   // MW_BIND lets memory windows be bound to the region: Braid has none
   // (ibv_alloc_mw fails), so the permission is granted and never used, as
   // a kernel device without windows grants it. HUGETLB is a hint.
-  // REMOTE_ATOMIC is granted as well: NCCL's net_ib, UCX and libfabric ask
-  // for it on every region whether or not they use atomics; the atomic
-  // operations themselves are refused (atomic_cap is IBV_ATOMIC_NONE).
   constexpr unsigned kAccepted =
       kAccessBits | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB;
   constexpr unsigned kMissing = IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND;

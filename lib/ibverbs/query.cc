@@ -43,7 +43,7 @@ int fill_device_attr(Context* c, ibv_device_attr* a) {
   a->max_qp_rd_atom = b.max_qp_rd_atom;
   a->max_res_rd_atom = b.max_qp_rd_atom * b.max_qp;
   a->max_qp_init_rd_atom = b.max_qp_init_rd_atom;
-  a->atomic_cap = IBV_ATOMIC_NONE;
+  a->atomic_cap = static_cast<ibv_atomic_cap>(b.atomic_cap);
   a->max_srq = b.max_srq;
   a->max_srq_wr = b.max_srq_wr;
   a->max_srq_sge = b.max_srq_sge;

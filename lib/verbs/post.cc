@@ -85,6 +85,24 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
       req->opcode = braid::Opcode::kRead;
       need = braid::kAccessLocalWrite;
       break;
+    case BRAID_WR_ATOMIC_CMP_AND_SWP:
+    case BRAID_WR_ATOMIC_FETCH_AND_ADD:
+      req->opcode = opcode == BRAID_WR_ATOMIC_FETCH_AND_ADD ? braid::Opcode::kAtomicFetchAdd
+                                                            : braid::Opcode::kAtomicCmpSwap;
+      need = braid::kAccessLocalWrite;
+      req->remote_addr = wr->atomic.remote_addr;
+      req->rkey = wr->atomic.rkey;
+      // One 8-byte buffer for the old value, as InfiniBand asks. (The
+      // operands' SGEs are past it: to_sgl leaves them.)
+      if (wr->num_sge != 1 || wr->sg_list[0].length != 8) {
+        return fail(EINVAL, "post_send: an atomic needs one 8-byte SGE");
+      }
+      if (opcode == BRAID_WR_ATOMIC_FETCH_AND_ADD) {
+        req->set_atomic_operands(wr->atomic.compare_add, 0);
+      } else {
+        req->set_atomic_operands(wr->atomic.swap, wr->atomic.compare_add);
+      }
+      break;
     default:
       return fail(EINVAL, "post_send: opcode not supported");
   }
@@ -94,7 +112,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
   if (qp->outstanding_sends() >= qp->init.cap.max_send_wr) {
     return fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
   }
-  if ((wr->send_flags & BRAID_SEND_INLINE) && req->opcode != braid::Opcode::kRead) {
+  if ((wr->send_flags & BRAID_SEND_INLINE) && !braid::answered_with_data(req->opcode)) {
     // Copy now: the application may reuse its buffer when this returns.
     uint64_t total = 0;
     for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
@@ -137,6 +155,10 @@ braid::WcOpcode wc_opcode_of(const braid_send_wr* wr) {
       return braid::WcOpcode::kRdmaWrite;
     case BRAID_WR_RDMA_READ:
       return braid::WcOpcode::kRdmaRead;
+    case BRAID_WR_ATOMIC_CMP_AND_SWP:
+      return braid::WcOpcode::kCompSwap;
+    case BRAID_WR_ATOMIC_FETCH_AND_ADD:
+      return braid::WcOpcode::kFetchAdd;
     default:
       return braid::WcOpcode::kSend;
   }

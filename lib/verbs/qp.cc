@@ -25,7 +25,8 @@ namespace {
 // The remote operations a QP's access flags allow, as the core names them.
 uint32_t remote_access_of(unsigned int flags) {
   return ((flags & BRAID_ACCESS_REMOTE_WRITE) ? braid::kAccessRemoteWrite : 0u) |
-         ((flags & BRAID_ACCESS_REMOTE_READ) ? braid::kAccessRemoteRead : 0u);
+         ((flags & BRAID_ACCESS_REMOTE_READ) ? braid::kAccessRemoteRead : 0u) |
+         ((flags & BRAID_ACCESS_REMOTE_ATOMIC) ? braid::kAccessRemoteAtomic : 0u);
 }
 
 // InfiniBand's RNR timer encoding (min_rnr_timer), in nanoseconds.

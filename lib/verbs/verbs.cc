@@ -169,6 +169,7 @@ int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
   a->max_pd = 1 << 20;
   a->max_qp_rd_atom = 16;
   a->max_qp_init_rd_atom = 16;
+  a->atomic_cap = 1;  // IBV_ATOMIC_HCA
   a->phys_port_cnt = 1;
   a->max_srq = 65535;
   a->max_srq_wr = 1 << 20;
@@ -234,8 +235,8 @@ struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, in
   braid_context* c = pd->context;
   Guard g(c);
   const uint32_t core_access =
-      static_cast<uint32_t>(access) &
-      (braid::kAccessLocalWrite | braid::kAccessRemoteWrite | braid::kAccessRemoteRead);
+      static_cast<uint32_t>(access) & (braid::kAccessLocalWrite | braid::kAccessRemoteWrite |
+                                       braid::kAccessRemoteRead | braid::kAccessRemoteAtomic);
   const uint32_t key = c->memory->register_region(addr, length, core_access, pd->id);
   if (key == 0) return fail_null<braid_mr>(ENOMEM, "reg_mr: memory-region table full");
   ++c->open_objects;

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "wire/byte_order.h"
 
@@ -143,6 +144,73 @@ inline size_t encode_ses_request(uint8_t* p, const SesRequest& h) {
   }
   store_be32(p + 40, h.request_length);
   return kSesStandardSize;
+}
+
+// An atomic (opcode kFetchAtomic: it returns the target's old value)
+// carries UET's atomic extension header after the SES header: the atomic
+// code, the datatype, semantic control (bit 7 cacheable, bit 6 coherent
+// with the CPU) and a reserved byte. A compare-and-swap's compare and swap
+// values follow it in 16-byte fields (UET's compare-and-swap extension
+// header); another atomic's operand is its payload. Braid carries SUM and
+// CSWAP on UINT64 (InfiniBand's FETCH_AND_ADD and CMP_AND_SWP): a 64-bit
+// value sits big-endian in the first 8 bytes of its field, the rest zero
+// (docs/wire-format.md). The request length is the target's size (8).
+inline constexpr size_t kSesAtomicHeaderSize = 4;
+inline constexpr uint8_t kSesAtomicSum = 0x02;
+inline constexpr uint8_t kSesAtomicCompareSwap = 0x0d;
+inline constexpr uint8_t kSesAtomicUint64 = 0x07;
+inline constexpr uint8_t kSesAtomicCpuCoherent = 0x40;
+
+struct SesAtomic {
+  uint8_t code = 0;
+  uint8_t datatype = kSesAtomicUint64;
+  uint8_t control = kSesAtomicCpuCoherent;
+  uint64_t operand = 0;  // the addend, or the value swapped in
+  uint64_t compare = 0;  // compare-and-swap only
+};
+
+// The payload bytes of an atomic of this code that Braid carries (0: none).
+inline size_t ses_atomic_size(uint8_t code) {
+  return code == kSesAtomicSum           ? kSesAtomicHeaderSize + 8
+         : code == kSesAtomicCompareSwap ? kSesAtomicHeaderSize + 32
+                                         : 0;
+}
+
+inline size_t encode_ses_atomic(uint8_t* p, const SesAtomic& a) {
+  const size_t n = ses_atomic_size(a.code);
+  std::memset(p, 0, n);
+  p[0] = a.code;
+  p[1] = a.datatype;
+  p[2] = a.control;
+  if (a.code == kSesAtomicCompareSwap) {
+    store_be64(p + kSesAtomicHeaderSize, a.compare);
+    store_be64(p + kSesAtomicHeaderSize + 16, a.operand);
+  } else {
+    store_be64(p + kSesAtomicHeaderSize, a.operand);
+  }
+  return n;
+}
+
+// 0 unless the payload is exactly one atomic Braid carries (its reserved
+// bytes, and a 64-bit value's unused field bytes, zero).
+inline size_t decode_ses_atomic(const uint8_t* p, size_t len, SesAtomic* a) {
+  if (len < kSesAtomicHeaderSize) return 0;
+  a->code = p[0];
+  a->datatype = p[1];
+  a->control = p[2];
+  if (p[3] != 0 || a->datatype != kSesAtomicUint64 || ses_atomic_size(a->code) != len) return 0;
+  const uint8_t* v = p + kSesAtomicHeaderSize;
+  if (a->code == kSesAtomicCompareSwap) {
+    for (size_t i = 8; i < 16; ++i) {
+      if (v[i] != 0 || v[16 + i] != 0) return 0;
+    }
+    a->compare = load_be64(v);
+    a->operand = load_be64(v + 16);
+  } else {
+    a->compare = 0;
+    a->operand = load_be64(v);
+  }
+  return len;
 }
 
 }  // namespace braid::wire

@@ -221,7 +221,7 @@ void open_side(Side& s) {
   if (s.local_mr == nullptr) die("ibv_reg_mr(local)");
 
   // What the extended calls must refuse: Braid has no completion
-  // timestamps and no atomics.
+  // timestamps and no memory windows.
   ibv_cq_init_attr_ex ca{};
   ca.cqe = 256;
   ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
@@ -242,10 +242,10 @@ void open_side(Side& s) {
   qa.cap = {kSendDepth, kSlots, 4, 1, kMaxInline};
   qa.pd = s.pd;
   qa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+  qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_BIND_MW;
   errno = 0;
   expect(ibv_create_qp_ex(s.ctx, &qa) == nullptr && errno == EOPNOTSUPP,
-         "ibv_create_qp_ex with atomics: expected EOPNOTSUPP");
+         "ibv_create_qp_ex with memory-window binds: expected EOPNOTSUPP");
   qa.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
                       IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
   s.qp[0] = ibv_create_qp_ex(s.ctx, &qa);

@@ -158,6 +158,9 @@ inline void verify(const Side& s, const Side& peer, const std::string& ctx) {
         ASSERT_EQ(0, std::memcmp(mine, peer.recv_bufs[op.remote_off].data(), op.size))
             << ctx << " SEND " << i << " size " << op.size;
         break;
+      case Opcode::kAtomicFetchAdd:
+      case Opcode::kAtomicCmpSwap:
+        FAIL() << ctx << " the workload plans no atomics";  // (atomic_test.cc has theirs)
     }
     if (op.opcode == Opcode::kSend || op.opcode == Opcode::kSendImm ||
         op.opcode == Opcode::kWriteImm) {

@@ -1412,5 +1412,50 @@ TEST(WireCrc32c, Chaining) {
   EXPECT_EQ(crc32c_bitwise(data.data(), data.size()), whole);
 }
 
+// The atomic extension header as UET lays it out (code, datatype,
+// semantic control, reserved; a compare-and-swap's values in 16-byte
+// fields), with the two atomics Braid carries.
+TEST(SesAtomic, EncodesUetsExtensionHeaderAndDecodesOnlyWhatBraidCarries) {
+  uint8_t buf[64];
+  SesAtomic a;
+  a.code = kSesAtomicSum;
+  a.operand = 0x0102030405060708ull;
+  ASSERT_EQ(encode_ses_atomic(buf, a), 12u);
+  const uint8_t sum[12] = {0x02, 0x07, 0x40, 0, 1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_EQ(std::memcmp(buf, sum, 12), 0);
+  SesAtomic d;
+  ASSERT_EQ(decode_ses_atomic(buf, 12, &d), 12u);
+  EXPECT_EQ(d.code, kSesAtomicSum);
+  EXPECT_EQ(d.operand, a.operand);
+  a.code = kSesAtomicCompareSwap;
+  a.compare = 0x1111;
+  a.operand = 0x2222;
+  ASSERT_EQ(encode_ses_atomic(buf, a), 36u);
+  EXPECT_EQ(buf[0], 0x0d);
+  EXPECT_EQ(load_be64(buf + 4), 0x1111u);
+  EXPECT_EQ(load_be64(buf + 20), 0x2222u);
+  ASSERT_EQ(decode_ses_atomic(buf, 36, &d), 36u);
+  EXPECT_EQ(d.compare, 0x1111u);
+  EXPECT_EQ(d.operand, 0x2222u);
+  // Refused: a length that is not the code's, a value beyond 64 bits, an
+  // operation or datatype Braid does not carry, the reserved byte set.
+  EXPECT_EQ(decode_ses_atomic(buf, 35, &d), 0u);
+  buf[4 + 9] = 1;
+  EXPECT_EQ(decode_ses_atomic(buf, 36, &d), 0u);
+  buf[4 + 9] = 0;
+  for (auto [at, value] : {std::pair{0, 0x0a}, std::pair{1, 0x05}, std::pair{3, 0x01}}) {
+    uint8_t copy[36];
+    std::memcpy(copy, buf, 36);
+    copy[at] = static_cast<uint8_t>(value);
+    EXPECT_EQ(decode_ses_atomic(copy, 36, &d), 0u) << at;
+  }
+  // The independent vectors' compare-and-swap header (code 0x11, FLOAT_COMPLEX).
+  const uint8_t vector[4] = {0x11, 0x0c, 0xc7, 0x00};
+  EXPECT_EQ(decode_ses_atomic(vector, 4, &d), 0u);
+  EXPECT_EQ(d.code, 0x11);
+  EXPECT_EQ(d.datatype, 0x0c);
+  EXPECT_EQ(d.control, 0xc7);
+}
+
 }  // namespace
 }  // namespace braid::wire
