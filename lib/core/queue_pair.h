@@ -320,7 +320,7 @@ class QueuePair {
     }
   };
   // start() resets every field: a field added must be reset there too.
-  static_assert(sizeof(SendWqe) == 160, "reset the new SendWqe field in SendWqe::start");
+  static_assert(sizeof(SendWqe) == 192, "reset the new SendWqe field in SendWqe::start");
   // A READ being answered. The source is resolved again for every packet
   // built, first transmissions and retransmissions alike: the region may be
   // deregistered or lose REMOTE_READ while the response is under way.
@@ -366,7 +366,7 @@ class QueuePair {
       status = WcStatus::kSuccess;
     }
   };
-  static_assert(sizeof(RecvWqe) == 112, "reset the new RecvWqe field in RecvWqe::start");
+  static_assert(sizeof(RecvWqe) == 144, "reset the new RecvWqe field in RecvWqe::start");
   struct PendingRead {
     uint32_t psn = 0;
     uint16_t message_id = 0;

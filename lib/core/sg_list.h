@@ -8,7 +8,7 @@
 
 namespace braid {
 
-inline constexpr uint32_t kMaxSge = 4;
+inline constexpr uint32_t kMaxSge = 6;
 
 struct Sge {
   uint8_t* addr = nullptr;
