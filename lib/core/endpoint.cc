@@ -366,6 +366,10 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(wire::DropReason::kNotForUs);
     return;
   }
+  if (static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kUudReq) [[unlikely]] {
+    on_datagram(frame);
+    return;
+  }
   uint16_t dst = 0, src = 0;
   bool close = false, ack = false;
   // What decodes and is not an ACK, NACK or control packet is a request
@@ -463,12 +467,73 @@ bool Endpoint::wants_to_send() {
   // error): those at the front are dropped here; each queues itself again
   // when it has something.
   while (!control_.empty() && !conns_[control_.front()]->control_due()) control_.pop();
-  if (!control_.empty() || !closing_due_.empty() || !stateless_.empty()) return true;
+  if (!control_.empty() || !closing_due_.empty() || !stateless_.empty() ||
+      !datagram_ready_.empty()) {
+    return true;
+  }
   while (!data_.empty() && !conns_[data_.front()]->data_ready()) {
     conns_[data_.front()]->park();
     data_.pop();
   }
   return !data_.empty();
+}
+
+DatagramQueuePair* Endpoint::create_datagram_qp(DatagramConfig cfg, CompletionQueue* send_cq,
+                                                CompletionQueue* recv_cq) {
+  if (datagrams_.count(cfg.qp_num) != 0) return nullptr;
+  cfg.local_mac = cfg_.mac;
+  cfg.local_ip = cfg_.ip;
+  cfg.udp_port = cfg_.udp_port;
+  cfg.crc_trailer = cfg_.crc_trailer;
+  auto q = std::make_unique<DatagramQueuePair>(cfg, send_cq, recv_cq);
+  DatagramQueuePair* p = q.get();
+  datagrams_.emplace(cfg.qp_num, std::move(q));
+  return p;
+}
+
+void Endpoint::destroy_datagram_qp(uint32_t qp_num) {
+  datagrams_.erase(qp_num);
+  std::erase(datagram_ready_, qp_num);
+}
+
+void Endpoint::datagram_posted(uint32_t qp_num) {
+  if (std::find(datagram_ready_.begin(), datagram_ready_.end(), qp_num) == datagram_ready_.end()) {
+    datagram_ready_.push_back(qp_num);
+  }
+}
+
+void Endpoint::on_datagram(const uint8_t* frame) {
+  // Datagrams travel in clear: a device that authenticates takes none.
+  DatagramQueuePair* q = nullptr;
+  if (cfg_.auth == AuthMode::kOff && pkt_.has_ses_request) {
+    q = datagram_qp((uint32_t{pkt_.ses.pid_on_fep} << 12) | pkt_.ses.resource_index);
+  }
+  if (q == nullptr) {
+    drop(wire::DropReason::kUnknownDatagramQp);
+    return;
+  }
+  q->on_packet(pkt_, frame + wire::kEthernetSize);
+}
+
+uint32_t Endpoint::transmit_datagram(TxOut& out) {
+  while (!datagram_ready_.empty()) {
+    const uint32_t qpn = datagram_ready_.front();
+    DatagramQueuePair* q = datagram_qp(qpn);
+    const uint32_t len = q != nullptr ? q->produce(out) : 0;
+    if (q == nullptr || !q->has_pending()) {
+      datagram_ready_.erase(datagram_ready_.begin());
+    } else if (datagram_ready_.size() > 1) {
+      // One datagram per turn: the next QP's goes next.
+      datagram_ready_.erase(datagram_ready_.begin());
+      datagram_ready_.push_back(qpn);
+    }
+    if (len > 0) {
+      ++stats_.tx_frames;
+      return len;
+    }
+    if (q != nullptr && q->has_pending()) return 0;  // no room in this buffer
+  }
+  return 0;
 }
 
 uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
@@ -490,6 +555,10 @@ uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
   }
   if (!closing_due_.empty() || !stateless_.empty()) {
     const uint32_t len = transmit_closing(out, now);
+    if (len > 0) return len;
+  }
+  if (!datagram_ready_.empty()) [[unlikely]] {
+    const uint32_t len = transmit_datagram(out);
     if (len > 0) return len;
   }
   // Then data, up to data_quantum frames per connection in turn. One that

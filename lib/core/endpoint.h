@@ -16,6 +16,7 @@
 
 #include "core/connection.h"
 #include "core/credit.h"
+#include "core/datagram_qp.h"
 #include "core/memory_table.h"
 #include "core/peer_congestion.h"
 #include "core/ready_queue.h"
@@ -136,6 +137,18 @@ class Endpoint {
   size_t shared_peers() const { return peers_.size(); }
 
   // One received frame; drops are counted by reason.
+  // Unreliable datagram (UD) queue pairs, kept under their QP numbers.
+  // nullptr when the number is taken.
+  DatagramQueuePair* create_datagram_qp(DatagramConfig cfg, CompletionQueue* send_cq,
+                                        CompletionQueue* recv_cq);
+  void destroy_datagram_qp(uint32_t qp_num);
+  DatagramQueuePair* datagram_qp(uint32_t qp_num) const {
+    auto it = datagrams_.find(qp_num);
+    return it == datagrams_.end() ? nullptr : it->second.get();
+  }
+  // A send was posted on it: it goes out with the next transmit.
+  void datagram_posted(uint32_t qp_num);
+
   void receive(const uint8_t* frame, uint32_t len, TimeNs now);
   // Builds up to one frame into out.buf and says where it goes (TxOut).
   // Returns the bytes written there, 0 if nothing is to be sent; with
@@ -235,6 +248,10 @@ class Endpoint {
   // each id names, nullptr when free.
   std::vector<PeerCongestion*> turn_owner_;
   std::vector<std::unique_ptr<Connection>> conns_;
+  std::unordered_map<uint32_t, std::unique_ptr<DatagramQueuePair>> datagrams_;
+  std::vector<uint32_t> datagram_ready_;  // UD QPs with sends to build, in turn
+  [[gnu::noinline]] void on_datagram(const uint8_t* frame);
+  uint32_t transmit_datagram(TxOut& out);
   // Shared PDCs: every QP number on one (theirs included) names it, with
   // the peer id that must come with it.
   struct Alias {

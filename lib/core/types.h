@@ -87,6 +87,8 @@ struct WorkCompletion {
   uint32_t byte_len = 0;
   uint32_t imm_data = 0;  // host order
   uint32_t qp_num = 0;
+  uint32_t src_qp = 0;  // UD receives: the sender's QP
+  bool grh = false;     // UD receives: a GRH precedes the data
 };
 
 }  // namespace braid

@@ -49,6 +49,8 @@ const char* drop_reason_name(DropReason r) {
       return "unknown_connection";
     case DropReason::kSealedTrimmed:
       return "sealed_trimmed";
+    case DropReason::kUnknownDatagramQp:
+      return "unknown_datagram_qp";
     case DropReason::kCount:
       break;
   }
@@ -227,9 +229,17 @@ DropReason decode_udp_payload(const uint8_t* p, size_t len, bool crc_trailer, Pa
       out->payload = p + used;
       out->payload_len = static_cast<uint32_t>(len - used);
       return DropReason::kNone;
+    case PdsType::kUudReq: {
+      // A datagram (UD): the UUD header, then a standard SES request.
+      UnreliableHeader u;
+      used = decode_unreliable(p, len, &u);
+      if (used != 0 && out->pro.next_hdr != static_cast<uint8_t>(NextHeader::kSesStandard)) {
+        return DropReason::kUnknownNextHeader;
+      }
+      break;
+    }
     case PdsType::kRudiReq:
     case PdsType::kRudiResp:
-    case PdsType::kUudReq:
       return DropReason::kUnsupportedPdsType;
     default:
       return DropReason::kUnknownPdsType;
@@ -278,6 +288,15 @@ bool peek_dpdcid(const uint8_t* data, size_t len, uint16_t* dpdcid) {
     case PdsType::kRodCcReq:
       if (pro.flags & kReqFlagSyn) return false;  // no destination PDC yet
       break;
+    case PdsType::kUudReq: {
+      // A datagram names no PDC: its destination queue pair (the SES
+      // header's two 12-bit halves), which is what a UD QP is kept under.
+      const size_t ses = pds + kUudSize;
+      if (len < ses + 12) return false;
+      const uint32_t names = load_be32(data + ses + 8);
+      *dpdcid = static_cast<uint16_t>((((names >> 16) & 0xfff) << 12) | (names & 0xfff));
+      return true;
+    }
     default:
       return false;
   }

@@ -53,7 +53,8 @@ enum class DropReason : uint8_t {
   kNoCrc,  // no CRC-32C trailer where one is required
   kNotForUs,
   kUnknownConnection,
-  kSealedTrimmed,  // a sealed packet a switch trimmed: its ICV is gone
+  kSealedTrimmed,      // a sealed packet a switch trimmed: its ICV is gone
+  kUnknownDatagramQp,  // a datagram (UUD) for no UD queue pair of ours, or malformed
   kCount,
 };
 

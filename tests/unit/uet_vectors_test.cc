@@ -796,8 +796,9 @@ TEST(UetVectors, EveryHeaderDecodesAndReencodes) {
 }
 
 // What decode_frame does with each packet: Braid accepts every reliable PDS
-// type with the standard request or the two responses, rejects RUDI/UUD as
-// unsupported and the small/medium SES headers as an unknown next header.
+// type with the standard request or the two responses, and UUD (datagrams)
+// with the standard request; it rejects RUDI as unsupported and the
+// small/medium SES headers as an unknown next header.
 TEST(UetVectors, DecodeFrame) {
   ASSERT_NO_THROW(all_packets());
   std::map<DropReason, int> outcomes;
@@ -808,7 +809,7 @@ TEST(UetVectors, DecodeFrame) {
     const std::string pds_builder = headers[0].at("builder").str();
     const Json& pds_fields = headers[0].at("fields");
     DropReason want = DropReason::kNone;
-    if (pds_builder == "MakeUudReq" || starts_with(pds_builder, "MakeRudi")) {
+    if (starts_with(pds_builder, "MakeRudi")) {
       want = DropReason::kUnsupportedPdsType;
     } else if (!starts_with(pds_builder, "MakeControlPkt")) {
       const uint64_t nh = pds_fields.at("next_hdr").u64();
@@ -844,6 +845,10 @@ TEST(UetVectors, DecodeFrame) {
       n = encode_nack(enc.data(), pkt.nack);
     } else if (type == PdsType::kCtrl) {
       n = encode_ctrl(enc.data(), pkt.ctrl);
+    } else if (type == PdsType::kUudReq) {
+      encode_prologue(enc.data(), pkt.pro);  // and two reserved bytes
+      enc[2] = enc[3] = 0;
+      n = kUudSize;
     }
     EXPECT_EQ(to_hex(enc.data(), n), headers[0].at("hex").str());
 
@@ -870,8 +875,8 @@ TEST(UetVectors, DecodeFrame) {
     EXPECT_EQ(pkt.payload_len, udp.size() - consumed);
     EXPECT_EQ(pkt.payload, copy.data() + (frame.size() - udp.size()) + consumed);
   }
-  EXPECT_EQ(outcomes[DropReason::kNone], 23);
-  EXPECT_EQ(outcomes[DropReason::kUnsupportedPdsType], 6);
+  EXPECT_EQ(outcomes[DropReason::kNone], 24);  // one of them the UUD datagram
+  EXPECT_EQ(outcomes[DropReason::kUnsupportedPdsType], 5);
   EXPECT_EQ(outcomes[DropReason::kUnknownNextHeader], 7);
 }
 

@@ -1136,12 +1136,31 @@ TEST(WireFrameDrop, UnknownPdsType) {
   }
 }
 
-TEST(WireFrameDrop, UnsupportedRudiAndUud) {
-  for (PdsType t : {PdsType::kRudiReq, PdsType::kRudiResp, PdsType::kUudReq}) {
+TEST(WireFrameDrop, UnsupportedRudi) {
+  for (PdsType t : {PdsType::kRudiReq, PdsType::kRudiResp}) {
     Bytes udp(kRudiSize + kSesStandardSize, 0);
     encode_prologue(udp.data(), make_pro(t, 3, 0));
     EXPECT_EQ(decode(make_frame(udp)), DropReason::kUnsupportedPdsType) << static_cast<int>(t);
   }
+}
+
+// A datagram (UUD) decodes with the standard SES request only; short ones
+// are truncated.
+TEST(WireFrameDrop, UudTakesTheStandardRequestOnly) {
+  Bytes udp(kUudSize + kSesStandardSize + 10, 0);
+  encode_prologue(udp.data(), make_pro(PdsType::kUudReq, 3, 0));
+  ParsedPacket pkt;
+  const Bytes f = make_frame(udp);
+  ASSERT_EQ(decode_frame(f.data(), f.size(), DecodeOptions{}, &pkt), DropReason::kNone);
+  EXPECT_TRUE(pkt.has_ses_request);
+  EXPECT_EQ(pkt.payload_len, 10u);
+  encode_prologue(udp.data(), make_pro(PdsType::kUudReq, 1, 0));
+  EXPECT_EQ(decode(make_frame(udp)), DropReason::kUnknownNextHeader);
+  encode_prologue(udp.data(), make_pro(PdsType::kUudReq, 3, 0));
+  udp.resize(kUudSize + kSesStandardSize - 1);
+  EXPECT_EQ(decode(make_frame(udp)), DropReason::kTruncatedSes);
+  udp.resize(kUudSize - 1);
+  EXPECT_EQ(decode(make_frame(udp)), DropReason::kTruncatedPds);
 }
 
 TEST(WireFrameDrop, TruncatedSes) {
