@@ -35,6 +35,7 @@ struct braid_pd;
 struct braid_cq;
 struct braid_qp;
 struct braid_srq;
+struct braid_ah;
 struct braid_comp_channel;
 
 /* Device configuration. Unset fields (0 / NULL) take the defaults shown. */
@@ -283,6 +284,7 @@ enum braid_wc_opcode {
 };
 
 enum braid_wc_flags {
+  BRAID_WC_GRH = 1 << 0, /* UD receives: a 40-byte GRH precedes the data */
   BRAID_WC_WITH_IMM = 1 << 1,
 };
 
@@ -342,6 +344,13 @@ struct braid_send_wr {
     uint64_t swap;
     uint32_t rkey;
   } atomic;
+  /* UD QPs: where the datagram goes. A remote_qkey with its top bit set
+   * means the QP's own Q_Key, as InfiniBand. */
+  struct {
+    struct braid_ah* ah;
+    uint32_t remote_qpn;
+    uint32_t remote_qkey;
+  } ud;
 };
 
 struct braid_recv_wr {
@@ -353,6 +362,10 @@ struct braid_recv_wr {
 
 enum braid_qp_type {
   BRAID_QPT_RC = 2,
+  /* Unreliable datagrams: SEND and SEND_WITH_IMM of at most the path MTU
+   * (the port's), to the address handle each work request names; each
+   * receive gets a 40-byte GRH before the data (BRAID_WC_GRH). */
+  BRAID_QPT_UD = 4,
 };
 
 enum braid_qp_state {
@@ -370,6 +383,7 @@ enum braid_qp_attr_mask {
   BRAID_QP_CUR_STATE = 1 << 1,
   BRAID_QP_ACCESS_FLAGS = 1 << 3,
   BRAID_QP_PKEY_INDEX = 1 << 4,
+  BRAID_QP_QKEY = 1 << 6, /* UD */
   BRAID_QP_PORT = 1 << 5,
   BRAID_QP_AV = 1 << 7,
   BRAID_QP_PATH_MTU = 1 << 8,
@@ -490,7 +504,13 @@ int braid_req_notify_cq(struct braid_cq* cq, int solicited_only);
 int braid_get_cq_event(struct braid_comp_channel* channel, struct braid_cq** cq, void** cq_context);
 void braid_ack_cq_events(struct braid_cq* cq, unsigned int nevents);
 
-/* Queue pairs (RC). */
+/* Address handles (for UD QPs): the peer's GID names its address, whose
+ * MAC comes from ARP (resolved when created, waiting as modify_qp to RTR
+ * does, or at the first send to it). */
+struct braid_ah* braid_create_ah(struct braid_pd* pd, struct braid_ah_attr* attr);
+int braid_destroy_ah(struct braid_ah* ah);
+
+/* Queue pairs (RC and UD). */
 struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr* attr);
 int braid_destroy_qp(struct braid_qp* qp);
 int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* attr, int attr_mask);

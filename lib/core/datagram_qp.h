@@ -77,6 +77,7 @@ class DatagramQueuePair {
   // The sequence number the next accepted send gets.
   uint32_t next_seq() const { return sq_tail_; }
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
 
   // Builds the frame of the oldest send into out (headers in out.buf, the
   // payload copied after them) and completes it; 0 when none is pending,

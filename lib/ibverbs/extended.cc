@@ -156,6 +156,15 @@ void wr_set_inline_data(ibv_qp_ex* qx, void* addr, size_t length) {
   wr_set_inline_data_list(qx, 1, &one);
 }
 
+// A UD QP's destination, for the last request built.
+void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  braid_send_wr* w = last_wr(qx);
+  if (w == nullptr) return;
+  w->ud.ah = ah != nullptr ? reinterpret_cast<Ah*>(ah)->b : nullptr;
+  w->ud.remote_qpn = remote_qpn;
+  w->ud.remote_qkey = remote_qkey;
+}
+
 void wr_start(ibv_qp_ex* qx) {
   Qp* q = qp_of(qx);
   q->staged = 0;
@@ -168,7 +177,14 @@ int wr_complete(ibv_qp_ex* qx) {
   if (rc == 0 && q->staged > 0) {
     for (uint32_t i = 0; i + 1 < q->staged; ++i) q->batch[i].next = &q->batch[i + 1];
     q->batch[q->staged - 1].next = nullptr;
-    rc = braid_post_send_all(q->b, q->batch.data());  // all or none
+    if (qx->qp_base.qp_type == IBV_QPT_UD) {
+      // Datagrams are posted in order up to the first refused (a UD QP
+      // has no all-or-none post; nothing before it is taken back).
+      braid_send_wr* bad = nullptr;
+      rc = braid_post_send(q->b, q->batch.data(), &bad);
+    } else {
+      rc = braid_post_send_all(q->b, q->batch.data());  // all or none
+    }
   }
   trace("wr_complete %p: %u requests -> %d", static_cast<void*>(qx), q->staged, rc);
   q->staged = 0;
@@ -206,9 +222,6 @@ void wr_send_inv(ibv_qp_ex* qx, uint32_t) {
   batch_fail(qp_of(qx), EOPNOTSUPP);
 }
 void wr_send_tso(ibv_qp_ex* qx, void*, uint16_t, uint16_t) {
-  batch_fail(qp_of(qx), EOPNOTSUPP);
-}
-void wr_set_ud_addr(ibv_qp_ex* qx, ibv_ah*, uint32_t, uint32_t) {
   batch_fail(qp_of(qx), EOPNOTSUPP);
 }
 void wr_set_xrc_srqn(ibv_qp_ex* qx, uint32_t) {

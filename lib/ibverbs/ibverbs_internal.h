@@ -81,6 +81,10 @@ struct Mr {
   ibv_mr mr;
   braid_mr* b;
 };
+struct Ah {
+  ibv_ah ah;
+  braid_ah* b = nullptr;
+};
 struct Srq {
   ibv_srq srq;
   braid_srq* b = nullptr;

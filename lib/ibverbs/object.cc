@@ -51,6 +51,7 @@ static_assert(int(BRAID_WR_ATOMIC_CMP_AND_SWP) == int(IBV_WR_ATOMIC_CMP_AND_SWP)
               int(BRAID_WR_ATOMIC_FETCH_AND_ADD) == int(IBV_WR_ATOMIC_FETCH_AND_ADD) &&
               int(BRAID_WC_COMP_SWAP) == int(IBV_WC_COMP_SWAP) &&
               int(BRAID_WC_FETCH_ADD) == int(IBV_WC_FETCH_ADD));
+static_assert(int(BRAID_QP_QKEY) == int(IBV_QP_QKEY) && int(BRAID_WC_GRH) == int(IBV_WC_GRH));
 static_assert(int(BRAID_WR_RDMA_READ) == int(IBV_WR_RDMA_READ) &&
               int(BRAID_WR_SEND_WITH_IMM) == int(IBV_WR_SEND_WITH_IMM) &&
               int(BRAID_SEND_INLINE) == int(IBV_SEND_INLINE) &&
@@ -61,7 +62,7 @@ static_assert(int(BRAID_QP_DEST_QPN) == int(IBV_QP_DEST_QPN) &&
 // Attribute bits Braid's modify_qp understands; others (Q_Key, alternate
 // path, migration, rate limit) do not apply to RC over Ethernet and are
 // ignored, as a RoCE device ignores what its transport has no use for.
-constexpr int kKnownQpMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS |
+constexpr int kKnownQpMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY |
                              IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU |
                              IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
                              IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
@@ -136,7 +137,12 @@ int post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad) {
     b.send_flags = wr->send_flags &
                    (IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE);
     b.imm_data = wr->imm_data;
-    if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+    if (qp->qp_type == IBV_QPT_UD) {
+      b.ud.ah = wr->wr.ud.ah != nullptr ? reinterpret_cast<Ah*>(wr->wr.ud.ah)->b : nullptr;
+      b.ud.remote_qpn = wr->wr.ud.remote_qpn;
+      b.ud.remote_qkey = wr->wr.ud.remote_qkey;
+    } else if (wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+               wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
       b.atomic = {wr->wr.atomic.remote_addr, wr->wr.atomic.compare_add, wr->wr.atomic.swap,
                   wr->wr.atomic.rkey};
     } else {
@@ -483,8 +489,8 @@ BRAID_EXPORT int ibv_resize_cq(ibv_cq*, int) {
 
 Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   if (pd == nullptr || attr == nullptr) return fail_null<Qp>(EINVAL);
-  if (attr->qp_type != IBV_QPT_RC) {
-    return fail_null<Qp>(EOPNOTSUPP);  // UC, UD, raw and XRC: not in Braid
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
+    return fail_null<Qp>(EOPNOTSUPP);  // UC, raw and XRC: not in Braid
   }
   if (attr->send_cq == nullptr || attr->recv_cq == nullptr) return fail_null<Qp>(EINVAL);
   // Objects of one context are not visible to another (a kernel device
@@ -499,7 +505,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   b.recv_cq = cq_of(attr->recv_cq)->b;
   b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
            attr->cap.max_recv_sge, attr->cap.max_inline_data};
-  b.qp_type = BRAID_QPT_RC;
+  b.qp_type = attr->qp_type == IBV_QPT_UD ? BRAID_QPT_UD : BRAID_QPT_RC;
   b.sq_sig_all = attr->sq_sig_all;
   if (attr->srq != nullptr) b.srq = reinterpret_cast<Srq*>(attr->srq)->b;
   auto* q = new (std::nothrow) Qp{};
@@ -529,7 +535,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   qp->srq = attr->srq;
   qp->qp_num = braid_qp_num(q->b);
   qp->state = IBV_QPS_RESET;
-  qp->qp_type = IBV_QPT_RC;
+  qp->qp_type = attr->qp_type;
   pthread_mutex_init(&qp->mutex, nullptr);
   pthread_cond_init(&qp->cond, nullptr);
   {
@@ -618,7 +624,7 @@ BRAID_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask,
     init_attr->recv_cq = qp->recv_cq;
     init_attr->srq = qp->srq;
     init_attr->cap = attr->cap;
-    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->qp_type = qp->qp_type;
     init_attr->sq_sig_all = bi.sq_sig_all;
   }
   qp->state = attr->qp_state;
@@ -655,4 +661,61 @@ BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
 // guaranteed to land in order.
 BRAID_EXPORT int ibv_query_qp_data_in_order(ibv_qp*, ibv_wr_opcode, uint32_t) {
   return 0;
+}
+
+// ---- Address handles (UD) ----
+
+BRAID_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr || !attr->is_global) {
+    return fail_null<ibv_ah>(EINVAL);  // Ethernet: the peer is named by its GID
+  }
+  braid_ah_attr b{};
+  std::memcpy(b.dgid.raw, attr->grh.dgid.raw, sizeof b.dgid.raw);
+  b.port_num = attr->port_num;
+  auto* a = new (std::nothrow) Ah{};
+  if (a == nullptr) return fail_null<ibv_ah>(ENOMEM);
+  a->b = braid_create_ah(pd_of(pd)->b, &b);
+  if (a->b == nullptr) {
+    const int err = errno;
+    delete a;
+    return fail_null<ibv_ah>(err != 0 ? err : EINVAL);
+  }
+  a->ah.context = pd->context;
+  a->ah.pd = pd;
+  trace("create_ah -> %p", static_cast<void*>(&a->ah));
+  return &a->ah;
+}
+
+BRAID_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
+  if (ah == nullptr) return fail(EINVAL);
+  Ah* a = reinterpret_cast<Ah*>(ah);
+  if (const int rc = braid_destroy_ah(a->b)) return fail(rc);
+  delete a;
+  return 0;
+}
+
+// The address handle that answers a received datagram: its sender, whose
+// IPv4 address is the source of the IPv4 header in the GRH's last 20 bytes.
+BRAID_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
+                                     ibv_ah_attr* attr) {
+  if (wc == nullptr || grh == nullptr || attr == nullptr || !(wc->wc_flags & IBV_WC_GRH)) {
+    return fail(EINVAL);
+  }
+  const auto* raw = reinterpret_cast<const uint8_t*>(grh);
+  *attr = ibv_ah_attr{};
+  attr->is_global = 1;
+  attr->port_num = port_num;
+  attr->grh.hop_limit = 64;
+  uint8_t* gid = attr->grh.dgid.raw;
+  gid[10] = gid[11] = 0xff;
+  std::memcpy(gid + 12, raw + 32, 4);  // the IPv4 source address
+  return 0;
+}
+
+BRAID_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd* pd, ibv_wc* wc, ibv_grh* grh, uint8_t port_num) {
+  ibv_ah_attr attr{};
+  if (pd == nullptr || ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr) != 0) {
+    return fail_null<ibv_ah>(EINVAL);
+  }
+  return ibv_create_ah(pd, &attr);
 }

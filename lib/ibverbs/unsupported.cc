@@ -24,19 +24,7 @@ int unsupported() {
 
 }  // namespace
 
-// Address handles and multicast: UD QPs only.
-BRAID_EXPORT ibv_ah* ibv_create_ah(ibv_pd*, ibv_ah_attr*) {
-  return unsupported_null<ibv_ah>();
-}
-BRAID_EXPORT int ibv_destroy_ah(ibv_ah*) {
-  return unsupported();
-}
-BRAID_EXPORT ibv_ah* ibv_create_ah_from_wc(ibv_pd*, ibv_wc*, ibv_grh*, uint8_t) {
-  return unsupported_null<ibv_ah>();
-}
-BRAID_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t, ibv_wc*, ibv_grh*, ibv_ah_attr*) {
-  return unsupported();
-}
+// Multicast.
 BRAID_EXPORT int ibv_attach_mcast(ibv_qp*, const ibv_gid*, uint16_t) {
   return unsupported();
 }

@@ -110,10 +110,12 @@ int braid_poll_cq(struct braid_cq* cq, int n, struct braid_wc* out) {
         w.opcode = static_cast<braid_wc_opcode>(wc.opcode);
         w.byte_len = wc.byte_len;
         w.qp_num = wc.qp_num;
+        w.src_qp = wc.src_qp;
         if (wc.has_imm) {
           w.imm_data = htonl(wc.imm_data);
           w.wc_flags = BRAID_WC_WITH_IMM;
         }
+        if (wc.grh) w.wc_flags |= BRAID_WC_GRH;
       };
       {
         // An engine none of this CQ's QPs run on is driven only if no

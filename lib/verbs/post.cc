@@ -170,6 +170,73 @@ void flush_send_list(const braid_qp* qp, const braid_send_wr* wr) {
   for (; wr != nullptr; wr = wr->next) flush_posted(qp->send_cq, qp, wr->wr_id, wc_opcode_of(wr));
 }
 
+// A UD QP's send list: each a SEND or SEND_WITH_IMM of at most the path
+// MTU to the address handle it names.
+int post_send_ud(braid_qp* qp, braid_send_wr* wr, braid_send_wr** bad) {
+  braid_context* c = qp->context;
+  braid::Engine& e = *c->slots[qp->engine]->engine;
+  for (; wr != nullptr; wr = wr->next) {
+    int rc = 0;
+    int opcode;
+    std::memcpy(&opcode, &wr->opcode, sizeof(opcode));
+    braid::DatagramRequest r;
+    r.wr_id = wr->wr_id;
+    r.signaled = qp->sq_sig_all || (wr->send_flags & BRAID_SEND_SIGNALED);
+    braid_ah* ah = wr->ud.ah;
+    if (qp->state == BRAID_QPS_ERR || (qp->ud != nullptr && qp->ud->in_error())) {
+      flush_posted(qp->send_cq, qp, wr->wr_id, braid::WcOpcode::kSend);
+      continue;
+    }
+    if (qp->state != BRAID_QPS_RTS || qp->ud == nullptr) {
+      rc = fail(EINVAL, "post_send: QP not in RTS");
+    } else if (opcode != BRAID_WR_SEND && opcode != BRAID_WR_SEND_WITH_IMM) {
+      rc = fail(EINVAL, "post_send: a UD QP sends SEND and SEND_WITH_IMM only");
+    } else if (ah == nullptr || ah->context != c) {
+      rc = fail(EINVAL, "post_send: no address handle of this device");
+    } else if (qp->ud->outstanding_sends() >= qp->init.cap.max_send_wr) {
+      rc = fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
+    } else if (wr->send_flags & BRAID_SEND_INLINE) {
+      uint64_t total = 0;
+      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+      if (wr->num_sge < 0 || total > qp->init.cap.max_inline_data) {
+        rc = fail(EINVAL, "post_send: inline data larger than max_inline_data");
+      } else {
+        const size_t cap = qp->init.cap.max_inline_data;
+        uint8_t* slot = qp->inline_buf.data() + (qp->ud->next_seq() & (qp->inline_slots - 1)) * cap;
+        size_t off = 0;
+        for (int i = 0; i < wr->num_sge; ++i) {
+          if (wr->sg_list[i].length == 0) continue;
+          std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                      wr->sg_list[i].length);
+          off += wr->sg_list[i].length;
+        }
+        r.local.num = 1;
+        r.local.sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+      }
+    } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, 0, &r.local)) {
+      rc = fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
+    }
+    if (rc == 0) {
+      if (!ah->resolved) ah->resolved = e.lookup_neighbor(ah->ip, &ah->mac);
+      r.deliverable = ah->resolved;  // else it completes unsent, as a datagram may be lost
+      r.dst_mac = ah->mac;
+      r.dst_ip = ah->ip;
+      r.dst_qpn = wr->ud.remote_qpn & 0xffffff;
+      r.qkey = (wr->ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->ud.remote_qkey;
+      r.has_imm = opcode == BRAID_WR_SEND_WITH_IMM;
+      r.imm_data = ntohl(wr->imm_data);
+      rc = post_error(qp->ud->post_send(r), "post_send");
+    }
+    if (rc != 0) {
+      if (bad != nullptr) *bad = wr;
+      return rc;
+    }
+    e.endpoint().datagram_posted(qp->qp_num);
+  }
+  e.transmit();  // the doorbell
+  return 0;
+}
+
 }  // namespace
 
 extern "C" {
@@ -181,12 +248,22 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
   for (; wr != nullptr; wr = wr->next) {
     braid::SgList sgl;
     int rc = 0;
-    if (in_error(qp)) {
+    if (in_error(qp) || (qp->ud != nullptr && qp->ud->in_error())) {
       flush_posted(qp->recv_cq, qp, wr->wr_id, braid::WcOpcode::kRecv);
       continue;
     }
     if (qp->state == BRAID_QPS_RESET) {
       rc = fail(EINVAL, "post_recv: QP in RESET");
+    } else if (qp->ud != nullptr) {
+      if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
+        rc = fail(EINVAL, "post_recv: more SGEs than max_recv_sge");
+      } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite, &sgl)) {
+        rc = fail(EINVAL, "post_recv: a buffer is outside its MR or lacks LOCAL_WRITE");
+      } else if (qp->ud->posted_recvs() >= qp->init.cap.max_recv_wr) {
+        rc = fail(ENOMEM, "post_recv: receive queue full");
+      } else {
+        rc = post_error(qp->ud->post_recv(wr->wr_id, sgl), "post_recv");
+      }
     } else if (qp->srq != nullptr) {
       rc = fail(EINVAL, "post_recv: the QP takes its receives from its SRQ");
     } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
@@ -239,6 +316,9 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   EngineGuard g(c, qp->engine, Drives::kYes);
+  if (qp->is_ud()) [[unlikely]] {
+    return post_send_ud(qp, wr, bad);
+  }
   // An idle QP sends at once (latency); one with work under way leaves the
   // frames for the next poll, which sends them in one burst with the rest.
   if (in_error(qp)) {
@@ -263,6 +343,7 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   EngineGuard g(c, qp->engine, Drives::kYes);
+  if (qp->is_ud()) return fail(EOPNOTSUPP, "post_send_all: RC QPs only");
   if (in_error(qp)) {
     flush_send_list(qp, wr);
     return 0;

@@ -80,7 +80,111 @@ static void release_connection(braid_qp* qp, bool close) {
   --c->qpn_holds[key];
 }
 
+// The MAC of the next hop towards peer_ip, for engine k (every engine's
+// lock held). The reply may arrive on any engine's queue (a NIC's RSS sends
+// ARP to one queue), so each engine asks, all are polled, and whichever
+// learns it first tells k. wait_us < 0: only what is known now (resolution
+// starts). With one engine this is Engine::resolve_neighbor's loop.
+bool braid::resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us,
+                        braid::wire::MacAddr* mac) {
+  braid::Engine& e = *c->slots[k]->engine;
+  const braid::TimeNs deadline = e.now() + (wait_us < 0 ? 0 : uint64_t(wait_us) * 1000);
+  for (;;) {
+    for (auto& s : c->slots) {
+      if (!s->engine->lookup_neighbor(peer_ip, mac)) continue;
+      if (s->engine.get() != &e) e.learn_neighbor(peer_ip, *mac);
+      return true;
+    }
+    if (e.neighbor_state(peer_ip) == braid::net::NeighborState::kFailed || e.now() >= deadline) {
+      return false;
+    }
+    for (auto& s : c->slots) s->engine->poll();
+  }
+}
+
+// A UD QP's state machine: its datagram queue pair is made at INIT (with
+// its Q_Key) and goes at RESET; RTR and RTS only open it for sends.
+static int modify_ud(braid_qp* qp, const braid_qp_attr* a, int mask, braid_qp_state from,
+                     braid_qp_state to) {
+  braid_context* c = qp->context;
+  braid::Endpoint& ep = c->slots[qp->engine]->engine->endpoint();
+  if (to == BRAID_QPS_ERR) {
+    if (qp->ud != nullptr) qp->ud->flush();
+    return 0;
+  }
+  if (to == BRAID_QPS_RESET) {
+    if (qp->ud != nullptr) ep.destroy_datagram_qp(qp->qp_num);
+    qp->ud = nullptr;
+    return 0;
+  }
+  const bool ok = (from == BRAID_QPS_RESET && to == BRAID_QPS_INIT) ||
+                  (from == BRAID_QPS_INIT && to == BRAID_QPS_INIT) ||
+                  (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR) ||
+                  (from == BRAID_QPS_RTR && to == BRAID_QPS_RTS) ||
+                  (from == BRAID_QPS_RTS && to == BRAID_QPS_RTS);
+  if (!ok) return fail(EINVAL, "modify_qp: transition not allowed");
+  if (from == BRAID_QPS_RESET && !(mask & BRAID_QP_QKEY)) {
+    return fail(EINVAL, "modify_qp: a UD QP needs its Q_Key at INIT");
+  }
+  if (mask & BRAID_QP_QKEY) qp->attr.qkey = a->qkey;
+  if (from == BRAID_QPS_RESET) {
+    braid::DatagramConfig dc;
+    dc.qp_num = qp->qp_num;
+    dc.qkey = qp->attr.qkey;
+    const uint32_t link_mtu = c->engine->io().max_frame() - braid::wire_l2();
+    // What a datagram may carry: the port's MTU less its headers, as an
+    // IB MTU (the largest of 256..4096 that fits), as a UD QP's path MTU.
+    const uint32_t room = link_mtu - braid::wire::kIpv4Size - braid::wire::kUdpSize -
+                          braid::wire::kUudSize - braid::wire::kSesStandardSize -
+                          c->trailer_bytes();
+    dc.mtu = 256;
+    while (dc.mtu * 2 <= std::min<uint32_t>(room, 4096)) dc.mtu *= 2;
+    dc.sq_depth = qp->init.cap.max_send_wr;
+    dc.rq_depth = qp->init.cap.max_recv_wr;
+    dc.entropies = c->config.entropies;
+    qp->ud =
+        ep.create_datagram_qp(dc, &qp->send_cq->ring(qp->engine), &qp->recv_cq->ring(qp->engine));
+    if (qp->ud == nullptr) return fail(EBUSY, "modify_qp INIT: QP number in use in the core");
+    qp->attr.path_mtu = static_cast<braid_mtu>(std::countr_zero(dc.mtu) - 7);
+  } else if (mask & BRAID_QP_QKEY) {
+    qp->ud->set_qkey(qp->attr.qkey);
+  }
+  if (to == BRAID_QPS_RTS && (mask & BRAID_QP_SQ_PSN)) qp->attr.sq_psn = a->sq_psn;
+  return 0;
+}
+
 extern "C" {
+
+struct braid_ah* braid_create_ah(struct braid_pd* pd, struct braid_ah_attr* attr) {
+  if (pd == nullptr || attr == nullptr) return fail_null<braid_ah>(EINVAL, "create_ah: no PD");
+  uint32_t ip = 0;
+  if (braid_gid_to_ipv4(&attr->dgid, &ip) != 0) {
+    return fail_null<braid_ah>(EINVAL, "create_ah: the GID is not an IPv4-mapped address");
+  }
+  braid_context* c = pd->context;
+  Guard g(c);
+  auto* ah = new braid_ah{c, pd, *attr, ip, {}, false};
+  if (ip == c->ip) {
+    ah->mac = c->engine->endpoint().config().mac;  // our own address: delivered here
+    ah->resolved = true;
+  } else {
+    const int wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
+    ah->resolved = braid::resolve_for(c, 0, ip, wait_us, &ah->mac);
+  }
+  ++pd->users;
+  ++c->open_objects;
+  return ah;
+}
+
+int braid_destroy_ah(struct braid_ah* ah) {
+  if (ah == nullptr) return EINVAL;
+  braid_context* c = ah->context;
+  Guard g(c);
+  --ah->pd->users;
+  --c->open_objects;
+  delete ah;
+  return 0;
+}
 
 uint32_t braid_qp_num(const struct braid_qp* qp) {
   return qp == nullptr ? 0 : qp->qp_num;
@@ -90,8 +194,13 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
     return fail_null<braid_qp>(EINVAL, "create_qp: PD and both CQs are required");
   }
-  if (a->qp_type != BRAID_QPT_RC) {
-    return fail_null<braid_qp>(EOPNOTSUPP, "create_qp: only RC queue pairs are supported");
+  if (a->qp_type != BRAID_QPT_RC && a->qp_type != BRAID_QPT_UD) {
+    return fail_null<braid_qp>(EOPNOTSUPP, "create_qp: RC and UD queue pairs only");
+  }
+  if (a->qp_type == BRAID_QPT_UD &&
+      (a->srq != nullptr || pd->context->config.auth != BRAID_AUTH_OFF)) {
+    return fail_null<braid_qp>(EOPNOTSUPP,
+                               "create_qp: a UD QP takes no SRQ, and needs authenticated mode off");
   }
   if (a->cap.max_send_sge > braid::kMaxSge || a->cap.max_recv_sge > braid::kMaxSge ||
       a->cap.max_send_wr > 32768 || a->cap.max_recv_wr > (1u << 20) ||
@@ -151,6 +260,10 @@ int braid_destroy_qp(struct braid_qp* qp) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
+  if (qp->ud != nullptr) {
+    c->slots[qp->engine]->engine->endpoint().destroy_datagram_qp(qp->qp_num);
+    qp->ud = nullptr;
+  }
   if (qp->conn != nullptr) {
     // The peer's last sends completed here; it learns so from our ACK. An
     // ACK not yet sent (coalesced, held), lost, or left in a ring the peer
@@ -172,28 +285,6 @@ int braid_destroy_qp(struct braid_qp* qp) {
   return 0;
 }
 
-// The MAC of the next hop towards peer_ip, for engine k (every engine's
-// lock held). The reply may arrive on any engine's queue (a NIC's RSS sends
-// ARP to one queue), so each engine asks, all are polled, and whichever
-// learns it first tells k. wait_us < 0: only what is known now (resolution
-// starts). With one engine this is Engine::resolve_neighbor's loop.
-static bool resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us,
-                        braid::wire::MacAddr* mac) {
-  braid::Engine& e = *c->slots[k]->engine;
-  const braid::TimeNs deadline = e.now() + (wait_us < 0 ? 0 : uint64_t(wait_us) * 1000);
-  for (;;) {
-    for (auto& s : c->slots) {
-      if (!s->engine->lookup_neighbor(peer_ip, mac)) continue;
-      if (s->engine.get() != &e) e.learn_neighbor(peer_ip, *mac);
-      return true;
-    }
-    if (e.neighbor_state(peer_ip) == braid::net::NeighborState::kFailed || e.now() >= deadline) {
-      return false;
-    }
-    for (auto& s : c->slots) s->engine->poll();
-  }
-}
-
 static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   constexpr int kNeed = BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN;
   if ((mask & kNeed) != kNeed) {
@@ -213,7 +304,7 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   // peer may be busy in its own connection set-up).
   braid::wire::MacAddr mac{};
   const int arp_wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
-  const bool known = resolve_for(c, qp->engine, peer_ip, arp_wait_us, &mac);
+  const bool known = braid::resolve_for(c, qp->engine, peer_ip, arp_wait_us, &mac);
   braid::ConnectionConfig cc;
   cc.await_remote_mac = !known;
   cc.local_id = static_cast<uint16_t>(qp->qp_num);
@@ -395,6 +486,13 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   if (!(mask & BRAID_QP_STATE)) return fail(EINVAL, "modify_qp: QP_STATE missing");
   const braid_qp_state from = qp->state, to = a->qp_state;
   int rc = 0;
+  if (qp->is_ud()) {
+    rc = modify_ud(qp, a, mask, from, to);
+    if (rc != 0) return rc;
+    qp->state = to;
+    qp->attr.qp_state = to;
+    return 0;
+  }
   if (to == BRAID_QPS_ERR) {
     if (qp->conn != nullptr) qp->conn->set_queue_pair_error(qp->slot, braid::WcStatus::kWrFlushErr);
     // Receives posted before RTR have no connection to flush them.

@@ -152,6 +152,10 @@ inline constexpr uint32_t kStatsMaxQps = 1024;
 // for a peer that holds its ACKs this long.
 inline constexpr TimeNs kAckHoldNs = 30'000;
 void set_last_error(const std::string& why);
+// The MAC of the next hop towards peer_ip, for engine k (every engine's
+// lock held, or k's alone with wait_us < 0): whichever engine learns it
+// first tells k. wait_us < 0: only what is known now (resolution starts).
+bool resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait_us, wire::MacAddr* mac);
 void start_progress_thread(braid_context* c);
 void stop_progress_thread(braid_context* c);
 // At exit, before the EAL goes: a program may end without closing its
@@ -224,6 +228,15 @@ struct braid_srq {
       : context(c), pd(p), srq_context(ctx), max_sge(sge), queue(max_wr) {}
 };
 
+struct braid_ah {
+  braid_context* context;
+  braid_pd* pd;
+  braid_ah_attr attr;
+  uint32_t ip = 0;  // the peer's address (host order)
+  braid::wire::MacAddr mac{};
+  bool resolved = false;  // mac is known
+};
+
 struct braid_qp {
   braid_context* context;
   uint16_t engine = 0;  // context->engine_of(qp_num)
@@ -242,11 +255,16 @@ struct braid_qp {
   // the device's QPs to one peer share (config.pdc_per_peer), any.
   uint16_t slot = 0;
   braid::QueuePair* core = nullptr;  // &conn->queue_pair(slot)
+  // A UD QP's datagram queue pair on its engine's endpoint, from INIT on.
+  braid::DatagramQueuePair* ud = nullptr;
+  bool is_ud() const { return init.qp_type == BRAID_QPT_UD; }
   bool in_error() const {
     return conn != nullptr && (conn->state() == braid::ConnectionState::kError ||
                                core->state() == braid::ConnectionState::kError);
   }
-  uint32_t outstanding_sends() const { return core->outstanding_sends(); }
+  uint32_t outstanding_sends() const {
+    return ud != nullptr ? ud->outstanding_sends() : core->outstanding_sends();
+  }
   // Receives posted in INIT, before the connection exists.
   std::vector<std::pair<uint64_t, braid::SgList>> early_recvs;
   // Inline data is copied here at post time: one slot per send queue
