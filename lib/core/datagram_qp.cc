@@ -124,9 +124,18 @@ void DatagramQueuePair::on_packet(const wire::ParsedPacket& pkt, const uint8_t* 
     recv_cq_->push(wc);
     return;
   }
-  // The GRH: 20 zero bytes, then the IPv4 header as it came.
+  // The GRH as InfiniBand lays it out (IP version 6, next header 0x1b,
+  // the hop limit, the source and destination GIDs), the GIDs IPv4-mapped:
+  // the destination address ends it, where RoCEv2's IPv4 layout has it too,
+  // so a reader of either layout finds it there.
   uint8_t grh[kGrhSize] = {};
-  std::memcpy(grh + kGrhSize - wire::kIpv4Size, ip_header, wire::kIpv4Size);
+  grh[0] = 0x60;
+  wire::store_be16(grh + 4, static_cast<uint16_t>(pkt.payload_len));
+  grh[6] = 0x1b;
+  grh[7] = ip_header[8];  // the TTL it arrived with
+  grh[18] = grh[19] = grh[34] = grh[35] = 0xff;
+  std::memcpy(grh + 20, ip_header + 12, 4);  // source address
+  std::memcpy(grh + 36, ip_header + 16, 4);  // destination address
   copy_to_sgl(w.sgl, 0, grh, kGrhSize);
   if (pkt.payload_len > 0) copy_to_sgl(w.sgl, kGrhSize, pkt.payload, pkt.payload_len);
   wc.byte_len = static_cast<uint32_t>(need);

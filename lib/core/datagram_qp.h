@@ -4,8 +4,9 @@
 // acknowledgement and no retransmission. On the wire: a UET UUD request
 // (no PSN) and a standard SES request, opcode DGRAM_SEND (docs/wire-format.md).
 //
-// A received datagram lands in the oldest receive behind a 40-byte GRH (the
-// IPv4 header in its last 20 bytes, as RoCEv2 puts it); one with no receive
+// A received datagram lands in the oldest receive behind a 40-byte GRH
+// (InfiniBand's layout with IPv4-mapped GIDs: the destination address in its
+// last 4 bytes, where RoCEv2's IPv4 layout puts it too); one with no receive
 // posted, or whose Q_Key is not this queue pair's, is dropped and counted.
 // Sends complete once their frame is built.
 #pragma once

@@ -694,8 +694,8 @@ BRAID_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
   return 0;
 }
 
-// The address handle that answers a received datagram: its sender, whose
-// IPv4 address is the source of the IPv4 header in the GRH's last 20 bytes.
+// The address handle that answers a received datagram: its sender, the
+// GRH's source GID (Braid's GRHs carry IPv4-mapped GIDs).
 BRAID_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t port_num, ibv_wc* wc, ibv_grh* grh,
                                      ibv_ah_attr* attr) {
   if (wc == nullptr || grh == nullptr || attr == nullptr || !(wc->wc_flags & IBV_WC_GRH)) {
@@ -706,9 +706,7 @@ BRAID_EXPORT int ibv_init_ah_from_wc(ibv_context*, uint8_t port_num, ibv_wc* wc,
   attr->is_global = 1;
   attr->port_num = port_num;
   attr->grh.hop_limit = 64;
-  uint8_t* gid = attr->grh.dgid.raw;
-  gid[10] = gid[11] = 0xff;
-  std::memcpy(gid + 12, raw + 32, 4);  // the IPv4 source address
+  std::memcpy(attr->grh.dgid.raw, raw + 8, 16);  // the source GID
   return 0;
 }
 

@@ -72,11 +72,16 @@ TEST(Datagrams, ADatagramLandsBehindItsGrhWithItsSenderAndImmediate) {
   EXPECT_TRUE(w[0].has_imm);
   EXPECT_EQ(w[0].imm_data, 0xabcdef01u);
   EXPECT_EQ(w[0].opcode, WcOpcode::kRecv);
-  // The GRH: 20 zero bytes, then the IPv4 header (source a, destination b).
-  EXPECT_EQ(std::count(buf.begin(), buf.begin() + 20, 0), 20);
-  EXPECT_EQ(buf[20], 0x45);
-  EXPECT_EQ(buf[29], 17);  // UDP
-  EXPECT_EQ(wire::load_be32(buf.data() + 32), kIpA);
+  // The GRH: IP version 6, payload length, next header 0x1b, hop limit,
+  // then the IPv4-mapped GIDs of a (source) and b (destination).
+  EXPECT_EQ(buf[0], 0x60);
+  EXPECT_EQ(wire::load_be16(buf.data() + 4), 1000u);
+  EXPECT_EQ(buf[6], 0x1b);
+  EXPECT_GT(buf[7], 0);
+  const uint8_t mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  EXPECT_EQ(std::memcmp(buf.data() + 8, mapped, 12), 0);
+  EXPECT_EQ(wire::load_be32(buf.data() + 20), kIpA);
+  EXPECT_EQ(std::memcmp(buf.data() + 24, mapped, 12), 0);
   EXPECT_EQ(wire::load_be32(buf.data() + 36), kIpB);
   EXPECT_TRUE(std::equal(msg.begin(), msg.end(), buf.begin() + 40));
   EXPECT_EQ(std::count(buf.begin() + 1040, buf.end(), 0xee), 2048 - 1040);
