@@ -8,11 +8,12 @@ set -euo pipefail
 # python3-pyverbs: rdma-core's own test suite (tests/rdma-core);
 # iproute2: the namespace tests; nlohmann-json3-dev: braid_fabric's scenario files.
 # libgloo-dev: Gloo's collectives over Braid (apps/gloo); libssl-dev: AES-GCM
-# and HMAC (libcrypto) for the authenticated mode.
+# and HMAC (libcrypto) for the authenticated mode; ucx-utils: ucx_perftest over
+# Braid (scripts/ucx-loopback.sh).
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libspdlog-dev libfmt-dev libcli11-dev libdpdk-dev dpdk libibverbs-dev perftest
       ibverbs-utils python3-pyverbs iproute2 nlohmann-json3-dev libgloo-dev
-      libssl-dev)
+      libssl-dev ucx-utils)
 if [[ "${1:-}" == "--fuzz" ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev)
 fi
