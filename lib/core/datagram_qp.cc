@@ -49,10 +49,8 @@ uint32_t DatagramQueuePair::produce(TxOut& out) {
     uint32_t frame_len = 0;
     if (r.deliverable) {
       uint8_t* p = out.buf + wire::kL2L4Size;
-      wire::encode_prologue(
-          p, wire::Prologue{static_cast<uint8_t>(wire::PdsType::kUudReq),
-                            static_cast<uint8_t>(wire::NextHeader::kSesStandard), 0});
-      p[2] = p[3] = 0;
+      wire::encode_uud(p, wire::Prologue{static_cast<uint8_t>(wire::PdsType::kUudReq),
+                                         static_cast<uint8_t>(wire::NextHeader::kSesStandard), 0});
       wire::SesRequest s;
       s.opcode = static_cast<uint8_t>(wire::SesOpcode::kDatagramSend);
       s.flags = wire::kSesFlagSom | wire::kSesFlagEom | (r.has_imm ? wire::kSesFlagHd : 0);

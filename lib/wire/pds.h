@@ -239,6 +239,12 @@ size_t encode_nack(uint8_t* p, const NackHeader& h);
 size_t decode_ctrl(const uint8_t* p, size_t len, CtrlHeader* h);
 size_t encode_ctrl(uint8_t* p, const CtrlHeader& h);
 size_t decode_unreliable(const uint8_t* p, size_t len, UnreliableHeader* h);
+// A UUD request header (a datagram): the prologue and two reserved bytes.
+inline size_t encode_uud(uint8_t* p, const Prologue& pro) {
+  encode_prologue(p, pro);
+  p[2] = p[3] = 0;
+  return kUudSize;
+}
 
 // Bytes 10..11 of requests and CTRL: the destination PDC id, or with SYN
 // (no destination PDC yet) pdc_info (4 bits) and psn_offset (12 bits).

@@ -163,6 +163,8 @@ std::vector<uint8_t> encode_udp_payload(const ParsedPacket& p, bool crc_trailer)
     w += encode_nack(w, p.nack);
   } else if (t == static_cast<uint8_t>(PdsType::kCtrl)) {
     w += encode_ctrl(w, p.ctrl);
+  } else if (t == static_cast<uint8_t>(PdsType::kUudReq)) {
+    w += encode_uud(w, p.pro);
   } else {
     mismatch("PDS type accepted by the decoder but not encodable");
   }

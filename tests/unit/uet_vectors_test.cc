@@ -846,9 +846,7 @@ TEST(UetVectors, DecodeFrame) {
     } else if (type == PdsType::kCtrl) {
       n = encode_ctrl(enc.data(), pkt.ctrl);
     } else if (type == PdsType::kUudReq) {
-      encode_prologue(enc.data(), pkt.pro);  // and two reserved bytes
-      enc[2] = enc[3] = 0;
-      n = kUudSize;
+      n = encode_uud(enc.data(), pkt.pro);
     }
     EXPECT_EQ(to_hex(enc.data(), n), headers[0].at("hex").str());
 
