@@ -35,7 +35,19 @@ PostError DatagramQueuePair::post_recv(uint64_t wr_id, const SgList& sgl) {
   Recv& w = rq_[rq_tail_++ & (rq_.size() - 1)];
   w.wr_id = wr_id;
   w.sgl = sgl;
+  w.status = WcStatus::kSuccess;
   return PostError::kOk;
+}
+
+void DatagramQueuePair::revoke_local_key(uint32_t lkey) {
+  for (uint32_t i = sq_head_; i != sq_tail_; ++i) {
+    DatagramRequest& r = sq_[i & (sq_.size() - 1)];
+    if (sgl_uses(r.local, lkey)) r.status = WcStatus::kLocProtErr;
+  }
+  for (uint32_t i = rq_head_; i != rq_tail_; ++i) {
+    Recv& w = rq_[i & (rq_.size() - 1)];
+    if (sgl_uses(w.sgl, lkey)) w.status = WcStatus::kLocProtErr;
+  }
 }
 
 uint32_t DatagramQueuePair::produce(TxOut& out) {
@@ -47,7 +59,9 @@ uint32_t DatagramQueuePair::produce(TxOut& out) {
     const size_t trailer = cfg_.crc_trailer ? wire::kCrcTrailerSize : 0;
     if (r.deliverable && wire::kL2L4Size + body + trailer > out.cap) return 0;
     uint32_t frame_len = 0;
-    if (r.deliverable) {
+    if (r.status != WcStatus::kSuccess) {
+      // Its region went: not read, completed with the error.
+    } else if (r.deliverable) {
       uint8_t* p = out.buf + wire::kL2L4Size;
       wire::encode_uud(p, wire::Prologue{static_cast<uint8_t>(wire::PdsType::kUudReq),
                                          static_cast<uint8_t>(wire::NextHeader::kSesStandard), 0});
@@ -78,9 +92,10 @@ uint32_t DatagramQueuePair::produce(TxOut& out) {
     } else {
       ++stats_.undeliverable;
     }
-    if (r.signaled) {
+    if (r.signaled || r.status != WcStatus::kSuccess) {
       WorkCompletion wc;
       wc.wr_id = r.wr_id;
+      wc.status = r.status;
       wc.opcode = WcOpcode::kSend;
       wc.qp_num = cfg_.qp_num;
       send_cq_->push(wc);  // a full CQ drops it: counted as an overrun
@@ -100,6 +115,10 @@ void DatagramQueuePair::on_packet(const wire::ParsedPacket& pkt, const uint8_t* 
     return;
   }
   if (error_) return;
+  if (!receiving_) {
+    ++stats_.not_ready;
+    return;
+  }
   if (static_cast<uint32_t>(s.memory_key) != cfg_.qkey) {
     ++stats_.wrong_qkey;
     return;
@@ -116,6 +135,11 @@ void DatagramQueuePair::on_packet(const wire::ParsedPacket& pkt, const uint8_t* 
   wc.src_qp = s.initiator;
   wc.grh = true;
   const uint64_t need = uint64_t{kGrhSize} + pkt.payload_len;
+  if (w.status != WcStatus::kSuccess) {  // its region went: no byte written
+    wc.status = w.status;
+    recv_cq_->push(wc);
+    return;
+  }
   if (w.sgl.total_length() < need) {
     ++stats_.too_long;
     wc.status = WcStatus::kLocLenErr;

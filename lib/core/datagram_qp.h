@@ -47,6 +47,7 @@ struct DatagramRequest {
   bool has_imm = false;
   uint32_t imm_data = 0;
   bool deliverable = true;  // false: no route to the peer (no MAC): completes, not sent
+  WcStatus status = WcStatus::kSuccess;  // LOC_PROT_ERR: its region went; not read
 };
 
 struct DatagramStats {
@@ -57,6 +58,7 @@ struct DatagramStats {
   uint64_t too_long = 0;       // its receive was too small (completes with LOC_LEN_ERR)
   uint64_t malformed = 0;      // dropped: not a datagram a peer could send
   uint64_t undeliverable = 0;  // sends with no route: completed, never sent
+  uint64_t not_ready = 0;      // dropped: the queue pair is not in RTR yet
 };
 
 class DatagramQueuePair {
@@ -69,6 +71,11 @@ class DatagramQueuePair {
   const DatagramConfig& config() const { return cfg_; }
   const DatagramStats& stats() const { return stats_; }
   void set_qkey(uint32_t qkey) { cfg_.qkey = qkey; }
+  // From RTR on it takes datagrams (before, they are dropped, as InfiniBand).
+  void set_receiving(bool on) { receiving_ = on; }
+  // Work requests whose buffers lie in the region of this key (dereg_mr)
+  // complete with LOC_PROT_ERR when their turn comes, touching no byte.
+  void revoke_local_key(uint32_t lkey);
   bool in_error() const { return error_; }
 
   // kInvalid: more than the MTU, or too many SGEs.
@@ -94,12 +101,14 @@ class DatagramQueuePair {
   struct Recv {
     uint64_t wr_id = 0;
     SgList sgl;
+    WcStatus status = WcStatus::kSuccess;
   };
   CompletionQueue* send_cq_;
   CompletionQueue* recv_cq_;
   DatagramConfig cfg_;
   DatagramStats stats_;
   bool error_ = false;
+  bool receiving_ = false;
   std::vector<DatagramRequest> sq_;
   uint32_t sq_head_ = 0, sq_tail_ = 0;
   std::vector<Recv> rq_;

@@ -412,6 +412,11 @@ class QueuePair {
   // `rsn` (false: it has too few, or the peer names one further ahead than
   // it could have sent).
   bool bind_shared(uint32_t rsn);
+  // A receive whose region went (dereg_mr: LOC_PROT_ERR), or that a
+  // message did not fit (LOC_LEN_ERR), takes no byte: its message fails.
+  bool usable_receive(uint32_t rsn, Refusal* why) {
+    return rq_[rsn & rq_mask_].status == WcStatus::kSuccess || refused_invalid(why);
+  }
   // Receives bound and never used go back to the shared receive queue
   // (flush).
   void give_back_unused();

@@ -19,9 +19,7 @@ bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refu
     if (full - rq_head_ < (1u << 30)) {
       if (cfg_.srq != nullptr && bind_shared(full)) {
         *rsn = full;
-        // A receive whose region went (dereg_mr) fails its message.
-        if (rq_[full & rq_mask_].status != WcStatus::kSuccess) return refused_invalid(why);
-        return true;
+        return usable_receive(full, why);
       }
       ++stats_->rnr_nacks;
       *why = Refusal::kNotReady;
@@ -36,7 +34,7 @@ bool QueuePair::receive_slot(uint32_t initiator, uint32_t* rsn, bool* done, Refu
     return true;
   }
   *rsn = full;
-  return true;
+  return usable_receive(full, why);
 }
 
 bool QueuePair::bind_shared(uint32_t rsn) {
@@ -193,7 +191,8 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
     return refused_invalid(why);
   }
   if (is_atomic(w.wr.opcode)) [[unlikely]] {
-    // The old value, in the requester's byte order.
+    // The old value, whole in one packet, in the requester's byte order.
+    if (len != 8 || s.message_offset != 0) return refused_invalid(why);
     const uint64_t old = wire::load_be64(pkt.payload);
     copy_to_sgl(w.wr.local, 0, reinterpret_cast<const uint8_t*>(&old), 8);
   } else if (len > 0) {

@@ -218,7 +218,7 @@ BRAID_EXPORT int ibv_close_device(ibv_context* context) {
   {
     std::lock_guard<std::mutex> g(c->objects_lock);
     const size_t left = c->qps.size() + c->mrs.size() + c->cqs.size() + c->channels.size() +
-                        c->pds.size() + c->srqs.size();
+                        c->pds.size() + c->srqs.size() + c->ahs.size();
     if (left != 0) {  // some would not go (a destroy failed): the context stays
       std::fprintf(stderr, "braid libibverbs: cannot close a context of %s: %zu objects remain\n",
                    c->device->dev.name, left);

@@ -41,6 +41,7 @@ struct Context {
   std::unordered_set<ibv_comp_channel*> channels;
   std::unordered_set<ibv_pd*> pds;
   std::unordered_set<ibv_srq*> srqs;
+  std::unordered_set<ibv_ah*> ahs;
   // Guards the sets: libibverbs lets any thread create and destroy objects,
   // and Braid's own lock (threaded contexts) covers only its own objects.
   std::mutex objects_lock;

@@ -211,6 +211,7 @@ void braid::ibv::release_objects(Context* c) {
   };
   for (ibv_qp* qp : copy(c->qps)) ibv_destroy_qp(qp);
   for (ibv_srq* srq : copy(c->srqs)) ibv_destroy_srq(srq);
+  for (ibv_ah* ah : copy(c->ahs)) ibv_destroy_ah(ah);
   for (ibv_mr* mr : copy(c->mrs)) ibv_dereg_mr(mr);
   for (ibv_cq* cq : copy(c->cqs)) ibv_destroy_cq(cq);
   for (ibv_comp_channel* ch : copy(c->channels)) ibv_destroy_comp_channel(ch);
@@ -682,6 +683,10 @@ BRAID_EXPORT ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
   }
   a->ah.context = pd->context;
   a->ah.pd = pd;
+  {
+    Context* c = context_of(pd->context);
+    track(c, c->ahs, &a->ah);
+  }
   trace("create_ah -> %p", static_cast<void*>(&a->ah));
   return &a->ah;
 }
@@ -690,6 +695,10 @@ BRAID_EXPORT int ibv_destroy_ah(ibv_ah* ah) {
   if (ah == nullptr) return fail(EINVAL);
   Ah* a = reinterpret_cast<Ah*>(ah);
   if (const int rc = braid_destroy_ah(a->b)) return fail(rc);
+  {
+    Context* c = context_of(ah->context);
+    untrack(c, c->ahs, ah);
+  }
   delete a;
   return 0;
 }

@@ -217,9 +217,11 @@ int post_send_ud(braid_qp* qp, braid_send_wr* wr, braid_send_wr** bad) {
       rc = fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
     }
     if (rc == 0) {
-      if (!ah->resolved) ah->resolved = e.lookup_neighbor(ah->ip, &ah->mac);
-      r.deliverable = ah->resolved;  // else it completes unsent, as a datagram may be lost
+      // The handle is only read here (QPs of other engines may use it): a
+      // MAC not known at its creation is looked up on every send.
       r.dst_mac = ah->mac;
+      r.deliverable = ah->resolved || e.lookup_neighbor(ah->ip, &r.dst_mac);
+      // (else it completes unsent, as a datagram may be lost)
       r.dst_ip = ah->ip;
       r.dst_qpn = wr->ud.remote_qpn & 0xffffff;
       r.qkey = (wr->ud.remote_qkey & 0x80000000u) ? qp->attr.qkey : wr->ud.remote_qkey;
@@ -291,8 +293,11 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
 int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
                         struct braid_recv_wr** bad) {
   if (srq == nullptr) return EINVAL;
-  // The queue has its own lock: no engine's is needed (QPs of any engine
-  // take from it).
+  // Every engine's lock (when the device locks): the keys are resolved
+  // against the region table, which reg_mr and dereg_mr change under them,
+  // and a dereg_mr must find the receive in the queue once it is checked.
+  // (The queue has its own lock for the engines that take from it.)
+  Guard g(srq->context);
   for (; wr != nullptr; wr = wr->next) {
     braid::SgList sgl;
     int rc = 0;

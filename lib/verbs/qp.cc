@@ -150,6 +150,7 @@ static int modify_ud(braid_qp* qp, const braid_qp_attr* a, int mask, braid_qp_st
     qp->ud->set_qkey(qp->attr.qkey);
   }
   if (to == BRAID_QPS_RTS && (mask & BRAID_QP_SQ_PSN)) qp->attr.sq_psn = a->sq_psn;
+  if (to == BRAID_QPS_RTR) qp->ud->set_receiving(true);
   return 0;
 }
 

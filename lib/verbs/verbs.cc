@@ -254,6 +254,7 @@ int braid_dereg_mr(struct braid_mr* mr) {
   // A shared receive queue's receive on it fails the message that takes it.
   for (braid_srq* srq : c->srqs) srq->queue.revoke_local_key(mr->lkey);
   for (braid_qp* qp : c->qps) {
+    if (qp->ud != nullptr) qp->ud->revoke_local_key(mr->lkey);
     if (qp->conn != nullptr && qp->conn->revoke_local_key(mr->lkey)) {
       c->slots[qp->engine]->engine->transmit();
     }

@@ -195,5 +195,43 @@ TEST(Atomics, MalformedAtomicPayloadsAreRefused) {
   }
 }
 
+// A response to an atomic that does not carry exactly the 8-byte old value
+// (here cut to 4 bytes, its lengths made to match) is refused as an invalid
+// response (the requester stops, as on any malformed response): nothing is
+// written into its buffer, and the atomic does not complete as done.
+TEST(Atomics, AResponseWithoutTheWholeOldValueIsRefused) {
+  DirectPair p(atomics_allowed());
+  alignas(8) uint64_t target = 7;
+  const uint32_t key = p.b.memory().register_region(&target, 8, kAll, 0);
+  uint64_t old = 0x5a5a5a5a5a5a5a5aull;
+  ASSERT_EQ(p.qa->post_send(atomic(1, Opcode::kAtomicFetchAdd, &old, &target, key, 1)),
+            PostError::kOk);
+  p.deliver(p.b, p.drain(p.a));
+  std::vector<Frame> back = p.drain(p.b);
+  Frame* resp = nullptr;
+  for (Frame& f : back) {
+    if (parse(f).has_ses_response) resp = &f;
+  }
+  ASSERT_NE(resp, nullptr);
+  Frame f = *resp;
+  // The SES header says 4 bytes of payload too, as a peer would that meant it.
+  wire::ParsedPacket pkt = parse(f);
+  const size_t ses_at = static_cast<size_t>(pkt.payload - f.data()) - wire::kSesResponseDataSize;
+  pkt.resp.payload_length = 4;
+  wire::encode_ses_response_data(f.data() + ses_at, pkt.resp);
+  f.resize(f.size() - 4);
+  uint8_t* ip = f.data() + wire::kEthernetSize;
+  wire::store_be16(ip + 2, static_cast<uint16_t>(f.size() - wire::kEthernetSize));
+  wire::store_be16(ip + wire::kIpv4Size + 4,
+                   static_cast<uint16_t>(f.size() - wire::kEthernetSize - wire::kIpv4Size));
+  wire::store_be16(ip + 10, 0);
+  wire::store_be16(ip + 10, wire::ipv4_checksum(ip, wire::kIpv4Size));
+  const uint64_t invalid = p.qa->stats().invalid_requests;
+  p.deliver(p.a, {f});
+  EXPECT_EQ(old, 0x5a5a5a5a5a5a5a5aull);
+  EXPECT_EQ(p.qa->stats().invalid_requests, invalid + 1);
+  for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_NE(wc.status, WcStatus::kSuccess);
+}
+
 }  // namespace
 }  // namespace braid::test

@@ -23,6 +23,8 @@ struct UdPair {
     cb.mtu = 1024;
     qa = p.a.create_datagram_qp(ca, &scq_a, &rcq_a);
     qb = p.b.create_datagram_qp(cb, &scq_b, &rcq_b);
+    qa->set_receiving(true);  // in RTR
+    qb->set_receiving(true);
   }
   // A datagram from a to b (b's QP number and Q_Key unless told).
   DatagramRequest to_b(uint64_t id, uint8_t* data, uint32_t len) {
@@ -160,6 +162,39 @@ TEST(Datagrams, AStoppedQueuePairFlushesItsQueuesAndTakesNothingMore) {
   u.send(u.to_b(1, msg.data(), 64));
   EXPECT_EQ(u.rcq_b.size(), 0u);
   EXPECT_EQ(std::count(buf.begin(), buf.end(), 0xee), 512);
+}
+
+// Before RTR a queue pair takes no datagram (InfiniBand drops them); a
+// receive or send whose region went (dereg_mr) completes with
+// LOC_PROT_ERR and touches no byte.
+TEST(Datagrams, NothingBeforeRtrAndNothingThroughARevokedRegion) {
+  UdPair u;
+  std::vector<uint8_t> msg(64, 5), buf(512, 0xee);
+  SgList l = sgl_of(buf.data(), 512);
+  l.sge[0].lkey = 9;
+  ASSERT_EQ(u.qb->post_recv(1, l), PostError::kOk);
+  u.qb->set_receiving(false);
+  u.send(u.to_b(1, msg.data(), 64));
+  EXPECT_EQ(u.qb->stats().not_ready, 1u);
+  EXPECT_EQ(u.rcq_b.size(), 0u);
+  u.qb->set_receiving(true);
+  u.qb->revoke_local_key(9);
+  u.send(u.to_b(2, msg.data(), 64));
+  auto w = poll_all(u.rcq_b);
+  ASSERT_EQ(w.size(), 1u);
+  EXPECT_EQ(w[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(std::count(buf.begin(), buf.end(), 0xee), 512);
+  // A send whose source went is not read: it completes with the error.
+  DatagramRequest r = u.to_b(3, msg.data(), 64);
+  r.local.sge[0].lkey = 11;
+  ASSERT_EQ(u.qa->post_send(r), PostError::kOk);
+  u.qa->revoke_local_key(11);
+  u.p.a.datagram_posted(u.qa->config().qp_num);
+  EXPECT_TRUE(u.p.drain(u.p.a).empty());
+  const auto s = poll_all(u.scq_a);
+  ASSERT_EQ(s.size(), 3u);
+  EXPECT_EQ(s[2].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(u.qa->stats().sent, 2u);
 }
 
 }  // namespace

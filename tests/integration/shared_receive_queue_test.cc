@@ -209,5 +209,28 @@ TEST(SharedReceiveQueue, AReceiveWhoseRegionWentFailsItsMessage) {
   EXPECT_NE(poll_all(s.p.a_scq)[0].status, WcStatus::kSuccess);
 }
 
+// A receive whose region went, taken ahead for an earlier message when a
+// later message's packet came first: the earlier message still finds it
+// revoked when it arrives, and writes nothing.
+TEST(SharedReceiveQueue, AReceiveTakenAheadWhoseRegionWentIsNotWritten) {
+  SrqPairs s;
+  std::vector<uint8_t> b0(64, 0xee), b1(64, 0xee);
+  SgList l0 = sgl_of(b0.data(), 64);
+  l0.sge[0].lkey = 5;
+  ASSERT_EQ(s.srq.post(0, l0), PostError::kOk);
+  ASSERT_EQ(s.srq.post(1, sgl_of(b1.data(), 64)), PostError::kOk);
+  EXPECT_TRUE(s.srq.revoke_local_key(5));
+  std::vector<uint8_t> msg(16, 3);
+  for (uint64_t i = 0; i < 2; ++i) {
+    ASSERT_EQ(s.a1->post_send(request(i, Opcode::kSend, msg.data(), 16)), PostError::kOk);
+  }
+  const std::vector<Frame> sent = s.p.drain(s.p.a);
+  ASSERT_EQ(sent.size(), 2u);
+  s.p.deliver(s.p.b, {sent[1]});  // binds receives 0 and 1; places into 1
+  s.p.deliver(s.p.b, {sent[0]});  // receive 0 is revoked: refused
+  EXPECT_EQ(std::count(b0.begin(), b0.end(), 0xee), 64);
+  EXPECT_GE(s.b1->stats().invalid_requests, 1u);
+}
+
 }  // namespace
 }  // namespace braid::test
