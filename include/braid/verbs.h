@@ -485,9 +485,20 @@ struct braid_mr {
   size_t length;
   uint32_t lkey;
   uint32_t rkey;
+  int access;
 };
 struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, int access);
 int braid_dereg_mr(struct braid_mr* mr);
+/* ibv_rereg_mr's: what the flags name changes, the keys stay. Work already
+ * posted on the region is checked again when used (a receive's buffers
+ * when its message arrives). */
+enum braid_rereg_flags {
+  BRAID_REREG_MR_CHANGE_TRANSLATION = 1 << 0, /* addr, length */
+  BRAID_REREG_MR_CHANGE_PD = 1 << 1,
+  BRAID_REREG_MR_CHANGE_ACCESS = 1 << 2,
+};
+int braid_rereg_mr(struct braid_mr* mr, int flags, struct braid_pd* pd, void* addr, size_t length,
+                   int access);
 
 /* Completion queues and channels. */
 struct braid_comp_channel* braid_create_comp_channel(struct braid_context* context);

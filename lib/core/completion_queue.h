@@ -46,6 +46,24 @@ class CompletionQueue {
     return k;
   }
 
+  // The completions of one queue pair leave, the others keep their order
+  // (a QP moved to RESET: a NIC's provider cleans its CQEs out of its CQs).
+  // Returns how many left.
+  uint32_t erase_qp(uint32_t qp_num) {
+    uint32_t kept = 0, erased = 0;
+    const size_t n = ring_.size();
+    for (uint32_t i = 0; i < count_; ++i) {
+      const WorkCompletion& wc = ring_[(head_ + i) % n];
+      if (wc.qp_num == qp_num) {
+        ++erased;
+      } else {
+        ring_[(head_ + kept++) % n] = wc;
+      }
+    }
+    count_ = kept;
+    return erased;
+  }
+
   uint32_t size() const { return count_; }
   uint32_t capacity() const { return static_cast<uint32_t>(ring_.size()); }
   uint64_t overruns() const { return overruns_; }

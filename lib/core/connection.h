@@ -663,6 +663,8 @@ class Connection {
   // Several queue pairs: the request `psn` of the one in `slot` is refused
   // for good: it ends once every packet before it is in.
   [[gnu::noinline]] void refuse_multi(uint16_t slot, uint32_t psn, Refusal why);
+  // The vendor code of the NACK that refuses a request for this reason.
+  static uint8_t nack_reason(Refusal why);
   void learn_responder_psn(const wire::ParsedPacket& pkt);
   // READ responses wholly acknowledged leave; a refused request ends the
   // connection once the READs before it are answered.

@@ -492,6 +492,9 @@ void Connection::on_nack(const wire::ParsedPacket& pkt, TimeNs now) {
         case wire::BraidNackReason::kRemoteAccess:
           if (r.kind == TxKind::kRequest) fail_request(r, WcStatus::kRemAccessErr);
           break;
+        case wire::BraidNackReason::kRemoteOperation:
+          if (r.kind == TxKind::kRequest) fail_request(r, WcStatus::kRemOpErr);
+          break;
         case wire::BraidNackReason::kInvalidRequest:
           if (r.kind == TxKind::kRequest) {
             fail_request(r, WcStatus::kRemInvReqErr);

@@ -171,14 +171,22 @@ void Connection::after_data_multi(const wire::ParsedPacket& pkt, uint16_t slot, 
   if (pkt.has_ses_response) stop_qp(slot, q.complete_sends(snd_una_));
 }
 
+uint8_t Connection::nack_reason(Refusal why) {
+  switch (why) {
+    case Refusal::kAccess:
+      return static_cast<uint8_t>(wire::BraidNackReason::kRemoteAccess);
+    case Refusal::kRemoteOp:
+      return static_cast<uint8_t>(wire::BraidNackReason::kRemoteOperation);
+    default:
+      return static_cast<uint8_t>(wire::BraidNackReason::kInvalidRequest);
+  }
+}
+
 void Connection::refuse_multi(uint16_t slot, uint32_t psn, Refusal why) {
   // The refused queue pair ends alone (its receives flush) once what came
   // before the refusal is in; the sender fills the PSN with a NO_OP once
   // it hears.
-  queue_nack(
-      psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr),
-      static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
-                                                   : wire::BraidNackReason::kInvalidRequest));
+  queue_nack(psn, static_cast<uint8_t>(wire::NackCode::kExpNackErr), nack_reason(why));
   if (slot == kNoSlot) return;  // a queue pair this connection no longer has
   QueuePair& q = *qps_[slot];
   if (q.state() != ConnectionState::kActive) return;
@@ -302,6 +310,7 @@ void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now)
       break;
     case Refusal::kAccess:
     case Refusal::kInvalid:
+    case Refusal::kRemoteOp:
       if (multi() || cfg_.shared || qp_slot == kNoSlot) {
         go_multi();
         refuse_multi(qp_slot, psn, why);
@@ -312,11 +321,7 @@ void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now)
       // flush, and the ACK owed for what came before still goes out.
       // Packets before it that are still on their way (other paths) are
       // placed and acknowledged first: the error waits for them.
-      fatal_nack_ = PendingNack{
-          psn, kErr,
-          static_cast<uint8_t>(why == Refusal::kAccess ? wire::BraidNackReason::kRemoteAccess
-                                                       : wire::BraidNackReason::kInvalidRequest),
-          0};
+      fatal_nack_ = PendingNack{psn, kErr, nack_reason(why), 0};
       has_fatal_nack_ = true;
       rx_general_ = true;
       queue_nack(psn, fatal_nack_.code, fatal_nack_.vendor);

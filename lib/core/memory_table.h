@@ -56,6 +56,20 @@ class MemoryRegionTable {
                            static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr)));
   }
   bool deregister(uint32_t key);
+  // ibv_rereg_mr: the region under `key` now covers other memory, belongs
+  // to another PD or allows other accesses; the key stays. False: no such
+  // region.
+  bool reregister(uint32_t key, void* addr, uint64_t length, uint32_t access, uint32_t pd) {
+    const uint32_t index = (key >> kGenBits) ^ index_mask_;
+    if (find(key) == nullptr) return false;
+    MemoryRegion& r = regions_[index];
+    r.base = static_cast<uint8_t*>(addr);
+    r.iova = static_cast<uint64_t>(reinterpret_cast<uintptr_t>(addr));
+    r.length = length;
+    r.access = access;
+    r.pd = pd;
+    return true;
+  }
   [[gnu::always_inline]] const MemoryRegion* find(uint32_t key) const {
     const uint32_t index = (key >> kGenBits) ^ index_mask_;
     if (index >= regions_.size()) return nullptr;

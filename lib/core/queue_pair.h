@@ -96,7 +96,9 @@ struct Slice {
 };
 
 // Why the receive side refused a packet; each maps to a NACK.
-enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid };
+// kRemoteOp: the responder's own fault, its receive's buffer no longer in a
+// region it may write (IB's remote operation error at the requester).
+enum class Refusal : uint8_t { kNone, kNotReady, kAccess, kInvalid, kRemoteOp };
 
 class QueuePair {
  public:
@@ -434,6 +436,24 @@ class QueuePair {
     ++stats_->invalid_requests;
     *why = Refusal::kInvalid;
     return false;
+  }
+  // The buffers of a receive, checked when its message first uses it (as
+  // a NIC checks a receive's keys, not when it is posted): each in a region
+  // of this queue pair's PD with LOCAL_WRITE (ibv_rereg_mr and dereg_mr
+  // may have changed it since). Key 0 is no region's: a buffer the core's
+  // own user vouches for (the verbs layer refuses it at post).
+  bool receive_buffers_usable(const SgList& l) const {
+    for (uint8_t i = 0; i < l.num; ++i) {
+      const Sge& e = l.sge[i];
+      uint8_t* p = nullptr;
+      if (e.length > 0 && e.lkey != 0 &&
+          (mrs_->resolve(e.lkey, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(e.addr)),
+                         e.length, kAccessLocalWrite, cfg_.pd, &p) != AccessError::kNone ||
+           p != e.addr)) {
+        return false;
+      }
+    }
+    return true;
   }
   bool refused_access(Refusal* why) {
     ++stats_->access_errors;

@@ -86,6 +86,13 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
       if (done) return true;
       RecvWqe& w = rq_[rsn & rq_mask_];
       if (s.buffer_offset != msg_offset) return refused_invalid(why);
+      // (An SRQ's receives were checked against its own PD when posted.)
+      if (!w.any && cfg_.srq == nullptr && !receive_buffers_usable(w.sgl)) [[unlikely]] {
+        w.status = WcStatus::kLocProtErr;
+        ++stats_->access_errors;
+        *why = Refusal::kRemoteOp;
+        return false;
+      }
       if (s.request_length > w.length) {
         // The message does not fit the posted buffer: the receive completes
         // with LOC_LEN_ERR, our own sends are flushed, the sender learns it

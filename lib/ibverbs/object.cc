@@ -370,9 +370,46 @@ BRAID_EXPORT int ibv_dereg_mr(ibv_mr* mr) {
   return 0;
 }
 
-BRAID_EXPORT int ibv_rereg_mr(ibv_mr*, int, ibv_pd*, void*, size_t, int) {
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
+// The keys stay. rdma-core's return codes: 0, or an IBV_REREG_MR_ERR_*
+// (negative), errno set.
+BRAID_EXPORT int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length,
+                              int access) {
+  static_assert(int(BRAID_REREG_MR_CHANGE_TRANSLATION) == int(IBV_REREG_MR_CHANGE_TRANSLATION) &&
+                int(BRAID_REREG_MR_CHANGE_PD) == int(IBV_REREG_MR_CHANGE_PD) &&
+                int(BRAID_REREG_MR_CHANGE_ACCESS) == int(IBV_REREG_MR_CHANGE_ACCESS));
+  if (mr == nullptr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) != 0) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_PD) && (pd == nullptr || pd->context != mr->context)) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  if ((flags & IBV_REREG_MR_CHANGE_ACCESS) &&
+      (access &
+       ~(kAccessBits | IBV_ACCESS_OPTIONAL_RANGE | IBV_ACCESS_MW_BIND | IBV_ACCESS_HUGETLB))) {
+    errno = EINVAL;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  Mr* m = reinterpret_cast<Mr*>(mr);
+  braid_pd* bpd = (flags & IBV_REREG_MR_CHANGE_PD) ? pd_of(pd)->b : nullptr;
+  if (const int rc =
+          braid_rereg_mr(m->b, flags, bpd, addr, length,
+                         static_cast<int>(static_cast<unsigned>(access) & kAccessBits))) {
+    errno = rc;
+    return IBV_REREG_MR_ERR_INPUT;
+  }
+  trace("rereg_mr %p flags %d", static_cast<void*>(mr), flags);
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    count_parent_user(mr->pd, -1);
+    count_parent_user(pd, +1);
+    mr->pd = pd;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    mr->addr = addr;
+    mr->length = length;
+  }
+  return 0;
 }
 
 // ---- Completion channels and CQs ----

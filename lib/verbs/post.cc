@@ -40,6 +40,23 @@ bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges, int n, uint32
   return true;
 }
 
+// An RC receive's buffers as posted: their keys are checked when a message
+// first uses the receive (QueuePair::receive_buffers_usable), as a NIC
+// checks them, so that ibv_rereg_mr and dereg_mr between the post and the
+// message are seen. (The address is the pointer: a region's iova is its
+// address.)
+bool receive_sgl(const braid_sge* sges, int n, braid::SgList* out) {
+  if (n < 0 || static_cast<uint32_t>(n) > braid::kMaxSge) return false;
+  out->num = 0;
+  for (int i = 0; i < n; ++i) {
+    if (sges[i].length > 0 && sges[i].lkey == 0) return false;  // no region has key 0
+    out->sge[out->num++] =
+        braid::Sge{reinterpret_cast<uint8_t*>(static_cast<uintptr_t>(sges[i].addr)), sges[i].length,
+                   sges[i].lkey};
+  }
+  return true;
+}
+
 // The errno of a refused post, with the reason for braid_last_error().
 int post_error(braid::PostError e, const char* what) {
   switch (e) {
@@ -270,8 +287,8 @@ int braid_post_recv(struct braid_qp* qp, struct braid_recv_wr* wr, struct braid_
       rc = fail(EINVAL, "post_recv: the QP takes its receives from its SRQ");
     } else if (wr->num_sge > static_cast<int>(qp->init.cap.max_recv_sge) && wr->num_sge > 1) {
       rc = fail(EINVAL, "post_recv: more SGEs than max_recv_sge");
-    } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, braid::kAccessLocalWrite, &sgl)) {
-      rc = fail(EINVAL, "post_recv: a buffer is outside its MR or lacks LOCAL_WRITE");
+    } else if (!receive_sgl(wr->sg_list, wr->num_sge, &sgl)) {
+      rc = fail(EINVAL, "post_recv: more SGEs than the device has, or key 0");
     } else if (qp->conn == nullptr) {
       if (qp->early_recvs.size() >= qp->init.cap.max_recv_wr) {
         rc = fail(ENOMEM, "post_recv: receive queue full");

@@ -102,6 +102,14 @@ bool braid::resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait
   }
 }
 
+// As a NIC's provider does at RESET: the QP's completions still in its CQs
+// go (a program that restarts a failed QP must not poll them).
+static void erase_completions(braid_qp* qp) {
+  for (braid_cq* cq : {qp->send_cq, qp->recv_cq}) {
+    if (cq->rings[qp->engine] != nullptr) cq->ring(qp->engine).erase_qp(qp->qp_num);
+  }
+}
+
 // A UD QP's state machine: its datagram queue pair is made at INIT (with
 // its Q_Key) and goes at RESET; RTR and RTS only open it for sends.
 static int modify_ud(braid_qp* qp, const braid_qp_attr* a, int mask, braid_qp_state from,
@@ -490,6 +498,7 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   if (qp->is_ud()) {
     rc = modify_ud(qp, a, mask, from, to);
     if (rc != 0) return rc;
+    if (to == BRAID_QPS_RESET) erase_completions(qp);
     qp->state = to;
     qp->attr.qp_state = to;
     return 0;
@@ -518,6 +527,7 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     return fail(EINVAL, "modify_qp: transition not allowed");
   }
   if (rc != 0) return rc;
+  if (to == BRAID_QPS_RESET) erase_completions(qp);
   qp->state = to;
   qp->attr.qp_state = to;
   return 0;

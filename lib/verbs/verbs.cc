@@ -241,7 +241,48 @@ struct braid_mr* braid_reg_mr(struct braid_pd* pd, void* addr, size_t length, in
   if (key == 0) return fail_null<braid_mr>(ENOMEM, "reg_mr: memory-region table full");
   ++c->open_objects;
   ++pd->users;
-  return new braid_mr{c, pd, addr, length, key, key};
+  return new braid_mr{c, pd, addr, length, key, key, access};
+}
+
+int braid_rereg_mr(struct braid_mr* mr, int flags, struct braid_pd* pd, void* addr, size_t length,
+                   int access) {
+  constexpr int kFlags =
+      BRAID_REREG_MR_CHANGE_TRANSLATION | BRAID_REREG_MR_CHANGE_PD | BRAID_REREG_MR_CHANGE_ACCESS;
+  if (mr == nullptr || flags == 0 || (flags & ~kFlags) != 0) {
+    return fail(EINVAL, "rereg_mr: no region, or unknown flags");
+  }
+  braid_context* c = mr->context;
+  braid_pd* new_pd = (flags & BRAID_REREG_MR_CHANGE_PD) ? pd : mr->pd;
+  if (new_pd == nullptr || new_pd->context != c) return fail(EINVAL, "rereg_mr: no such PD");
+  void* new_addr = (flags & BRAID_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->addr;
+  const size_t new_length = (flags & BRAID_REREG_MR_CHANGE_TRANSLATION) ? length : mr->length;
+  if (new_addr == nullptr || new_length == 0) return fail(EINVAL, "rereg_mr: no memory");
+  int new_access = mr->access;
+  if (flags & BRAID_REREG_MR_CHANGE_ACCESS) {
+    constexpr int kKnown = BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE |
+                           BRAID_ACCESS_REMOTE_READ | BRAID_ACCESS_REMOTE_ATOMIC |
+                           BRAID_ACCESS_RELAXED_ORDERING;
+    if ((access & ~kKnown) != 0) return fail(EINVAL, "rereg_mr: unknown access flags");
+    if ((access & (BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_ATOMIC)) &&
+        !(access & BRAID_ACCESS_LOCAL_WRITE)) {
+      return fail(EINVAL, "rereg_mr: REMOTE_WRITE and REMOTE_ATOMIC need LOCAL_WRITE");
+    }
+    new_access = access;
+  }
+  Guard g(c);
+  const uint32_t core_access =
+      static_cast<uint32_t>(new_access) & (braid::kAccessLocalWrite | braid::kAccessRemoteWrite |
+                                           braid::kAccessRemoteRead | braid::kAccessRemoteAtomic);
+  if (!c->memory->reregister(mr->lkey, new_addr, new_length, core_access, new_pd->id)) {
+    return fail(EINVAL, "rereg_mr: the region is gone");
+  }
+  --mr->pd->users;
+  ++new_pd->users;
+  mr->pd = new_pd;
+  mr->addr = new_addr;
+  mr->length = new_length;
+  mr->access = new_access;
+  return 0;
 }
 
 int braid_dereg_mr(struct braid_mr* mr) {

@@ -95,6 +95,9 @@ enum class BraidNackReason : uint8_t {
   // takes only a NO_OP at that PSN; the sender fills it with one and sends
   // the part again under a new PSN after the wait (whatever its opcode).
   kQpNotReady = 0x03,
+  // The responder's own error (its receive buffer's region changed):
+  // IB's remote operation error at the requester.
+  kRemoteOperation = 0x04,
 };
 
 enum class CtrlType : uint8_t {

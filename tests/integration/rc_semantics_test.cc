@@ -797,3 +797,31 @@ TEST(RcSemantics, TheRnrWaitIsTheRespondersTimerCarriedInTheNack) {
 
 }  // namespace
 }  // namespace braid::test
+
+namespace braid::test {
+namespace {
+
+// A receive's buffers are checked when its SEND arrives, not when posted:
+// a region moved to another PD (ibv_rereg_mr) in between fails the
+// receive with LOC_PROT_ERR, writing nothing, and the sender with
+// REM_OP_ERR (IB's remote operation error), as a NIC does.
+TEST(RcSemantics, AReceiveWhoseRegionChangedSinceItsPostFailsAsARemoteOperationError) {
+  DirectPair p;
+  std::vector<uint8_t> msg(100, 9), rbuf(256, 0xee);
+  const uint32_t key = p.b.memory().register_region(rbuf.data(), 256, kAccessLocalWrite, 0);
+  SgList l = sgl_of(rbuf.data(), 256);
+  l.sge[0].lkey = key;
+  ASSERT_EQ(p.qb->post_recv(7, l), PostError::kOk);
+  ASSERT_TRUE(p.b.memory().reregister(key, rbuf.data(), 256, kAccessLocalWrite, 1));
+  ASSERT_EQ(p.qa->post_send(request(1, Opcode::kSend, msg.data(), 100)), PostError::kOk);
+  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return p.a_scq.size() > 0; }));
+  const auto s = poll_all(p.a_scq);
+  EXPECT_EQ(s[0].status, WcStatus::kRemOpErr) << wc_status_name(s[0].status);
+  const auto r = poll_all(p.b_rcq);
+  ASSERT_GE(r.size(), 1u);
+  EXPECT_EQ(r[0].status, WcStatus::kLocProtErr);
+  EXPECT_EQ(std::count(rbuf.begin(), rbuf.end(), 0xee), 256);
+}
+
+}  // namespace
+}  // namespace braid::test

@@ -900,3 +900,40 @@ TEST(RttEstimator, ALowerCeilingTakesEffectAtOnce) {
 
 }  // namespace
 }  // namespace braid
+
+namespace braid {
+namespace {
+
+// A QP moved to RESET takes its completions out of a CQ it shares; the
+// others stay, in their order, and the ring keeps working after.
+TEST(CompletionQueueErase, OneQueuePairsCompletionsLeaveTheOthersKeepTheirOrder) {
+  CompletionQueue cq(4);
+  for (uint64_t i = 0; i < 3; ++i) {  // wrap the ring once first
+    WorkCompletion w;
+    w.qp_num = 9;
+    ASSERT_TRUE(cq.push(w));
+  }
+  std::vector<WorkCompletion> out(4);
+  ASSERT_EQ(cq.poll(out.data(), 3), 3u);
+  const uint32_t qps[] = {1, 2, 1, 2};
+  for (uint64_t i = 0; i < 4; ++i) {
+    WorkCompletion w;
+    w.wr_id = i;
+    w.qp_num = qps[i];
+    ASSERT_TRUE(cq.push(w));
+  }
+  EXPECT_EQ(cq.erase_qp(1), 2u);
+  EXPECT_EQ(cq.size(), 2u);
+  WorkCompletion extra;
+  extra.wr_id = 7;
+  extra.qp_num = 3;
+  ASSERT_TRUE(cq.push(extra));
+  ASSERT_EQ(cq.poll(out.data(), 4), 3u);
+  EXPECT_EQ(out[0].wr_id, 1u);
+  EXPECT_EQ(out[1].wr_id, 3u);
+  EXPECT_EQ(out[2].wr_id, 7u);
+  EXPECT_EQ(cq.erase_qp(5), 0u);
+}
+
+}  // namespace
+}  // namespace braid
