@@ -57,6 +57,28 @@ bool receive_sgl(const braid_sge* sges, int n, braid::SgList* out) {
   return true;
 }
 
+// Inline data: whether it fits max_inline_data, and its copy (made at post:
+// the application may reuse its buffers when the post returns) into the
+// QP's inline slot of the request numbered `seq`, as one SGE.
+bool inline_fits(const braid_qp* qp, const braid_send_wr* wr) {
+  uint64_t total = 0;
+  for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
+  return wr->num_sge >= 0 && total <= qp->init.cap.max_inline_data;
+}
+void copy_inline(braid_qp* qp, const braid_send_wr* wr, uint32_t seq, braid::SgList* out) {
+  const size_t cap = qp->init.cap.max_inline_data;
+  uint8_t* slot = qp->inline_buf.data() + (seq & (qp->inline_slots - 1)) * cap;
+  size_t off = 0;
+  for (int i = 0; i < wr->num_sge; ++i) {
+    if (wr->sg_list[i].length == 0) continue;  // its address may be anything
+    std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
+                wr->sg_list[i].length);
+    off += wr->sg_list[i].length;
+  }
+  out->num = 1;
+  out->sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+}
+
 // The errno of a refused post, with the reason for braid_last_error().
 int post_error(braid::PostError e, const char* what) {
   switch (e) {
@@ -130,27 +152,12 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     return fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
   }
   if ((wr->send_flags & BRAID_SEND_INLINE) && !braid::answered_with_data(req->opcode)) {
-    // Copy now: the application may reuse its buffer when this returns.
-    uint64_t total = 0;
-    for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-    if (wr->num_sge < 0 || total > qp->init.cap.max_inline_data) {
+    if (!inline_fits(qp, wr))
       return fail(EINVAL, "post_send: inline data larger than max_inline_data");
-    }
-    if (!commit) return 0;
     // The slot belongs to the work request's own send queue entry (its MSN):
     // it is free until that entry completes, and a request refused after
     // the copy leaves no other request's bytes changed.
-    const size_t cap = qp->init.cap.max_inline_data;
-    uint8_t* slot = qp->inline_buf.data() + (qp->core->next_msn() & (qp->inline_slots - 1)) * cap;
-    size_t off = 0;
-    for (int i = 0; i < wr->num_sge; ++i) {
-      if (wr->sg_list[i].length == 0) continue;  // its address may be anything
-      std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                  wr->sg_list[i].length);
-      off += wr->sg_list[i].length;
-    }
-    req->local.num = 1;
-    req->local.sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+    if (commit) copy_inline(qp, wr, qp->core->next_msn(), &req->local);
     return 0;
   }
   if (!to_sgl(qp->context, qp->pd, wr->sg_list, wr->num_sge, need, &req->local)) {
@@ -213,22 +220,10 @@ int post_send_ud(braid_qp* qp, braid_send_wr* wr, braid_send_wr** bad) {
     } else if (qp->ud->outstanding_sends() >= qp->init.cap.max_send_wr) {
       rc = fail(ENOMEM, "post_send: send queue full (max_send_wr outstanding)");
     } else if (wr->send_flags & BRAID_SEND_INLINE) {
-      uint64_t total = 0;
-      for (int i = 0; i < wr->num_sge; ++i) total += wr->sg_list[i].length;
-      if (wr->num_sge < 0 || total > qp->init.cap.max_inline_data) {
-        rc = fail(EINVAL, "post_send: inline data larger than max_inline_data");
+      if (inline_fits(qp, wr)) {
+        copy_inline(qp, wr, qp->ud->next_seq(), &r.local);  // the datagram's own slot
       } else {
-        const size_t cap = qp->init.cap.max_inline_data;
-        uint8_t* slot = qp->inline_buf.data() + (qp->ud->next_seq() & (qp->inline_slots - 1)) * cap;
-        size_t off = 0;
-        for (int i = 0; i < wr->num_sge; ++i) {
-          if (wr->sg_list[i].length == 0) continue;
-          std::memcpy(slot + off, reinterpret_cast<const void*>(wr->sg_list[i].addr),
-                      wr->sg_list[i].length);
-          off += wr->sg_list[i].length;
-        }
-        r.local.num = 1;
-        r.local.sge[0] = braid::Sge{slot, static_cast<uint32_t>(off)};
+        rc = fail(EINVAL, "post_send: inline data larger than max_inline_data");
       }
     } else if (!to_sgl(c, qp->pd, wr->sg_list, wr->num_sge, 0, &r.local)) {
       rc = fail(EINVAL, "post_send: a buffer is outside its MR (lkey, bounds, PD or access)");
