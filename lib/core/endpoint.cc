@@ -366,10 +366,6 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
     drop(wire::DropReason::kNotForUs);
     return;
   }
-  if (static_cast<wire::PdsType>(pkt_.pro.type) == wire::PdsType::kUudReq) [[unlikely]] {
-    on_datagram(frame);
-    return;
-  }
   uint16_t dst = 0, src = 0;
   bool close = false, ack = false;
   // What decodes and is not an ACK, NACK or control packet is a request
@@ -401,6 +397,9 @@ void Endpoint::receive(const uint8_t* frame, uint32_t len, TimeNs now) {
         src = pkt_.ctrl.spdcid;
         close = pkt_.ctrl.pro.next_hdr == static_cast<uint8_t>(wire::CtrlType::kBraidClose);
         break;
+      case wire::PdsType::kUudReq:
+        on_datagram(frame);  // a datagram: no connection (off the data path's way)
+        return;
       default:
         drop(wire::DropReason::kUnknownPdsType);  // (the decoder takes no other)
         return;
