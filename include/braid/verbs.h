@@ -366,6 +366,10 @@ enum braid_qp_type {
    * (the port's), to the address handle each work request names; each
    * receive gets a 40-byte GRH before the data (BRAID_WC_GRH). */
   BRAID_QPT_UD = 4,
+  /* A UD QP numbered 1 (InfiniBand's QP1, the general services QP), one per
+   * device: where connection management messages go (librdmacm). Number 1
+   * is never given to any other QP. Queried, it is a BRAID_QPT_UD QP. */
+  BRAID_QPT_CM = 0x101,
 };
 
 enum braid_qp_state {

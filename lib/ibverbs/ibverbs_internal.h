@@ -153,7 +153,7 @@ void init_qp_ex(Qp* q);
 void init_cq_ex(Cq* q);
 // The common part of ibv_create_qp and ibv_create_qp_ex, ibv_create_cq and
 // ibv_create_cq_ex (object.cc); errno set on failure.
-Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr);
+Qp* create_qp(ibv_pd* pd, ibv_qp_init_attr* attr, bool cm = false);
 Cq* create_cq(ibv_context* ctx, int cqe, void* cq_context, ibv_comp_channel* channel,
               int comp_vector);
 // Destroys what the program left on the context, QPs first.

@@ -525,7 +525,7 @@ BRAID_EXPORT int ibv_resize_cq(ibv_cq*, int) {
 
 // ---- Queue pairs (RC) ----
 
-Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr, bool cm) {
   if (pd == nullptr || attr == nullptr) return fail_null<Qp>(EINVAL);
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UD) {
     return fail_null<Qp>(EOPNOTSUPP);  // UC, raw and XRC: not in Braid
@@ -544,6 +544,10 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
            attr->cap.max_recv_sge, attr->cap.max_inline_data};
   b.qp_type = attr->qp_type == IBV_QPT_UD ? BRAID_QPT_UD : BRAID_QPT_RC;
+  if (cm) {
+    if (attr->qp_type != IBV_QPT_UD) return fail_null<Qp>(EINVAL);
+    b.qp_type = BRAID_QPT_CM;
+  }
   b.sq_sig_all = attr->sq_sig_all;
   if (attr->srq != nullptr) b.srq = reinterpret_cast<Srq*>(attr->srq)->b;
   auto* q = new (std::nothrow) Qp{};
@@ -551,7 +555,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   q->b = braid_create_qp(pd_of(pd)->b, &b);
   if (q->b == nullptr) {
     delete q;
-    return fail_null<Qp>(EINVAL);
+    return fail_null<Qp>(cm && errno == EBUSY ? EBUSY : EINVAL);
   }
   init_qp_ex(q);
   // What the QP really has, as providers report it.
@@ -587,6 +591,14 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
 
 BRAID_EXPORT ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   Qp* q = create_qp(pd, attr);
+  return q ? q->qp() : nullptr;
+}
+
+// Braid's librdmacm's QP 1 (BRAID_QPT_CM): a UD QP numbered 1, one per
+// device, where CM messages arrive. Not part of rdma-core's API (version
+// BRAID_PRIVATE_1.0).
+BRAID_EXPORT ibv_qp* braid_ibv_create_cm_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  Qp* q = create_qp(pd, attr, true);
   return q ? q->qp() : nullptr;
 }
 

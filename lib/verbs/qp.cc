@@ -22,6 +22,8 @@ using namespace braid::calls;
 
 namespace {
 
+constexpr uint32_t kCmQpNum = 1;  // BRAID_QPT_CM's
+
 // The remote operations a QP's access flags allow, as the core names them.
 uint32_t remote_access_of(unsigned int flags) {
   return ((flags & BRAID_ACCESS_REMOTE_WRITE) ? braid::kAccessRemoteWrite : 0u) |
@@ -203,10 +205,11 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   if (pd == nullptr || a == nullptr || a->send_cq == nullptr || a->recv_cq == nullptr) {
     return fail_null<braid_qp>(EINVAL, "create_qp: PD and both CQs are required");
   }
-  if (a->qp_type != BRAID_QPT_RC && a->qp_type != BRAID_QPT_UD) {
+  if (a->qp_type != BRAID_QPT_RC && a->qp_type != BRAID_QPT_UD && a->qp_type != BRAID_QPT_CM) {
     return fail_null<braid_qp>(EOPNOTSUPP, "create_qp: RC and UD queue pairs only");
   }
-  if (a->qp_type == BRAID_QPT_UD &&
+  const bool cm = a->qp_type == BRAID_QPT_CM;
+  if ((a->qp_type == BRAID_QPT_UD || cm) &&
       (a->srq != nullptr || pd->context->config.auth != BRAID_AUTH_OFF)) {
     return fail_null<braid_qp>(EOPNOTSUPP,
                                "create_qp: a UD QP takes no SRQ, and needs authenticated mode off");
@@ -224,18 +227,24 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   // Numbers go round the 16-bit space rather than lowest-free first: a
   // number comes back only after 65534 others, so late packets of an old
   // QP find no connection (or a long-settled one) under it.
+  // QP 1 is the CM's (BRAID_QPT_CM), held for it whether it exists or not.
   uint32_t qpn = 0, counter = 0;
-  for (uint32_t i = 0; i < 65535; ++i) {
-    counter = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
-    const uint32_t n = braid::qpn_of(counter, c->qpn_key);
-    if (c->qpn_holds[n] == 0) {
-      qpn = n;
-      break;
+  if (cm) {
+    if (c->qpn_holds[kCmQpNum] != 0) return fail_null<braid_qp>(EBUSY, "create_qp: QP 1 exists");
+    qpn = kCmQpNum;
+  } else {
+    for (uint32_t i = 0; i < 65535; ++i) {
+      counter = (c->next_qpn - 1 + i) % 65535 + 1;  // 1..65535
+      const uint32_t n = braid::qpn_of(counter, c->qpn_key);
+      if (n != kCmQpNum && c->qpn_holds[n] == 0) {
+        qpn = n;
+        break;
+      }
     }
+    if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
+    c->next_qpn = counter % 65535 + 1;
   }
-  if (qpn == 0) return fail_null<braid_qp>(ENOMEM, "create_qp: no free QP number");
   c->qpn_holds[qpn] = 1;  // the QP's own
-  c->next_qpn = counter % 65535 + 1;
   auto* qp = new braid_qp{};
   qp->context = c;
   qp->pd = pd;
@@ -247,6 +256,7 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->qp_num = qpn;
   qp->engine = c->engine_of(qpn);
   qp->init = *a;
+  if (cm) qp->init.qp_type = BRAID_QPT_UD;  // a UD QP in every other respect
   qp->init.cap.max_send_wr = std::max<uint32_t>(a->cap.max_send_wr, 1);
   qp->init.cap.max_recv_wr = std::max<uint32_t>(a->cap.max_recv_wr, 1);
   qp->sq_sig_all = a->sq_sig_all != 0;
