@@ -3,7 +3,9 @@
 # - lib/ and include/ include nothing from drivers/, sim/ or apps/, and no
 #   DPDK header (rte_*.h);
 # - within lib/, no include runs from a lower layer to a higher one:
-#   wire < core < net < engine < verbs < ibverbs < nccl;
+#   wire < core < net < engine < verbs < ibverbs < nccl, rdmacm;
+# - lib/rdmacm includes only its own headers: it stands on libibverbs.so.1's
+#   public C API (<infiniband/verbs.h>), as rdma-core's librdmacm does;
 # - drivers/ include from lib/ nothing above the engine (its packet I/O
 #   interface is what they implement), and nothing from sim/;
 # - no build target compiles another folder's sources: every source a
@@ -21,7 +23,7 @@ violation() {
 rank() {
   case "$1" in
     wire) echo 1 ;; core) echo 2 ;; net) echo 3 ;; engine) echo 4 ;;
-    verbs) echo 5 ;; ibverbs) echo 6 ;; nccl) echo 7 ;; *) echo 0 ;;
+    verbs) echo 5 ;; ibverbs) echo 6 ;; nccl | rdmacm) echo 7 ;; *) echo 0 ;;
   esac
 }
 
@@ -54,6 +56,12 @@ while IFS= read -r hit; do
     violation "$file ($layer) includes $inc ($to, a higher layer)"
   fi
 done < <(includes lib | grep -v '<rte_')
+
+# lib/rdmacm: its own headers only.
+while IFS= read -r hit; do
+  inc=$(sed -E 's/.*include[[:space:]]*"([^"]+)".*/\1/' <<<"$hit")
+  [[ "$inc" == rdmacm/* ]] || violation "${hit%%:*} (rdmacm) includes $inc: only libibverbs' C API"
+done < <(includes lib/rdmacm)
 
 # drivers/: from lib/, the engine's interface at most.
 while IFS= read -r hit; do

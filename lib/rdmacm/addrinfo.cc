@@ -40,8 +40,8 @@ BRAID_EXPORT void rdma_freeaddrinfo(rdma_addrinfo* res) {
   }
 }
 
-BRAID_EXPORT int rdma_getaddrinfo(const char* node, const char* service,
-                                  const rdma_addrinfo* hints, rdma_addrinfo** res) {
+BRAID_EXPORT int rdma_getaddrinfo(const char* node, const char* service, const rdma_addrinfo* hints,
+                                  rdma_addrinfo** res) {
   if (res == nullptr || (node == nullptr && service == nullptr && hints == nullptr)) {
     errno = EINVAL;
     return -1;

@@ -15,24 +15,34 @@ void put32(uint8_t* p, uint32_t v) {
   p[2] = static_cast<uint8_t>(v >> 8);
   p[3] = static_cast<uint8_t>(v);
 }
-uint16_t get16(const uint8_t* p) { return static_cast<uint16_t>((p[0] << 8) | p[1]); }
+uint16_t get16(const uint8_t* p) {
+  return static_cast<uint16_t>((p[0] << 8) | p[1]);
+}
 uint32_t get32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | p[3];
 }
 
-bool known(uint8_t t) { return t >= 1 && t <= 7; }
+bool known(uint8_t t) {
+  return t >= 1 && t <= 7;
+}
 
 }  // namespace
 
 size_t max_private(Type t) {
   switch (t) {
-    case Type::kReq: return 56;
-    case Type::kRep: return 196;
-    case Type::kRej: return 148;
-    case Type::kMra: return 222;
-    case Type::kDreq: return 220;
+    case Type::kReq:
+      return 56;
+    case Type::kRep:
+      return 196;
+    case Type::kRej:
+      return 148;
+    case Type::kMra:
+      return 222;
+    case Type::kDreq:
+      return 220;
     case Type::kRtu:
-    case Type::kDrep: return 224;
+    case Type::kDrep:
+      return 224;
   }
   return 0;
 }
@@ -74,12 +84,18 @@ size_t encode(const Message& m, uint8_t* out) {
 
 const char* to_string(DecodeError e) {
   switch (e) {
-    case DecodeError::kNone: return "none";
-    case DecodeError::kShort: return "short";
-    case DecodeError::kVersion: return "version";
-    case DecodeError::kType: return "type";
-    case DecodeError::kPrivateLen: return "private data length";
-    case DecodeError::kField: return "field out of range";
+    case DecodeError::kNone:
+      return "none";
+    case DecodeError::kShort:
+      return "short";
+    case DecodeError::kVersion:
+      return "version";
+    case DecodeError::kType:
+      return "type";
+    case DecodeError::kPrivateLen:
+      return "private data length";
+    case DecodeError::kField:
+      return "field out of range";
   }
   return "?";
 }

@@ -40,14 +40,14 @@ size_t max_private(Type t);
 
 struct Message {
   Type type = Type::kReq;
-  uint16_t reason = 0;      // REJ
-  uint32_t local_id = 0;    // the sender's id for the connection (never 0)
-  uint32_t remote_id = 0;   // the receiver's (0 in a REQ only)
-  uint16_t port_space = 0;  // RDMA_PS_TCP, _UDP, _IB (REQ)
-  uint16_t src_port = 0;    // the client's port (REQ)
-  uint16_t dst_port = 0;    // the service's port (REQ)
-  uint32_t qp_num = 0;      // REQ, REP: the sender's QP (24 bits)
-  uint32_t psn = 0;         // REQ, REP: the sender's first send PSN (24 bits)
+  uint16_t reason = 0;              // REJ
+  uint32_t local_id = 0;            // the sender's id for the connection (never 0)
+  uint32_t remote_id = 0;           // the receiver's (0 in a REQ only)
+  uint16_t port_space = 0;          // RDMA_PS_TCP, _UDP, _IB (REQ)
+  uint16_t src_port = 0;            // the client's port (REQ)
+  uint16_t dst_port = 0;            // the service's port (REQ)
+  uint32_t qp_num = 0;              // REQ, REP: the sender's QP (24 bits)
+  uint32_t psn = 0;                 // REQ, REP: the sender's first send PSN (24 bits)
   uint8_t responder_resources = 0;  // REQ, REP
   uint8_t initiator_depth = 0;      // REQ, REP
   uint8_t retry_count = 0;          // REQ (3 bits)
@@ -67,11 +67,11 @@ size_t encode(const Message& m, uint8_t* out);
 
 enum class DecodeError {
   kNone,
-  kShort,        // shorter than the header, or than its private data
-  kVersion,      // not version 1
-  kType,         // unknown type
-  kPrivateLen,   // more private data than the type carries
-  kField,        // a field out of range (24-bit QPN/PSN, local id 0, ...)
+  kShort,       // shorter than the header, or than its private data
+  kVersion,     // not version 1
+  kType,        // unknown type
+  kPrivateLen,  // more private data than the type carries
+  kField,       // a field out of range (24-bit QPN/PSN, local id 0, ...)
 };
 const char* to_string(DecodeError e);
 

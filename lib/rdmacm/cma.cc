@@ -29,7 +29,9 @@ int fail(int err) {
   return -1;
 }
 
-Id* id_of(rdma_cm_id* id) { return reinterpret_cast<Id*>(id); }
+Id* id_of(rdma_cm_id* id) {
+  return reinterpret_cast<Id*>(id);
+}
 
 bool ipv4(const sockaddr* sa, uint32_t* ip, uint16_t* port) {
   if (sa == nullptr) return false;
@@ -173,7 +175,9 @@ int complete(Id* id, std::unique_lock<std::mutex>& lock) {
   return 0;
 }
 
-uint8_t resources(uint8_t asked, uint8_t max) { return asked == RDMA_MAX_RESP_RES ? max : asked; }
+uint8_t resources(uint8_t asked, uint8_t max) {
+  return asked == RDMA_MAX_RESP_RES ? max : asked;
+}
 
 int modify_init(Id* id, ibv_qp* qp) {
   ibv_qp_attr a{};
@@ -314,14 +318,14 @@ BRAID_EXPORT int rdma_ack_cm_event(rdma_cm_event* event) {
 
 BRAID_EXPORT const char* rdma_event_str(rdma_cm_event_type event) {
   static const char* const names[] = {
-      "RDMA_CM_EVENT_ADDR_RESOLVED",    "RDMA_CM_EVENT_ADDR_ERROR",
-      "RDMA_CM_EVENT_ROUTE_RESOLVED",   "RDMA_CM_EVENT_ROUTE_ERROR",
-      "RDMA_CM_EVENT_CONNECT_REQUEST",  "RDMA_CM_EVENT_CONNECT_RESPONSE",
-      "RDMA_CM_EVENT_CONNECT_ERROR",    "RDMA_CM_EVENT_UNREACHABLE",
-      "RDMA_CM_EVENT_REJECTED",         "RDMA_CM_EVENT_ESTABLISHED",
-      "RDMA_CM_EVENT_DISCONNECTED",     "RDMA_CM_EVENT_DEVICE_REMOVAL",
-      "RDMA_CM_EVENT_MULTICAST_JOIN",   "RDMA_CM_EVENT_MULTICAST_ERROR",
-      "RDMA_CM_EVENT_ADDR_CHANGE",      "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
+      "RDMA_CM_EVENT_ADDR_RESOLVED",   "RDMA_CM_EVENT_ADDR_ERROR",
+      "RDMA_CM_EVENT_ROUTE_RESOLVED",  "RDMA_CM_EVENT_ROUTE_ERROR",
+      "RDMA_CM_EVENT_CONNECT_REQUEST", "RDMA_CM_EVENT_CONNECT_RESPONSE",
+      "RDMA_CM_EVENT_CONNECT_ERROR",   "RDMA_CM_EVENT_UNREACHABLE",
+      "RDMA_CM_EVENT_REJECTED",        "RDMA_CM_EVENT_ESTABLISHED",
+      "RDMA_CM_EVENT_DISCONNECTED",    "RDMA_CM_EVENT_DEVICE_REMOVAL",
+      "RDMA_CM_EVENT_MULTICAST_JOIN",  "RDMA_CM_EVENT_MULTICAST_ERROR",
+      "RDMA_CM_EVENT_ADDR_CHANGE",     "RDMA_CM_EVENT_TIMEWAIT_EXIT"};
   const auto i = static_cast<unsigned>(event);
   return i < sizeof names / sizeof names[0] ? names[i] : "UNKNOWN EVENT";
 }
@@ -366,14 +370,17 @@ BRAID_EXPORT int rdma_destroy_id(rdma_cm_id* pub) {
   // What the peer must hear: a connection goes (DREQ), a request not
   // accepted is refused (REJ).
   switch (id->state) {
-    case State::kEstablished: send_simple(id, cmw::Type::kDreq); break;
+    case State::kEstablished:
+      send_simple(id, cmw::Type::kDreq);
+      break;
     case State::kRequested:
     case State::kAccepting:
     case State::kConnecting:
     case State::kResponded:
       if (id->remote_id != 0) send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer);
       break;
-    default: break;
+    default:
+      break;
   }
   id->destroying = true;
   id->retransmit = false;
@@ -704,7 +711,8 @@ BRAID_EXPORT int rdma_disconnect(rdma_cm_id* pub) {
       id->retransmit = false;
       id->state = State::kRejected;
       return 0;
-    default: return fail(EINVAL);
+    default:
+      return fail(EINVAL);
   }
 }
 
@@ -894,8 +902,10 @@ BRAID_EXPORT int rdma_set_option(rdma_cm_id* pub, int level, int optname, void* 
         return 0;
       case RDMA_OPTION_ID_REUSEADDR:
       case RDMA_OPTION_ID_AFONLY:
-      case RDMA_OPTION_ID_ACK_TIMEOUT: return optlen == sizeof(int) || optlen == sizeof(uint8_t) ? 0 : fail(EINVAL);
-      default: return fail(ENOSYS);
+      case RDMA_OPTION_ID_ACK_TIMEOUT:
+        return optlen == sizeof(int) || optlen == sizeof(uint8_t) ? 0 : fail(EINVAL);
+      default:
+        return fail(ENOSYS);
     }
   }
   if (level == RDMA_OPTION_IB && optname == RDMA_OPTION_IB_PATH) return 0;
@@ -927,17 +937,27 @@ BRAID_EXPORT ibv_context** rdma_get_devices(int* num_devices) {
   return list;
 }
 
-BRAID_EXPORT void rdma_free_devices(ibv_context** list) { free(list); }
+BRAID_EXPORT void rdma_free_devices(ibv_context** list) {
+  free(list);
+}
 
 // ---- Not in Braid: multicast, ECE ----
 
-BRAID_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) { return fail(ENOSYS); }
+BRAID_EXPORT int rdma_join_multicast(rdma_cm_id*, sockaddr*, void*) {
+  return fail(ENOSYS);
+}
 BRAID_EXPORT int rdma_join_multicast_ex(rdma_cm_id*, rdma_cm_join_mc_attr_ex*, void*) {
   return fail(ENOSYS);
 }
-BRAID_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) { return fail(ENOSYS); }
-BRAID_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
-BRAID_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) { return fail(EOPNOTSUPP); }
+BRAID_EXPORT int rdma_leave_multicast(rdma_cm_id*, sockaddr*) {
+  return fail(ENOSYS);
+}
+BRAID_EXPORT int rdma_set_local_ece(rdma_cm_id*, ibv_ece*) {
+  return fail(EOPNOTSUPP);
+}
+BRAID_EXPORT int rdma_get_remote_ece(rdma_cm_id*, ibv_ece*) {
+  return fail(EOPNOTSUPP);
+}
 
 // Messages dropped by the CM (malformed, from strangers, out of state):
 // Braid's own (BRAID_PRIVATE_1.0), for tests and diagnostics.
@@ -946,4 +966,6 @@ BRAID_EXPORT uint64_t braid_rdmacm_dropped(void) {
   return cm().drops;
 }
 
-__attribute__((destructor)) static void braid_rdmacm_unload() { shutdown_service(); }
+__attribute__((destructor)) static void braid_rdmacm_unload() {
+  shutdown_service();
+}

@@ -27,8 +27,8 @@ using Clock = std::chrono::steady_clock;
 struct Id;
 
 struct Event {
-  rdma_cm_event pub;      // first: what rdma_get_cm_event hands out
-  Id* counted = nullptr;  // the id whose acknowledgements it counts against
+  rdma_cm_event pub;       // first: what rdma_get_cm_event hands out
+  Id* counted = nullptr;   // the id whose acknowledgements it counts against
   uint8_t data[256] = {};  // param.conn.private_data points here
 };
 
@@ -36,26 +36,26 @@ struct Channel {
   rdma_event_channel pub;  // {fd}: readable while an event waits
   std::deque<Event*> queue;
   std::condition_variable cv;
-  bool sync = false;  // an id's own (created with a NULL channel)
+  bool sync = false;       // an id's own (created with a NULL channel)
   bool signalled = false;  // the fd holds a count (queue not empty)
   int waiters = 0;         // threads blocked in rdma_get_cm_event on it
   bool dead = false;       // destroyed while a thread waited: kept for it
 };
 
 enum class State {
-  kIdle,            // created
-  kBound,           // rdma_bind_addr
-  kAddrResolved,    // rdma_resolve_addr
-  kRouteResolved,   // rdma_resolve_route
-  kListening,       // rdma_listen
-  kConnecting,      // REQ sent, waiting for REP
-  kResponded,       // client: REP received, no QP (CONNECT_RESPONSE), waiting for rdma_establish
-  kRequested,       // server: REQ received, waiting for rdma_accept / rdma_reject
-  kAccepting,       // server: REP sent, waiting for RTU
+  kIdle,           // created
+  kBound,          // rdma_bind_addr
+  kAddrResolved,   // rdma_resolve_addr
+  kRouteResolved,  // rdma_resolve_route
+  kListening,      // rdma_listen
+  kConnecting,     // REQ sent, waiting for REP
+  kResponded,      // client: REP received, no QP (CONNECT_RESPONSE), waiting for rdma_establish
+  kRequested,      // server: REQ received, waiting for rdma_accept / rdma_reject
+  kAccepting,      // server: REP sent, waiting for RTU
   kEstablished,
-  kDisconnecting,   // DREQ sent, waiting for DREP
-  kDisconnected,    // DISCONNECTED raised
-  kRejected,        // rejected (either way) or failed
+  kDisconnecting,  // DREQ sent, waiting for DREP
+  kDisconnected,   // DISCONNECTED raised
+  kRejected,       // rejected (either way) or failed
 };
 
 struct Device {
@@ -79,14 +79,14 @@ struct Id {
   State state = State::kIdle;
   Device* dev = nullptr;
   Channel* chan = nullptr;
-  bool own_channel = false;  // a sync id's private channel
-  uint32_t local_id = 0;     // ours on the wire (never 0)
-  uint32_t remote_id = 0;    // the peer's
+  bool own_channel = false;            // a sync id's private channel
+  uint32_t local_id = 0;               // ours on the wire (never 0)
+  uint32_t remote_id = 0;              // the peer's
   uint32_t local_ip = 0, peer_ip = 0;  // host order
   uint16_t local_port = 0, peer_port = 0;
   bool holds_port = false;  // in Cm::ports under (ps, local_port)
   int backlog = 0;
-  int requests = 0;  // listener: its requests not yet accepted or rejected
+  int requests = 0;        // listener: its requests not yet accepted or rejected
   Id* listener = nullptr;  // a request's: the listener it came through (until accepted)
   // Connection parameters, our view: responder resources we give, initiator
   // depth we use.
@@ -119,8 +119,8 @@ struct Cm {
   std::vector<std::unique_ptr<Device>> devices;
   std::list<Id*> ids;
   std::unordered_map<uint32_t, Id*> by_local_id;
-  std::unordered_map<uint64_t, Id*> by_peer;   // (peer ip << 32 | peer's id) -> id
-  std::unordered_map<uint32_t, Id*> ports;     // (ps << 16 | port) -> holder
+  std::unordered_map<uint64_t, Id*> by_peer;  // (peer ip << 32 | peer's id) -> id
+  std::unordered_map<uint32_t, Id*> ports;    // (ps << 16 | port) -> holder
   uint32_t next_local_id = 1;
   uint16_t next_port = 0;
   std::thread service;

@@ -142,8 +142,8 @@ std::unique_ptr<Device> open_device(ibv_device* dev) {
     ok = ok && fcntl(d->ch->fd, F_SETFL, fcntl(d->ch->fd, F_GETFL) | O_NONBLOCK) == 0;
   }
   if (!ok) {
-    std::fprintf(stderr, "braid rdmacm: cannot set up QP 1 on %s: %s\n",
-                 ibv_get_device_name(dev), std::strerror(errno));
+    std::fprintf(stderr, "braid rdmacm: cannot set up QP 1 on %s: %s\n", ibv_get_device_name(dev),
+                 std::strerror(errno));
     close_device(d.get());
     return nullptr;
   }
@@ -377,8 +377,8 @@ void handle(Device* d, const uint8_t* buf, size_t len, const ibv_wc& wc) {
   auto it = c.by_local_id.find(m.remote_id);
   Id* id = it == c.by_local_id.end() ? nullptr : it->second;
   // Only the peer of the connection, naming its own id once known.
-  if (id != nullptr && (id->dev != d || id->peer_ip != ip ||
-                        (id->remote_id != 0 && id->remote_id != m.local_id))) {
+  if (id != nullptr &&
+      (id->dev != d || id->peer_ip != ip || (id->remote_id != 0 && id->remote_id != m.local_id))) {
     id = nullptr;
   }
   if (m.type == cm::Type::kDreq) {
@@ -390,7 +390,9 @@ void handle(Device* d, const uint8_t* buf, size_t len, const ibv_wc& wc) {
     return;
   }
   switch (m.type) {
-    case cm::Type::kRep: on_rep(id, m); break;
+    case cm::Type::kRep:
+      on_rep(id, m);
+      break;
     case cm::Type::kRtu:
       if (id->state == State::kAccepting) {
         id->retransmit = false;
@@ -398,7 +400,9 @@ void handle(Device* d, const uint8_t* buf, size_t len, const ibv_wc& wc) {
         push_event(id->chan, new_event(id, RDMA_CM_EVENT_ESTABLISHED, 0));
       }
       break;
-    case cm::Type::kRej: on_rej(id, m); break;
+    case cm::Type::kRej:
+      on_rej(id, m);
+      break;
     case cm::Type::kMra:
       if (id->state == State::kConnecting) {
         id->tries = 0;  // the server is there: wait on (within the whole limit)
@@ -412,7 +416,9 @@ void handle(Device* d, const uint8_t* buf, size_t len, const ibv_wc& wc) {
         push_event(id->chan, new_event(id, RDMA_CM_EVENT_DISCONNECTED, 0));
       }
       break;
-    default: drop("type out of place", ip, m); break;
+    default:
+      drop("type out of place", ip, m);
+      break;
   }
 }
 
@@ -713,11 +719,11 @@ int qp_attr_for(Id* id, ibv_qp_attr* a, int* mask) {
       const bool known = id->state == State::kRequested || id->state == State::kAccepting ||
                          id->state == State::kEstablished || id->state == State::kResponded ||
                          id->state == State::kConnecting;
-      a->qp_access_flags =
-          !known ? 0
-                 : IBV_ACCESS_REMOTE_WRITE |
-                       (id->responder_resources != 0 ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
-                                                     : 0);
+      a->qp_access_flags = !known ? 0
+                                  : IBV_ACCESS_REMOTE_WRITE |
+                                        (id->responder_resources != 0
+                                             ? IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+                                             : 0);
       if (id->pub.qp_type == IBV_QPT_UD) {
         a->qkey = 0x01234567;
         *mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
@@ -759,10 +765,13 @@ int qp_attr_for(Id* id, ibv_qp_attr* a, int* mask) {
       *mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
               IBV_QP_MAX_QP_RD_ATOMIC;
       return 0;
-    default: return EINVAL;
+    default:
+      return EINVAL;
   }
 }
 
-void kick() { wake(); }
+void kick() {
+  wake();
+}
 
 }  // namespace braid::rdmacm
