@@ -126,7 +126,9 @@ void free_channel(Channel* ch) {
 }
 
 // Takes the next event off the channel: blocks unless its fd is
-// non-blocking (then EAGAIN). Called with the lock held.
+// non-blocking (then EAGAIN), in poll() on the fd, so that a signal ends
+// the wait with EINTR as a read() of rdma_cm's fd does. Called with the
+// lock held.
 Event* next_event(Channel* ch, std::unique_lock<std::mutex>& lock, int* err) {
   for (;;) {
     if (!ch->queue.empty()) {
@@ -136,15 +138,27 @@ Event* next_event(Channel* ch, std::unique_lock<std::mutex>& lock, int* err) {
       if (e->counted != nullptr) ++e->counted->events_out;
       return e;
     }
-    const int fl = fcntl(ch->pub.fd, F_GETFL);
+    if (ch->dead) {  // destroyed under us: nothing will come
+      ++ch->waiters;
+      for (;;) ch->cv.wait(lock);
+    }
+    const int fd = ch->pub.fd;
+    const int fl = fcntl(fd, F_GETFL);
     if (fl >= 0 && (fl & O_NONBLOCK)) {
       *err = EAGAIN;
       return nullptr;
     }
-    ++ch->waiters;
-    ch->cv.wait(lock);
+    ++ch->waiters;  // the channel outlives its destruction while we wait
+    lock.unlock();
+    pollfd p{fd, POLLIN, 0};
+    const int r = poll(&p, 1, -1);
+    const int e = errno;
+    lock.lock();
     --ch->waiters;
-    while (ch->dead) ch->cv.wait(lock);  // destroyed: nothing will come
+    if (r < 0 && e == EINTR) {
+      *err = EINTR;
+      return nullptr;
+    }
   }
 }
 

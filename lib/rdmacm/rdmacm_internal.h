@@ -35,11 +35,11 @@ struct Event {
 struct Channel {
   rdma_event_channel pub;  // {fd}: readable while an event waits
   std::deque<Event*> queue;
-  std::condition_variable cv;
-  bool sync = false;       // an id's own (created with a NULL channel)
-  bool signalled = false;  // the fd holds a count (queue not empty)
-  int waiters = 0;         // threads blocked in rdma_get_cm_event on it
-  bool dead = false;       // destroyed while a thread waited: kept for it
+  std::condition_variable cv;  // where a thread waits for good on a destroyed channel
+  bool sync = false;           // an id's own (created with a NULL channel)
+  bool signalled = false;      // the fd holds a count (queue not empty)
+  int waiters = 0;             // threads blocked in rdma_get_cm_event on it
+  bool dead = false;           // destroyed while a thread waited: kept for it
 };
 
 enum class State {

@@ -178,10 +178,13 @@ int braid_get_cq_event(struct braid_comp_channel* ch, struct braid_cq** cq, void
       }
     }
     // None pending: a non-blocking fd says so, a blocking one waits for one.
+    // A signal ends the wait with EINTR, as rdma-core's read() of the
+    // channel does: programs stop a blocked event loop with an alarm
+    // (qperf's test timer).
     const int flags = fcntl(ch->fd, F_GETFL);
     if (flags >= 0 && (flags & O_NONBLOCK)) return EAGAIN;
     pollfd p{ch->fd, POLLIN, 0};
-    if (poll(&p, 1, -1) < 0 && errno != EINTR) return errno;
+    if (poll(&p, 1, -1) < 0) return errno;
   }
 }
 
