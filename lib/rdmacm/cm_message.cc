@@ -128,8 +128,10 @@ DecodeError decode(const uint8_t* in, size_t len, Message* m) {
       m->rnr_retry_count > 7 || (in[32] & ~3u) != 0) {
     return DecodeError::kField;
   }
-  // Every type but a REQ names the receiver's id.
-  if ((m->remote_id == 0) != (m->type == Type::kReq)) {
+  // Every type but a REQ names the receiver's id; a REJ may not (a client
+  // withdrawing its REQ before any answer names the server's id).
+  if ((m->remote_id == 0 && m->type != Type::kReq && m->type != Type::kRej) ||
+      (m->remote_id != 0 && m->type == Type::kReq)) {
     return DecodeError::kField;
   }
   std::memcpy(m->private_data, in + kHeaderSize, m->private_len);

@@ -42,7 +42,7 @@ struct Message {
   Type type = Type::kReq;
   uint16_t reason = 0;              // REJ
   uint32_t local_id = 0;            // the sender's id for the connection (never 0)
-  uint32_t remote_id = 0;           // the receiver's (0 in a REQ only)
+  uint32_t remote_id = 0;           // the receiver's (0 in a REQ, and a REJ withdrawing one)
   uint16_t port_space = 0;          // RDMA_PS_TCP, _UDP, _IB (REQ)
   uint16_t src_port = 0;            // the client's port (REQ)
   uint16_t dst_port = 0;            // the service's port (REQ)

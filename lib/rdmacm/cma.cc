@@ -217,7 +217,11 @@ bool make_cqs(Id* id, ibv_cq** send_cq, ibv_cq** recv_cq, uint32_t send_wr, uint
     p.recv_cq = p.recv_cq_channel
                     ? ibv_create_cq(p.verbs, static_cast<int>(recv_wr), &p, p.recv_cq_channel, 0)
                     : nullptr;
-    if (p.recv_cq == nullptr) return false;
+    if (p.recv_cq == nullptr) {
+      if (p.recv_cq_channel) ibv_destroy_comp_channel(p.recv_cq_channel);
+      p.recv_cq_channel = nullptr;
+      return false;
+    }
     id->own_recv_cq = true;
   }
   if (*send_cq == nullptr && p.send_cq == nullptr && send_wr > 0) {
@@ -225,7 +229,11 @@ bool make_cqs(Id* id, ibv_cq** send_cq, ibv_cq** recv_cq, uint32_t send_wr, uint
     p.send_cq = p.send_cq_channel
                     ? ibv_create_cq(p.verbs, static_cast<int>(send_wr), &p, p.send_cq_channel, 0)
                     : nullptr;
-    if (p.send_cq == nullptr) return false;
+    if (p.send_cq == nullptr) {
+      if (p.send_cq_channel) ibv_destroy_comp_channel(p.send_cq_channel);
+      p.send_cq_channel = nullptr;
+      return false;
+    }
     id->own_send_cq = true;
   }
   if (*recv_cq == nullptr) *recv_cq = p.recv_cq ? p.recv_cq : p.send_cq;
@@ -389,9 +397,9 @@ BRAID_EXPORT int rdma_destroy_id(rdma_cm_id* pub) {
       break;
     case State::kRequested:
     case State::kAccepting:
-    case State::kConnecting:
+    case State::kConnecting:  // (no server id yet: the REJ names our REQ's)
     case State::kResponded:
-      if (id->remote_id != 0) send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer);
+      send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer);
       break;
     default:
       break;
@@ -454,8 +462,15 @@ BRAID_EXPORT int rdma_migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
   if (to == id->chan) return 0;
   id->acked.wait(lock, [&] { return id->events_out <= 0; });
   Channel* from = id->chan;
+  // The id's events, and a listener's requests (theirs go with it).
+  for (Id* other : cm().ids) {
+    if (other->listener == id && other->chan == from) {
+      other->chan = to;
+      other->pub.channel = &to->pub;
+    }
+  }
   for (auto it = from->queue.begin(); it != from->queue.end();) {
-    if ((*it)->pub.id == pub) {
+    if ((*it)->pub.id == pub || (*it)->counted == id) {
       push_event(to, *it);
       it = from->queue.erase(it);
     } else {
@@ -676,6 +691,14 @@ BRAID_EXPORT int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t 
   if (id->state != State::kRequested) return fail(EINVAL);
   if (len > cmw::max_private(cmw::Type::kRej)) return fail(EINVAL);
   send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer, private_data, private_data ? len : 0);
+  // Kept: a REQ resent because this REJ was lost gets it again.
+  id->last = cmw::Message{};
+  id->last.type = cmw::Type::kRej;
+  id->last.reason = cmw::kRejectConsumer;
+  id->last.local_id = id->local_id;
+  id->last.remote_id = id->remote_id;
+  id->last.private_len = private_data ? len : 0;
+  if (id->last.private_len) std::memcpy(id->last.private_data, private_data, len);
   if (id->listener != nullptr) {
     --id->listener->requests;
     id->listener = nullptr;

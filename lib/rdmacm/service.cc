@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -186,7 +187,31 @@ void set_addr(sockaddr_storage* sa, uint32_t ip, uint16_t port) {
   in->sin_addr.s_addr = htonl(ip);
 }
 
+// Answers to messages naming no connection of ours (a REJ to a REQ for no
+// listener, a DREP to a DREQ for a connection gone): a header each, no more
+// than what came, and at most kStrangerBurst at once, kStrangerRate a
+// second, so that forged sources cannot turn us into a flood (or fill the
+// address handle cache: see ah_for).
+constexpr double kStrangerRate = 200;
+constexpr double kStrangerBurst = 64;
+
+bool may_answer_stranger() {
+  static double tokens = kStrangerBurst;
+  static Clock::time_point last = Clock::now();
+  const Clock::time_point now = Clock::now();
+  tokens = std::min(kStrangerBurst,
+                    tokens + std::chrono::duration<double>(now - last).count() * kStrangerRate);
+  last = now;
+  if (tokens < 1) return false;
+  tokens -= 1;
+  return true;
+}
+
 void reject_stranger(Device* d, uint32_t ip, const cm::Message& req, uint16_t reason) {
+  if (!may_answer_stranger()) {
+    drop("stranger's answers over their rate", ip, req);
+    return;
+  }
   cm::Message m{};
   m.type = cm::Type::kRej;
   m.reason = reason;
@@ -208,6 +233,8 @@ void on_req(Device* d, uint32_t ip, const cm::Message& m) {
       send_message(d, ip, mra);
     } else if (id->state == State::kAccepting) {
       send_message(d, ip, id->last);  // our REP again
+    } else if (id->state == State::kRejected && id->last.type == cm::Type::kRej) {
+      send_message(d, ip, id->last);  // our REJ was lost
     } else {
       drop("REQ already answered", ip, m);
     }
@@ -215,8 +242,9 @@ void on_req(Device* d, uint32_t ip, const cm::Message& m) {
   }
   auto lit = c.ports.find((uint32_t{m.port_space} << 16) | m.dst_port);
   Id* l = lit == c.ports.end() ? nullptr : lit->second;
-  if (l == nullptr || l->state != State::kListening || (l->dev != nullptr && l->dev != d) ||
-      (m.qp_type != IBV_QPT_RC) || l->pub.qp_type != IBV_QPT_RC) {
+  if (l == nullptr || l->destroying || l->state != State::kListening ||
+      (l->dev != nullptr && l->dev != d) || (m.qp_type != IBV_QPT_RC) ||
+      l->pub.qp_type != IBV_QPT_RC) {
     reject_stranger(d, ip, m, cm::kRejectNoListener);
     return;
   }
@@ -317,32 +345,42 @@ void on_rep(Id* id, const cm::Message& m) {
   push_event(id->chan, e);
 }
 
+// A REJ: the client's request refused, or (server side) the client gave up
+// on a request or on our REP. An established connection whose peer refuses
+// it after all (our RTU was lost, its id went) is disconnected.
 void on_rej(Id* id, const cm::Message& m) {
+  if (id->state == State::kEstablished) {
+    id->state = State::kDisconnected;
+    push_event(id->chan, new_event(id, RDMA_CM_EVENT_DISCONNECTED, 0));
+    return;
+  }
   if (id->state != State::kConnecting && id->state != State::kAccepting &&
-      id->state != State::kResponded) {
+      id->state != State::kResponded && id->state != State::kRequested) {
     drop("REJ out of state", id->peer_ip, m);
     return;
   }
-  const bool client = id->state != State::kAccepting;
+  if (id->listener != nullptr) {
+    --id->listener->requests;
+    id->listener = nullptr;
+  }
   id->retransmit = false;
   id->state = State::kRejected;
   qp_to_error(id);
-  Event* e = new_event(id, client ? RDMA_CM_EVENT_REJECTED : RDMA_CM_EVENT_CONNECT_ERROR,
-                       client ? m.reason : -ECONNRESET);
-  if (client) {
-    std::memcpy(e->data, m.private_data, m.private_len);
-    e->pub.param.conn.private_data = e->data;
-    e->pub.param.conn.private_data_len = static_cast<uint8_t>(cm::max_private(cm::Type::kRej));
-  }
+  Event* e = new_event(id, RDMA_CM_EVENT_REJECTED, m.reason);
+  std::memcpy(e->data, m.private_data, m.private_len);
+  e->pub.param.conn.private_data = e->data;
+  e->pub.param.conn.private_data_len = static_cast<uint8_t>(cm::max_private(cm::Type::kRej));
   push_event(id->chan, e);
 }
 
 void on_dreq(Device* d, uint32_t ip, Id* id, const cm::Message& m) {
   cm::Message drep{};
   drep.type = cm::Type::kDrep;
-  drep.local_id = id != nullptr ? id->local_id : 0xffffffffu;
+  // For a connection gone, the id the peer named: its DREQ resent after
+  // our first DREP was lost still finds its answer.
+  drep.local_id = id != nullptr ? id->local_id : m.remote_id;
   drep.remote_id = m.local_id;
-  send_message(d, ip, drep);
+  if (id != nullptr || may_answer_stranger()) send_message(d, ip, drep);
   if (id == nullptr) return;
   if (id->state == State::kEstablished || id->state == State::kAccepting ||
       id->state == State::kDisconnecting) {
@@ -376,6 +414,10 @@ void handle(Device* d, const uint8_t* buf, size_t len, const ibv_wc& wc) {
   }
   auto it = c.by_local_id.find(m.remote_id);
   Id* id = it == c.by_local_id.end() ? nullptr : it->second;
+  if (m.type == cm::Type::kRej && m.remote_id == 0) {  // a client withdrawing its REQ
+    auto p = c.by_peer.find((uint64_t{ip} << 32) | m.local_id);
+    id = p == c.by_peer.end() ? nullptr : p->second;
+  }
   // Only the peer of the connection, naming its own id once known.
   if (id != nullptr &&
       (id->dev != d || id->peer_ip != ip || (id->remote_id != 0 && id->remote_id != m.local_id))) {
@@ -567,11 +609,17 @@ Device* device_for(uint32_t ip) {
   return nullptr;
 }
 
+// Ids are random (getrandom): a stranger who saw one of our messages
+// cannot name another connection of ours (a forged DREQ or REJ needs the
+// connection's two ids and its peer's address).
 uint32_t allocate_local_id() {
   Cm& c = cm();
   for (;;) {
-    const uint32_t v = c.next_local_id;
-    c.next_local_id = c.next_local_id * 1664525u + 1013904223u;
+    uint32_t v = 0;
+    if (getrandom(&v, sizeof v, 0) != sizeof v) {
+      v = c.next_local_id;
+      c.next_local_id = c.next_local_id * 1664525u + 1013904223u;
+    }
     if (v != 0 && v != 0xffffffffu && c.by_local_id.count(v) == 0) return v;
   }
 }
@@ -601,6 +649,22 @@ void unsignal(Channel* ch) {
 ibv_ah* ah_for(Device* d, uint32_t ip) {
   auto it = d->ahs.find(ip);
   if (it != d->ahs.end()) return it->second;
+  // At most kMaxAhs peers' handles: past that, the handles of addresses no
+  // id of ours talks to go (strangers' ones), and come back when needed.
+  constexpr size_t kMaxAhs = 256;
+  if (d->ahs.size() >= kMaxAhs) {
+    for (auto a = d->ahs.begin(); a != d->ahs.end();) {
+      const bool used = std::any_of(cm().ids.begin(), cm().ids.end(), [&](const Id* id) {
+        return id->dev == d && id->peer_ip == a->first;
+      });
+      if (used) {
+        ++a;
+      } else {
+        ibv_destroy_ah(a->second);
+        a = d->ahs.erase(a);
+      }
+    }
+  }
   ibv_ah_attr a{};
   a.is_global = 1;
   a.port_num = 1;
