@@ -11,11 +11,12 @@ set -euo pipefail
 # and HMAC (libcrypto) for the authenticated mode; ucx-utils: ucx_perftest over
 # Braid (scripts/ucx-loopback.sh); openmpi-bin, libopenmpi-dev: Open MPI over
 # Braid (apps/mpi, scripts/mpi-ranks.sh); librdmacm-dev, rdmacm-utils, qperf:
-# rdma_cm's header (lib/rdmacm) and the programs its tests run.
+# rdma_cm's header (lib/rdmacm) and the programs its tests run; libfabric-bin:
+# fi_info and fi_pingpong over libfabric's verbs provider.
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libgmock-dev libbenchmark-dev
       libspdlog-dev libfmt-dev libcli11-dev libdpdk-dev dpdk libibverbs-dev perftest
       ibverbs-utils python3-pyverbs iproute2 nlohmann-json3-dev libgloo-dev
-      libssl-dev ucx-utils openmpi-bin libopenmpi-dev librdmacm-dev rdmacm-utils qperf)
+      libssl-dev ucx-utils openmpi-bin libopenmpi-dev librdmacm-dev rdmacm-utils qperf libfabric-bin)
 if [[ "${1:-}" == "--fuzz" ]]; then
   pkgs+=(clang-14 libclang-rt-14-dev)
 fi

@@ -5,7 +5,7 @@
 # joined by a DPDK virtual NIC pair, one core each. The connection is made
 # by Braid's CM over the vNIC (UD datagrams to QP 1), not over a kernel
 # socket: the server's RDMA address is 198.18.0.1, the client's 198.18.0.2.
-#   scripts/rdmacm-loopback.sh [--path memif|virtio] [--netns] [--wait-tcp] [--expect REGEX]
+#   scripts/rdmacm-loopback.sh [--path memif|virtio|switch] [--netns] [--wait-tcp] [--expect REGEX]
 #                              [--once] [--daemon]
 #                              -- <server command...> -- <client command...>
 # e.g. scripts/rdmacm-loopback.sh -- rping -s -a @SERVER@ -- rping -c -a @SERVER@ -C 100 -v
@@ -20,6 +20,10 @@
 # the run fails. --once: the client is not started again (it retries itself).
 # --daemon: the server serves until stopped (qperf): stopped once the client
 # is done, its exit status not counted.
+# --path switch joins them through braid_switch (two memif ports) instead:
+# each side's link is up as soon as it attaches, whatever the other does
+# (libfabric's fi_pingpong opens its server's device before its client has
+# opened one, and a vNIC pair's link waits for both).
 # A client whose request met no listener yet (REJECTED, "error 8", as a
 # server opens its device first and listens after) is started again, as
 # perftest does itself. Library from $BRAID_BUILD_DIR (default build/release).
@@ -77,17 +81,42 @@ lib="$build_dir/ibverbs"
 [[ -e "$lib/librdmacm.so.1" ]] || { echo "rdmacm-loopback: $lib/librdmacm.so.1 not built" >&2; exit 1; }
 use_braid_ibverbs "$lib" || exit 1
 pair_run_dir braid-rdmacm
+switch_pid=
+cleanup() {
+  [[ -n "${server_pid:-}" ]] && kill -KILL "$server_pid" 2>/dev/null
+  [[ -n "${switch_pid:-}" ]] && kill -INT "$switch_pid" 2>/dev/null && wait "$switch_pid" 2>/dev/null
+  cm_netns_down
+  rm -rf "$run_dir"
+}
+trap cleanup EXIT
 if ((netns)); then
   cm_netns_up || exit 1
-  trap '[[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null; cm_netns_down; rm -rf "$run_dir"' EXIT
 fi
-vnic_pair "$path" "$run_dir" 1500 1 || {
-  echo "rdmacm-loopback: unknown path '$path' (memif or virtio)" >&2
-  exit 2
-}
+if [[ "$path" == switch ]]; then
+  switch_bin="$build_dir/apps/braid_switch"
+  [[ -x "$switch_bin" ]] || { echo "rdmacm-loopback: $switch_bin not built" >&2; exit 1; }
+  "$switch_bin" --lcore 0 --idle-yield 16 --links 1 \
+    --port "net_memif0,role=server,id=0,socket=$run_dir/p0.sock,socket-abstract=no" \
+    --port "net_memif1,role=server,id=0,socket=$run_dir/p1.sock,socket-abstract=no" \
+    >"$run_dir/switch.log" 2>&1 &
+  switch_pid=$!
+  until grep -q "ready" "$run_dir/switch.log" 2>/dev/null; do
+    kill -0 "$switch_pid" 2>/dev/null || { cat "$run_dir/switch.log" >&2; exit 1; }
+    sleep 0.05
+  done
+  server_port="net_memif0,role=client,id=0,socket=$run_dir/p0.sock,socket-abstract=no,mac=02:00:c6:12:00:01"
+  client_port="net_memif0,role=client,id=0,socket=$run_dir/p1.sock,socket-abstract=no,mac=02:00:c6:12:00:02"
+  sock="$run_dir/p0.sock"
+  export BRAID_IBV_IDLE_YIELD=16
+else
+  vnic_pair "$path" "$run_dir" 1500 1 || {
+    echo "rdmacm-loopback: unknown path '$path' (memif, virtio or switch)" >&2
+    exit 2
+  }
+fi
 export BRAID_IBV_LINK_WAIT_MS=60000
 BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1 BRAID_IBV_LCORE=0 \
-  ${cm_exec[@]+"${cm_exec[@]}"} timeout 120 taskset -c 0 "${server[@]}" >"$server_log" 2>&1 &
+  ${cm_exec[@]+"${cm_exec[@]}"} timeout -k 5 120 taskset -c 0 "${server[@]}" >"$server_log" 2>&1 &
 server_pid=$!
 # A server with a TCP port (qperf) opens its device only once a client
 # has connected there: wait for it to listen; else for its vNIC socket.
@@ -103,7 +132,7 @@ client_log="$run_dir/client.log"
 set +e
 for ((attempt = 1; attempt <= attempts; ++attempt)); do
   BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2 BRAID_IBV_LCORE=1 \
-    ${cm_exec[@]+"${cm_exec[@]}"} timeout 120 taskset -c 1 "${client[@]}" >"$client_log" 2>&1
+    ${cm_exec[@]+"${cm_exec[@]}"} timeout -k 5 120 taskset -c 1 "${client[@]}" >"$client_log" 2>&1
   client_rc=$?
   [[ $client_rc -ne 0 ]] && kill -0 "$server_pid" 2>/dev/null &&
     ((attempt < attempts)) &&

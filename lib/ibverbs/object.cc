@@ -609,6 +609,15 @@ BRAID_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   }
   braid_qp_attr b{};
   b.qp_state = static_cast<braid_qp_state>(attr->qp_state);
+  if (!(mask & IBV_QP_STATE)) {
+    // Attributes alone (libfabric and qperf set MIN_RNR_TIMER on an RTS
+    // QP so): a change within the QP's present state.
+    braid_qp_attr now{};
+    braid_qp_init_attr init{};
+    if (braid_query_qp(qp_of(qp)->b, &now, BRAID_QP_STATE, &init) != 0) return fail(EINVAL);
+    b.qp_state = now.qp_state;
+    mask |= IBV_QP_STATE;
+  }
   b.cur_qp_state = static_cast<braid_qp_state>(attr->cur_qp_state);
   b.path_mtu = static_cast<braid_mtu>(attr->path_mtu);
   b.qkey = attr->qkey;

@@ -460,6 +460,12 @@ BRAID_EXPORT int rdma_migrate_id(rdma_cm_id* pub, rdma_event_channel* channel) {
   if (to == nullptr) return fail(EMFILE);
   std::unique_lock<std::mutex> lock(cm().mu);
   if (to == id->chan) return 0;
+  // A sync id's last event (kept in id->event) is acknowledged here, as
+  // rdma-core does: libfabric migrates an id right after a sync resolve.
+  if (id->own_channel && id->pub.event != nullptr) {
+    ack(reinterpret_cast<Event*>(id->pub.event));
+    id->pub.event = nullptr;
+  }
   id->acked.wait(lock, [&] { return id->events_out <= 0; });
   Channel* from = id->chan;
   // The id's events, and a listener's requests (theirs go with it).
