@@ -550,7 +550,7 @@ TEST(DeviceEnginesArp, AReplyOnAnotherEnginesQueueReachesTheEngineThatAsked) {
   c.rtr_arp_wait_us = -1;
   braid_context* ctx = braid::open_device(&c, std::move(ios));
   ASSERT_NE(ctx, nullptr) << braid_last_error();
-  ctx->next_qpn = 1;  // QP 1: engine 1
+  ctx->next_qpn = 3;  // QP 3: engine 1 (QP 1 is held for the CM, BRAID_QPT_CM)
   ctx->qpn_key = 0;
   braid_pd* pd = braid_alloc_pd(ctx);
   braid_cq* cq = braid_create_cq(ctx, 16, nullptr, nullptr, 0);
