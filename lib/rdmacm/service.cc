@@ -519,17 +519,31 @@ Clock::time_point run_timers(Clock::time_point now) {
   return next;
 }
 
+// Without a progress thread (BRAID_IBV_PROGRESS_THREAD=0) nothing drives a
+// device while the program waits for a CM event: the service thread looks
+// at QP 1 every 10 ms itself. With one (the default) it looks only when QP
+// 1's channel says a message is in: a look drives the device's engine, and
+// a thread that takes the engine on a core the program busy-polls, and is
+// preempted holding it, stalls the program for a time slice.
+bool without_progress_thread() {
+  static const bool off = [] {
+    const char* e = std::getenv("BRAID_IBV_PROGRESS_THREAD");
+    return e != nullptr && std::strcmp(e, "0") == 0;
+  }();
+  return off;
+}
+
 void service_loop() {
   Cm& c = cm();
   std::unique_lock<std::mutex> lock(c.mu);
   Clock::time_point next = Clock::now();
+  const int idle_ms = without_progress_thread() ? 10 : 1000;
   while (!c.stop) {
     std::vector<pollfd> fds;
     fds.push_back({c.wake_fd, POLLIN, 0});
     for (auto& d : c.devices) fds.push_back({d->ch->fd, POLLIN, 0});
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now());
-    // At most 50 ms: a device without a progress thread signals nothing.
-    const int ms = static_cast<int>(std::clamp<int64_t>(wait.count() + 1, 0, 50));
+    const int ms = static_cast<int>(std::clamp<int64_t>(wait.count() + 1, 0, idle_ms));
     lock.unlock();
     poll(fds.data(), fds.size(), ms);
     lock.lock();
@@ -537,7 +551,9 @@ void service_loop() {
       uint64_t v;
       (void)!read(c.wake_fd, &v, sizeof v);
     }
-    for (auto& d : c.devices) drain(d.get());
+    for (size_t i = 0; i < c.devices.size() && i + 1 < fds.size(); ++i) {
+      if ((fds[i + 1].revents & POLLIN) || without_progress_thread()) drain(c.devices[i].get());
+    }
     next = run_timers(Clock::now());
   }
 }

@@ -127,7 +127,10 @@ inline void channel_drain_if_empty(braid_comp_channel* ch) {
 // After engine k completed: fires the armed CQs it completed into (under
 // k's lock, which keeps the list of CQs and k's rings still).
 inline void signal_armed_cqs(braid_context* c, uint16_t k) {
-  if (c->armed.load(std::memory_order_relaxed) == 0) return;  // most polls: none armed
+  if (c->armed.load(std::memory_order_relaxed) == 0 &&
+      c->armed_internal.load(std::memory_order_relaxed) == 0) {
+    return;  // most polls: none armed
+  }
   std::lock_guard<std::mutex> e(c->event_lock);
   for (braid_cq* cq : c->cqs) {
     const braid::CompletionQueue* r = cq->rings[k].get();
@@ -135,7 +138,7 @@ inline void signal_armed_cqs(braid_context* c, uint16_t k) {
       continue;
     }
     cq->armed = false;
-    c->armed.fetch_sub(1, std::memory_order_relaxed);
+    (cq->internal ? c->armed_internal : c->armed).fetch_sub(1, std::memory_order_relaxed);
     channel_push(cq->channel, cq);
   }
 }

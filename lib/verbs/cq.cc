@@ -72,7 +72,9 @@ int braid_destroy_cq(struct braid_cq* cq) {
   if (cq->users > 0) return fail(EBUSY, "destroy_cq: QPs still use this CQ");
   std::lock_guard<std::mutex> e(c->event_lock);
   c->cqs.erase(std::remove(c->cqs.begin(), c->cqs.end(), cq), c->cqs.end());
-  if (cq->armed) c->armed.fetch_sub(1, std::memory_order_relaxed);
+  if (cq->armed) {
+    (cq->internal ? c->armed_internal : c->armed).fetch_sub(1, std::memory_order_relaxed);
+  }
   if (cq->channel != nullptr) {
     auto& f = cq->channel->fired;
     f.erase(std::remove(f.begin(), f.end(), cq), f.end());
@@ -154,8 +156,10 @@ int braid_req_notify_cq(struct braid_cq* cq, int solicited_only) {
       cq->armed_at[k] = cq->rings[k] ? cq->rings[k]->pushed() : 0;
     }
     // The application is about to wait for an event: from now on only the
-    // threads drive the device.
-    if (c->armed.fetch_add(1, std::memory_order_relaxed) == 0 && c->threaded) {
+    // threads drive the device. (The CM's CQ: not the application.)
+    if (cq->internal) {
+      c->armed_internal.fetch_add(1, std::memory_order_relaxed);
+    } else if (c->armed.fetch_add(1, std::memory_order_relaxed) == 0 && c->threaded) {
       std::lock_guard<std::mutex> w(c->wake_lock);
       c->wake.notify_all();
     }

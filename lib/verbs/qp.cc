@@ -262,6 +262,16 @@ struct braid_qp* braid_create_qp(struct braid_pd* pd, struct braid_qp_init_attr*
   qp->sq_sig_all = a->sq_sig_all != 0;
   qp->inline_slots = std::bit_ceil(qp->init.cap.max_send_wr);
   qp->inline_buf.resize(size_t{qp->inline_slots} * a->cap.max_inline_data);
+  if (cm) {
+    std::lock_guard<std::mutex> e(c->event_lock);
+    for (braid_cq* cq : {a->send_cq, a->recv_cq}) {
+      if (cq->armed && !cq->internal) {  // (armed before: move it to its counter)
+        c->armed.fetch_sub(1, std::memory_order_relaxed);
+        c->armed_internal.fetch_add(1, std::memory_order_relaxed);
+      }
+      cq->internal = true;
+    }
+  }
   for (braid_cq* cq : {a->send_cq, a->recv_cq}) {
     ++cq->users;
     if (cq->rings[qp->engine] == nullptr) {

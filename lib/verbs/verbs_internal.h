@@ -88,6 +88,11 @@ struct braid_context {
   // CQs armed for an event (req_notify_cq, not fired yet): the application
   // waits for the device, so the threads drive it whatever `calls` says.
   std::atomic<int> armed{0};
+  // The same for CQs of the device's CM QP (BRAID_QPT_CM: librdmacm's service
+  // thread keeps its CQ armed for good). They fire as the others do, but
+  // say nothing about the application: the threads still sleep while it
+  // calls, and do not race it for the engines.
+  std::atomic<int> armed_internal{0};
   // The threads' sleep while the application calls; arming a CQ (and stop)
   // wakes them.
   std::mutex wake_lock;
@@ -191,6 +196,7 @@ struct braid_cq {
   braid_comp_channel* channel;
   // Under context->event_lock:
   bool armed = false;
+  bool internal = false;  // a CQ of the CM QP: counted in armed_internal
   // Per engine, ring.pushed() when armed: as with a NIC, the event is for
   // the next completion, not for one already there when the CQ was armed
   // (which the application polls after arming). An event for an old one
