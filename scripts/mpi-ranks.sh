@@ -16,6 +16,7 @@ cd "$(dirname "$0")/.."
 source scripts/lib/vnic-pair.sh
 source scripts/lib/braid-ibverbs.sh
 source scripts/lib/ucx-device.sh
+source scripts/lib/soft-switch.sh
 path=memif
 ranks=2
 pml=ucx
@@ -73,27 +74,11 @@ case "$pml" in
         vnic_pair "$path" "$run_dir" "$mtu" 1
         ports=("$server_port" "$client_port") ;;
       switch)
-        switch_bin="$build_dir/apps/braid_switch"
-        [[ -x "$switch_bin" ]] || { echo "mpi-ranks: $switch_bin not built" >&2; exit 1; }
-        sw_ports=()
         bsize=
         [[ "$mtu" -gt 1500 ]] && bsize=",bsize=10240"
-        for ((r = 0; r < ranks; r++)); do
-          sw_ports+=(--port "net_memif$r,role=server,id=0,socket=$run_dir/p$r.sock,socket-abstract=no$bsize")
-          ports+=("$(printf "net_memif0,role=client,id=0,socket=%s/p%d.sock,socket-abstract=no,mac=02:00:c6:12:00:%02x" \
-            "$run_dir" "$r" $((r + 1)))$bsize")
-        done
-        "$switch_bin" --lcore 0 --idle-yield 16 --links 1 "${sw_ports[@]}" >"$run_dir/switch.log" 2>&1 &
-        infra_pids+=($!)
-        for _ in $(seq 1 400); do
-          grep -q "ready" "$run_dir/switch.log" 2>/dev/null && break
-          sleep 0.05
-        done
-        grep -q "ready" "$run_dir/switch.log" || {
-          echo "mpi-ranks: the switch did not start" >&2
-          cat "$run_dir/switch.log" >&2
-          exit 1
-        }
+        switch_up "$build_dir" "$run_dir" "$ranks" "$bsize" || exit 1
+        infra_pids+=("$switch_pid")
+        ports=("${switch_ports[@]}")
         mpi_args+=(-x BRAID_IBV_IDLE_YIELD=16) ;;
       *) echo "mpi-ranks: unknown path '$path' (memif, virtio or switch)" >&2; exit 2 ;;
     esac ;;

@@ -33,6 +33,7 @@ source scripts/lib/ports.sh
 source scripts/lib/vnic-pair.sh
 source scripts/lib/braid-ibverbs.sh
 source scripts/lib/cm-netns.sh
+source scripts/lib/soft-switch.sh
 path=memif
 netns=0
 uses_tcp=0
@@ -81,10 +82,9 @@ lib="$build_dir/ibverbs"
 [[ -e "$lib/librdmacm.so.1" ]] || { echo "rdmacm-loopback: $lib/librdmacm.so.1 not built" >&2; exit 1; }
 use_braid_ibverbs "$lib" || exit 1
 pair_run_dir braid-rdmacm
-switch_pid=
 cleanup() {
   [[ -n "${server_pid:-}" ]] && kill -KILL "$server_pid" 2>/dev/null
-  [[ -n "${switch_pid:-}" ]] && kill -INT "$switch_pid" 2>/dev/null && wait "$switch_pid" 2>/dev/null
+  switch_down
   cm_netns_down
   rm -rf "$run_dir"
 }
@@ -93,19 +93,9 @@ if ((netns)); then
   cm_netns_up || exit 1
 fi
 if [[ "$path" == switch ]]; then
-  switch_bin="$build_dir/apps/braid_switch"
-  [[ -x "$switch_bin" ]] || { echo "rdmacm-loopback: $switch_bin not built" >&2; exit 1; }
-  "$switch_bin" --lcore 0 --idle-yield 16 --links 1 \
-    --port "net_memif0,role=server,id=0,socket=$run_dir/p0.sock,socket-abstract=no" \
-    --port "net_memif1,role=server,id=0,socket=$run_dir/p1.sock,socket-abstract=no" \
-    >"$run_dir/switch.log" 2>&1 &
-  switch_pid=$!
-  until grep -q "ready" "$run_dir/switch.log" 2>/dev/null; do
-    kill -0 "$switch_pid" 2>/dev/null || { cat "$run_dir/switch.log" >&2; exit 1; }
-    sleep 0.05
-  done
-  server_port="net_memif0,role=client,id=0,socket=$run_dir/p0.sock,socket-abstract=no,mac=02:00:c6:12:00:01"
-  client_port="net_memif0,role=client,id=0,socket=$run_dir/p1.sock,socket-abstract=no,mac=02:00:c6:12:00:02"
+  switch_up "$build_dir" "$run_dir" 2 || exit 1
+  server_port="${switch_ports[0]}"
+  client_port="${switch_ports[1]}"
   sock="$run_dir/p0.sock"
   export BRAID_IBV_IDLE_YIELD=16
 else

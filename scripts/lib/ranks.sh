@@ -15,6 +15,7 @@
 # ranks_report <name> <run dir> <ranks> <failed>: rank 0's output; when a
 #   rank failed, every other rank's too, and exit 1.
 # Needs scripts/lib/vnic-pair.sh sourced and $build_dir set.
+source "$(dirname "${BASH_SOURCE[0]}")/soft-switch.sh"
 infra_pids=()
 rank_pids=()
 ranks_rest=()
@@ -63,32 +64,15 @@ ranks_start() {
         taskset -c 1 timeout 600 "$@" --rank 1 >"$dir/rank1.log" 2>&1 &
       rank_pids+=($!) ;;
     switch)
-      local switch_bin="$build_dir/apps/braid_switch" r ports=()
-      [[ -x "$switch_bin" ]] || { echo "ranks: $switch_bin not built" >&2; return 1; }
-      for ((r = 0; r < ranks; r++)); do
-        ports+=(--port "net_memif$r,role=server,id=0,socket=$dir/p$r.sock,socket-abstract=no")
-      done
+      local r
       # RANKS_SWITCH_ARGS: more arguments for the switch (a core link's rate,
       # ECN), e.g. "--core-rate-mbps 300 --core-ecn 3000,30000,1".
       # shellcheck disable=SC2086
-      "$switch_bin" --lcore 0 --idle-yield 16 --links 1 ${RANKS_SWITCH_ARGS:-} "${ports[@]}" \
-        >"$dir/switch.log" 2>&1 &
-      infra_pids+=($!)
-      for _ in $(seq 1 400); do
-        grep -q "ready" "$dir/switch.log" 2>/dev/null && break
-        sleep 0.05
-      done
-      grep -q "ready" "$dir/switch.log" || {
-        echo "ranks: the switch did not start" >&2
-        cat "$dir/switch.log" >&2
-        return 1
-      }
+      switch_up "$build_dir" "$dir" "$ranks" "" ${RANKS_SWITCH_ARGS:-} || return 1
+      infra_pids+=("$switch_pid")
       export BRAID_IBV_IDLE_YIELD=16
       for ((r = 0; r < ranks; r++)); do
-        local port
-        port=$(printf "net_memif0,role=client,id=0,socket=%s/p%d.sock,socket-abstract=no,mac=02:00:c6:12:00:%02x" \
-          "$dir" "$r" $((r + 1)))
-        BRAID_IBV_PORT="$port" BRAID_IBV_IP="198.18.0.$((r + 1))" BRAID_IBV_LCORE=$(((r + 1) % 2)) \
+        BRAID_IBV_PORT="${switch_ports[r]}" BRAID_IBV_IP="198.18.0.$((r + 1))" BRAID_IBV_LCORE=$(((r + 1) % 2)) \
           taskset -c $(((r + 1) % 2)) timeout 600 "$@" --rank "$r" >"$dir/rank$r.log" 2>&1 &
         rank_pids+=($!)
       done ;;
