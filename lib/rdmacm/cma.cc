@@ -287,18 +287,6 @@ int create_qp_common(Id* id, ibv_qp_init_attr_ex* ax) {
   return 0;
 }
 
-void send_simple(Id* id, cmw::Type t, uint16_t reason = 0, const void* data = nullptr,
-                 uint8_t len = 0) {
-  cmw::Message m{};
-  m.type = t;
-  m.reason = reason;
-  m.local_id = id->local_id;
-  m.remote_id = id->remote_id;
-  m.private_len = len;
-  if (len) std::memcpy(m.private_data, data, len);
-  send_message(id->dev, id->peer_ip, m);
-}
-
 }  // namespace
 
 // ---- Event channels and events ----
@@ -696,15 +684,9 @@ BRAID_EXPORT int rdma_reject(rdma_cm_id* pub, const void* private_data, uint8_t 
   std::lock_guard<std::mutex> g(cm().mu);
   if (id->state != State::kRequested) return fail(EINVAL);
   if (len > cmw::max_private(cmw::Type::kRej)) return fail(EINVAL);
-  send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer, private_data, private_data ? len : 0);
   // Kept: a REQ resent because this REJ was lost gets it again.
-  id->last = cmw::Message{};
-  id->last.type = cmw::Type::kRej;
-  id->last.reason = cmw::kRejectConsumer;
-  id->last.local_id = id->local_id;
-  id->last.remote_id = id->remote_id;
-  id->last.private_len = private_data ? len : 0;
-  if (id->last.private_len) std::memcpy(id->last.private_data, private_data, len);
+  id->last =
+      send_simple(id, cmw::Type::kRej, cmw::kRejectConsumer, private_data, private_data ? len : 0);
   if (id->listener != nullptr) {
     --id->listener->requests;
     id->listener = nullptr;

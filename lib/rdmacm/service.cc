@@ -226,11 +226,7 @@ void on_req(Device* d, uint32_t ip, const cm::Message& m) {
   if (dup != c.by_peer.end()) {
     Id* id = dup->second;
     if (id->state == State::kRequested) {
-      cm::Message mra{};
-      mra.type = cm::Type::kMra;
-      mra.local_id = id->local_id;
-      mra.remote_id = id->remote_id;
-      send_message(d, ip, mra);
+      send_simple(id, cm::Type::kMra);
     } else if (id->state == State::kAccepting) {
       send_message(d, ip, id->last);  // our REP again
     } else if (id->state == State::kRejected && id->last.type == cm::Type::kRej) {
@@ -294,13 +290,7 @@ void on_req(Device* d, uint32_t ip, const cm::Message& m) {
 void on_rep(Id* id, const cm::Message& m) {
   Cm& c = cm();
   if (id->state == State::kEstablished || id->state == State::kResponded) {
-    if (id->state == State::kEstablished) {
-      cm::Message rtu{};
-      rtu.type = cm::Type::kRtu;
-      rtu.local_id = id->local_id;
-      rtu.remote_id = id->remote_id;
-      send_message(id->dev, id->peer_ip, rtu);  // our RTU was lost
-    }
+    if (id->state == State::kEstablished) send_simple(id, cm::Type::kRtu);  // our RTU was lost
     return;
   }
   if (id->state != State::kConnecting) {
@@ -319,22 +309,13 @@ void on_rep(Id* id, const cm::Message& m) {
   Event* e = nullptr;
   if (id->pub.qp != nullptr) {
     if (connect_qp(id) != 0) {
-      cm::Message rej{};
-      rej.type = cm::Type::kRej;
-      rej.reason = cm::kRejectConsumer;
-      rej.local_id = id->local_id;
-      rej.remote_id = id->remote_id;
-      send_message(id->dev, id->peer_ip, rej);
+      send_simple(id, cm::Type::kRej, cm::kRejectConsumer);
       id->state = State::kRejected;
       e = new_event(id, RDMA_CM_EVENT_CONNECT_ERROR, -EINVAL);
       push_event(id->chan, e);
       return;
     }
-    cm::Message rtu{};
-    rtu.type = cm::Type::kRtu;
-    rtu.local_id = id->local_id;
-    rtu.remote_id = id->remote_id;
-    send_message(id->dev, id->peer_ip, rtu);
+    send_simple(id, cm::Type::kRtu);
     id->state = State::kEstablished;
     e = new_event(id, RDMA_CM_EVENT_ESTABLISHED, 0);
   } else {
@@ -726,6 +707,18 @@ bool send_message(Device* d, uint32_t ip, const cm::Message& msg) {
   d->free_send.pop_back();
   ++cm().sent;
   return true;
+}
+
+cm::Message send_simple(Id* id, cm::Type t, uint16_t reason, const void* data, uint8_t len) {
+  cm::Message m{};
+  m.type = t;
+  m.reason = reason;
+  m.local_id = id->local_id;
+  m.remote_id = id->remote_id;
+  m.private_len = len;
+  if (len) std::memcpy(m.private_data, data, len);
+  send_message(id->dev, id->peer_ip, m);
+  return m;
 }
 
 void send_tracked(Id* id, const cm::Message& m) {

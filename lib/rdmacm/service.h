@@ -24,6 +24,11 @@ void unsignal(Channel* ch);
 // Sends a CM message to the peer's QP 1 (false if no send slot or AH: the
 // retransmission timer covers it).
 bool send_message(Device* d, uint32_t ip, const cm::Message& m);
+// Sends the id's peer a message of one type naming both ids (RTU, MRA, REJ,
+// DREQ...), with a reason and private data if given; sent once. Returns it
+// (to keep for a resend).
+cm::Message send_simple(Id* id, cm::Type t, uint16_t reason = 0, const void* data = nullptr,
+                        uint8_t len = 0);
 // Sends a message that is resent until answered (REQ, REP, DREQ).
 void send_tracked(Id* id, const cm::Message& m);
 // Fills the id's route (addresses, GIDs, path record) from its fields.
