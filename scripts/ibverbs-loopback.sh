@@ -31,7 +31,8 @@ source scripts/lib/vnic-pair.sh
 source scripts/lib/braid-ibverbs.sh
 use_braid_ibverbs "$lib" || exit 1
 pair_run_dir braid-ibv
-vnic_pair "$path" "$run_dir" 1500 "${BRAID_IBV_ENGINES:-1}" || {
+# BRAID_IBV_MTU=9000 gives the pair (and the devices) jumbo frames.
+vnic_pair "$path" "$run_dir" "${BRAID_IBV_MTU:-1500}" "${BRAID_IBV_ENGINES:-1}" || {
   echo "ibverbs-loopback: unknown path '$path' (memif or virtio)" >&2
   exit 2
 }

@@ -2,7 +2,7 @@
 # Debian's unmodified ucx_perftest between two processes on this host, each
 # with its own Braid device over a vNIC pair (memif or virtio), through
 # Braid's libibverbs.so.1: UCX's rc_verbs and ud_verbs transports.
-#   scripts/ucx-loopback.sh [--path memif|virtio] [--tls TLS] <ucx_perftest args...>
+#   scripts/ucx-loopback.sh [--path memif|virtio] [--tls TLS] [--mtu 1500|9000] <ucx_perftest args...>
 #   e.g. scripts/ucx-loopback.sh --tls rc_verbs,ud_verbs -t tag_lat -n 10000
 # --tls tcp runs the same test over UCX's TCP on loopback (no Braid), the
 # baseline. The device node UCX looks for is made for the run
@@ -16,10 +16,12 @@ source scripts/lib/braid-ibverbs.sh
 source scripts/lib/ucx-device.sh
 path=memif
 tls=rc_verbs,ud_verbs
+mtu=1500
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --path) path="$2"; shift 2 ;;
     --tls) tls="$2"; shift 2 ;;
+    --mtu) mtu="$2"; shift 2 ;;
     *) break ;;
   esac
 done
@@ -38,11 +40,11 @@ else
   use_braid_ibverbs "$build_dir/ibverbs" || exit 1
   ucx_device_node_up braid0 || exit 1
   trap '[[ -n "${server_pid:-}" ]] && kill "$server_pid" 2>/dev/null; ucx_device_node_down; rm -rf "$run_dir"' EXIT
-  vnic_pair "$path" "$run_dir" 1500 1 || {
+  vnic_pair "$path" "$run_dir" "$mtu" 1 || {
     echo "ucx-loopback: unknown path '$path' (memif or virtio)" >&2
     exit 2
   }
-  export UCX_NET_DEVICES=braid0:1 BRAID_IBV_LINK_WAIT_MS=60000
+  export UCX_NET_DEVICES=braid0:1 BRAID_IBV_LINK_WAIT_MS=60000 BRAID_IBV_MTU="$mtu"
   server_env=(BRAID_IBV_PORT="$server_port" BRAID_IBV_IP=198.18.0.1)
   client_env=(BRAID_IBV_PORT="$client_port" BRAID_IBV_IP=198.18.0.2)
 fi

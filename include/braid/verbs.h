@@ -256,6 +256,7 @@ struct braid_port_attr {
   uint8_t link_layer;  /* 2: Ethernet, as IBV_LINK_LAYER_ETHERNET */
   uint32_t link_mtu;   /* Ethernet MTU of the DPDK port */
   uint8_t tx_in_place; /* 1: payloads leave from registered memory, not copied first */
+  uint32_t link_mbps;  /* the port's rate, Mb/s: braid_device_config.link_mbps as resolved */
 };
 
 enum braid_wc_status {

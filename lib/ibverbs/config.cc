@@ -212,4 +212,23 @@ DeviceSettings load_settings(std::string* error) {
   return s;
 }
 
+IbRate ib_rate_for(uint32_t link_mbps) {
+  struct Code {
+    uint8_t code;
+    uint32_t mbps;
+  };
+  static constexpr Code kWidths[] = {{1, 1}, {16, 2}, {2, 4}, {4, 8}, {8, 12}};
+  static constexpr Code kSpeeds[] = {{1, 2500},   {2, 5000},   {4, 10000},   {16, 14000},
+                                     {32, 25000}, {64, 50000}, {128, 100000}};
+  IbRate best;
+  for (const Code& w : kWidths) {
+    for (const Code& l : kSpeeds) {
+      const uint32_t mbps = w.mbps * l.mbps;
+      // Of equal rates, the fewer lanes (1X NDR rather than 4X EDR).
+      if (mbps <= link_mbps && mbps > best.mbps) best = IbRate{w.code, l.code, mbps};
+    }
+  }
+  return best;
+}
+
 }  // namespace braid::ibv

@@ -60,4 +60,17 @@ struct DeviceSettings {
 // is then not listed).
 DeviceSettings load_settings(std::string* error);
 
+// A port's rate as ibv_port_attr spells it: a lane count (active_width:
+// 1 1X, 2 4X, 4 8X, 8 12X, 16 2X) times a lane rate (active_speed: 1 SDR
+// 2.5 Gb/s, 2 DDR 5, 4 QDR 10, 16 FDR 14, 32 EDR 25, 64 HDR 50, 128 NDR 100).
+// Programs size their protocols by it (UCX picks its rendezvous threshold
+// from it), so it says what the port carries: the largest combination not
+// above link_mbps (1X SDR below 2.5 Gb/s); mbps is that combination's rate.
+struct IbRate {
+  uint8_t width = 1;
+  uint8_t speed = 1;
+  uint32_t mbps = 2500;
+};
+IbRate ib_rate_for(uint32_t link_mbps);
+
 }  // namespace braid::ibv

@@ -66,8 +66,9 @@ int fill_port_attr(Context* c, uint8_t port, ibv_port_attr* a, size_t size) {
   out.pkey_tbl_len = 1;
   out.lid = 0;  // Ethernet: no LIDs
   out.max_vl_num = 1;
-  out.active_width = 1;   // 1X
-  out.active_speed = 32;  // 25 Gb/s per lane (the IB encoding), informational
+  const IbRate rate = ib_rate_for(b.link_mbps);
+  out.active_width = rate.width;
+  out.active_speed = rate.speed;
   out.phys_state = b.state == BRAID_PORT_ACTIVE ? 5 /* LinkUp */ : 3 /* Disabled */;
   out.link_layer = IBV_LINK_LAYER_ETHERNET;
   std::memcpy(a, &out, std::min(size, sizeof out));

@@ -187,6 +187,7 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   a->state = c->engine->io().link_up() && !stalled ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
   a->tx_in_place = c->engine->io().tx_external() ? 1 : 0;
+  a->link_mbps = c->config.link_mbps;
   a->max_mtu = a->active_mtu = ib_mtu_for(braid::max_payload(link_mtu, c->trailer_bytes()));
   a->gid_tbl_len = 1;
   a->max_msg_sz = 0x7fffffff;

@@ -24,6 +24,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -433,6 +434,28 @@ TEST(IbvContexts, OpeningAndClosing1000TimesGrowsNothing) {
 namespace {
 
 // What rdma-core's suite found (tests/rdma-core), checked here directly.
+// The port's rate, as UCX reads it to choose its protocols, is the DPDK
+// port's link speed (the ring PMD reports 10 Gb/s), not a fixed figure.
+TEST(IbvConformance, APortReportsItsLinksSpeed) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  ibv_context* c = ibv_open_device(dev);
+  ASSERT_NE(c, nullptr);
+  ibv_port_attr pa{};
+  ASSERT_EQ(ibv_query_port(c, 1, &pa), 0);
+  rte_eth_link link{};
+  ASSERT_EQ(rte_eth_link_get_nowait(port_id(), &link), 0);
+  ASSERT_NE(link.link_speed, RTE_ETH_SPEED_NUM_NONE);
+  ASSERT_NE(link.link_speed, RTE_ETH_SPEED_NUM_UNKNOWN);
+  const std::map<int, uint32_t> lanes{{1, 1}, {2, 4}, {4, 8}, {8, 12}, {16, 2}};
+  const std::map<int, uint32_t> lane_mbps{{1, 2500},   {2, 5000},   {4, 10000},   {16, 14000},
+                                          {32, 25000}, {64, 50000}, {128, 100000}};
+  ASSERT_TRUE(lanes.count(pa.active_width)) << int(pa.active_width);
+  ASSERT_TRUE(lane_mbps.count(pa.active_speed)) << int(pa.active_speed);
+  EXPECT_EQ(lanes.at(pa.active_width) * lane_mbps.at(pa.active_speed), link.link_speed);
+  EXPECT_EQ(ibv_close_device(c), 0);
+}
+
 TEST(IbvConformance, AccessFlagsCompVectorsAndDeviceAttributes) {
   ibv_device* dev = the_device();
   ASSERT_NE(dev, nullptr);
@@ -447,9 +470,7 @@ TEST(IbvConformance, AccessFlagsCompVectorsAndDeviceAttributes) {
                           IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_MW_BIND);
   ASSERT_NE(mr, nullptr) << std::strerror(errno);
   EXPECT_EQ(ibv_dereg_mr(mr), 0);
-  // REMOTE_ATOMIC is granted (collective libraries ask for it on every
-  // region), with LOCAL_WRITE as the kernel path demands; the atomics
-  // themselves are not offered.
+  // REMOTE_ATOMIC is granted with LOCAL_WRITE, as the kernel path demands.
   mr = ibv_reg_mr(pd, buf.data(), buf.size(),
                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
                       IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_RELAXED_ORDERING);

@@ -89,4 +89,24 @@ TEST(IbvSettings, TxCopyIsOnOrOff) {
   unsetenv("BRAID_IBV_TX_COPY");
 }
 
+// The rate ibv_query_port reports is the largest IB lane count times lane
+// rate that the port's link_mbps carries; programs size protocols by it.
+TEST(IbvSettings, APortsRateIsTheLargestIbRateItsLinkCarries) {
+  struct Case {
+    uint32_t link_mbps;
+    uint8_t width, speed;
+    uint32_t mbps;
+  };
+  for (const Case& c :
+       {Case{10'000, 1, 4, 10'000}, Case{25'000, 1, 32, 25'000}, Case{40'000, 2, 4, 40'000},
+        Case{100'000, 1, 128, 100'000}, Case{200'000, 16, 128, 200'000},
+        Case{400'000, 2, 128, 400'000}, Case{99'999, 4, 4, 80'000}, Case{3'000, 1, 1, 2'500},
+        Case{1, 1, 1, 2'500}, Case{5'000'000, 8, 128, 1'200'000}}) {
+    const braid::ibv::IbRate r = braid::ibv::ib_rate_for(c.link_mbps);
+    EXPECT_EQ(r.width, c.width) << c.link_mbps;
+    EXPECT_EQ(r.speed, c.speed) << c.link_mbps;
+    EXPECT_EQ(r.mbps, c.mbps) << c.link_mbps;
+  }
+}
+
 }  // namespace
