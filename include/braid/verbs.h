@@ -566,13 +566,29 @@ int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
                         struct braid_recv_wr** bad_wr);
 
 /* Asynchronous events, numbered as libibverbs' enum ibv_event_type. */
+/* Asynchronous events, numbered as enum ibv_event_type. A QP that goes to
+ * its error state raises, as an InfiniBand channel adapter does:
+ * QP_ACCESS_ERR when, as responder, it refused a request for its access (a
+ * bad R_Key, a range outside the region, a permission the region lacks);
+ * QP_REQ_ERR when it refused a request it could not carry out; CQ_ERR (on
+ * the CQ) then QP_FATAL when a completion found its CQ full; then, on a QP
+ * with an SRQ, QP_LAST_WQE_REACHED, for any error (braid_modify_qp to ERR
+ * too): no receive of the SRQ is taken by it again. Errors a completion
+ * reports (a requester's) raise nothing else. */
 enum braid_event_type {
+  BRAID_EVENT_CQ_ERR = 0,
+  BRAID_EVENT_QP_FATAL = 1,
+  BRAID_EVENT_QP_REQ_ERR = 2,
+  BRAID_EVENT_QP_ACCESS_ERR = 3,
   BRAID_EVENT_SRQ_LIMIT_REACHED = 15,
+  BRAID_EVENT_QP_LAST_WQE_REACHED = 16,
 };
 struct braid_async_event {
   enum braid_event_type event_type;
   struct braid_srq* srq; /* for SRQ events */
-  void* context;         /* the object's srq_context */
+  void* context;         /* the object's srq_context, qp_context or cq_context */
+  struct braid_qp* qp;   /* for QP events */
+  struct braid_cq* cq;   /* for CQ events */
 };
 /* Takes the oldest event waiting: 0, or EAGAIN when none waits (it never
  * blocks; wait for braid_async_event_fd to be readable). */

@@ -46,6 +46,8 @@ QpConfig qp_config(const ConnectionConfig& c) {
   q.sq_depth = c.sq_depth;
   q.rq_depth = c.rq_depth;
   q.srq = c.srq;
+  q.on_error = c.on_error;
+  q.on_error_arg = c.on_error_arg;
   q.max_rd_atomic = c.max_rd_atomic;
   q.max_dest_rd_atomic = c.max_dest_rd_atomic;
   q.remote_access = c.remote_access;

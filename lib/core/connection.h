@@ -56,6 +56,9 @@ struct ConnectionConfig {
   uint32_t rq_depth = 256;         // power of two, at most 2^20
   // Receives come from this shared receive queue, not post_recv (QpConfig).
   SharedReceiveQueue* srq = nullptr;
+  // Its queue pair's error hook (QpConfig).
+  QpErrorHook on_error = nullptr;
+  void* on_error_arg = nullptr;
   // The transmit window's records and the queues start small and double on
   // first use up to window_packets and the depths: an idle QP holds a few
   // KiB (thousands of QPs on a device). false: all at full size from the

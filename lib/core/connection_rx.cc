@@ -311,6 +311,7 @@ void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now)
     case Refusal::kAccess:
     case Refusal::kInvalid:
     case Refusal::kRemoteOp:
+      if (qp_slot != kNoSlot && qp_slot < qps_.size()) qps_[qp_slot]->note_refusal(why);
       if (multi() || cfg_.shared || qp_slot == kNoSlot) {
         go_multi();
         refuse_multi(qp_slot, psn, why);

@@ -397,7 +397,10 @@ void QueuePair::push_send_completion(SendWqe& w, WcStatus status, WcStatus* err)
       wc.byte_len = 8;
       break;
   }
-  if (!send_cq_->push(wc)) *err = WcStatus::kWrFlushErr;  // CQ overrun
+  if (!send_cq_->push(wc)) {  // CQ overrun
+    *err = WcStatus::kWrFlushErr;
+    note_fault(QpFault::kSendCqOverrun);
+  }
 }
 
 WcStatus QueuePair::complete_sends(uint32_t snd_una) {
@@ -442,7 +445,10 @@ WcStatus QueuePair::complete_recvs(uint32_t cack) {
     wc.imm_data = w.imm;
     wc.qp_num = cfg_.qp_num;
     ++rq_head_;
-    if (!recv_cq_->push(wc)) return WcStatus::kWrFlushErr;  // CQ overrun
+    if (!recv_cq_->push(wc)) {  // CQ overrun
+      note_fault(QpFault::kRecvCqOverrun);
+      return WcStatus::kWrFlushErr;
+    }
   }
   return WcStatus::kSuccess;
 }
@@ -455,6 +461,7 @@ QueuePair::SendWqe* QueuePair::wqe_for_msn(uint32_t msn16) {
 }
 
 void QueuePair::flush(WcStatus status, uint32_t snd_una) {
+  const bool entering = state_ != ConnectionState::kError;
   state_ = ConnectionState::kError;
   bool error_given = false;
   for (; sq_head_ != sq_tail_; ++sq_head_) {
@@ -504,6 +511,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
     wc.qp_num = cfg_.qp_num;
     recv_cq_->push(wc);
   }
+  if (entering && cfg_.on_error != nullptr) cfg_.on_error(cfg_.on_error_arg, fault_);
 }
 
 void QueuePair::give_back_unused() {

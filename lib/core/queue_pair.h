@@ -28,6 +28,20 @@
 namespace braid {
 
 // A queue pair's own settings (from ConnectionConfig, clamped there).
+// Why a queue pair went to its error state, for the asynchronous event an
+// InfiniBand channel adapter raises; kNone when its completions say it all
+// (a requester's errors, an error the user asked for).
+enum class QpFault : uint8_t {
+  kNone,
+  kAccess,         // as responder it refused a request for its access (a bad R_Key...)
+  kInvalid,        // as responder it refused a request it could not carry out
+  kSendCqOverrun,  // a completion found its send CQ full
+  kRecvCqOverrun,  // ... its receive CQ
+};
+// Told once, when the queue pair has entered its error state and flushed
+// its work requests.
+using QpErrorHook = void (*)(void* arg, QpFault why);
+
 struct QpConfig {
   uint32_t qp_num = 0;      // reported in work completions
   uint32_t remote_qpn = 0;  // the peer's QP, named in requests (24 bits)
@@ -48,6 +62,8 @@ struct QpConfig {
   // Receives come from this shared receive queue (rq_depth: how many it
   // may hold bound at once), not from post_recv.
   SharedReceiveQueue* srq = nullptr;
+  QpErrorHook on_error = nullptr;
+  void* on_error_arg = nullptr;
 };
 
 enum class ConnectionState : uint8_t { kActive, kError };
@@ -139,6 +155,15 @@ class QueuePair {
   void refuse_from(uint32_t psn) {
     if (!refusal_pending_ || psn_lt(psn, refusal_psn_)) refusal_psn_ = psn;
     refusal_pending_ = true;
+  }
+  // Why it is about to go to its error state (the first reason stands).
+  void note_fault(QpFault f) {
+    if (fault_ == QpFault::kNone) fault_ = f;
+  }
+  void note_refusal(Refusal why) {
+    if (why == Refusal::kAccess) note_fault(QpFault::kAccess);
+    if (why == Refusal::kInvalid) note_fault(QpFault::kInvalid);
+    // kRemoteOp: its own receive failed, and completes saying so.
   }
   bool refused_from(uint32_t psn) const { return refusal_pending_ && !psn_lt(psn, refusal_psn_); }
   // Everything before the refusal is in (cack): time to end.
@@ -487,6 +512,7 @@ class QueuePair {
   TimeNs hold_until_ = 0;
   bool refusal_pending_ = false;
   uint32_t refusal_psn_ = 0;
+  QpFault fault_ = QpFault::kNone;
 
   // Requester.
   std::vector<SendWqe> sq_;

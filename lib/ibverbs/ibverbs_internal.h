@@ -50,6 +50,9 @@ struct Context {
   std::mutex events_lock;
   std::deque<ibv_async_event> events;
   bool events_signalled = false;
+  // ibv_close_device is releasing what the program left: no destroy waits
+  // for events to be acknowledged.
+  bool closing = false;
 };
 
 // Records an object in (or removes it from) one of the context's sets.
@@ -89,10 +92,17 @@ struct Ah {
 struct Srq {
   ibv_srq srq;
   braid_srq* b = nullptr;
+  uint32_t events_reported = 0;  // events about it the program took (Context::events_lock)
 };
 // Where the device's asynchronous events go: the context of the object
 // each is about (braid_set_async_handler).
 void route_async_event(void* arg, const braid_async_event* ev);
+// For ibv_destroy_qp, _cq and _srq (srq.cc): events about `element` that
+// the program has not taken go with it; it waits until the program has
+// acknowledged those it took (*completed reaches *reported), as libibverbs
+// does, unless the context is closing.
+void settle_events(Context* c, const void* element, const uint32_t* reported, pthread_mutex_t* m,
+                   pthread_cond_t* cv, const uint32_t* completed);
 struct Channel {
   ibv_comp_channel ch;
   braid_comp_channel* b;
@@ -106,6 +116,7 @@ struct Cq {
   // The completion ibv_start_poll / ibv_next_poll stand on.
   braid_wc cur{};
   ibv_pd* parent_domain = nullptr;  // ibv_create_cq_ex's, if given
+  uint32_t events_reported = 0;     // asynchronous events about it taken (Srq's)
   ibv_cq* cq() { return reinterpret_cast<ibv_cq*>(&cqx); }
 };
 
@@ -123,7 +134,8 @@ struct Qp {
   std::vector<uint8_t> batch_inline;  // max_inline per request
   uint32_t staged = 0;
   uint32_t sge_per_wr = 0, max_inline = 0;
-  int batch_error = 0;  // the first errno a builder or setter met
+  int batch_error = 0;           // the first errno a builder or setter met
+  uint32_t events_reported = 0;  // asynchronous events about it taken (Srq's)
   ibv_qp* qp() { return &qpx.qp_base; }
 };
 

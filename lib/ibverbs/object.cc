@@ -205,6 +205,7 @@ using namespace braid::ibv;  // NOLINT: the file's own types
 void braid::ibv::release_objects(Context* c) {
   // Copies, taken under the lock: each destroy erases from the set it came
   // from (and takes the lock itself).
+  c->closing = true;  // nothing waits for an event to be acknowledged now
   const auto copy = [c](auto& set) {
     std::lock_guard<std::mutex> g(c->objects_lock);
     return std::vector(set.begin(), set.end());
@@ -491,6 +492,7 @@ BRAID_EXPORT int ibv_destroy_cq(ibv_cq* cq) {
   {
     Context* c = context_of(cq->context);
     untrack(c, c->cqs, cq);
+    settle_events(c, cq, &q->events_reported, &cq->mutex, &cq->cond, &cq->async_events_completed);
   }
   count_parent_user(q->parent_domain, -1);
   pthread_cond_destroy(&cq->cond);
@@ -538,7 +540,6 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr, bool cm) {
     return fail_null<Qp>(EINVAL);
   }
   braid_qp_init_attr b{};
-  b.qp_context = attr->qp_context;
   b.send_cq = cq_of(attr->send_cq)->b;
   b.recv_cq = cq_of(attr->recv_cq)->b;
   b.cap = {attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
@@ -552,6 +553,7 @@ Qp* braid::ibv::create_qp(ibv_pd* pd, ibv_qp_init_attr* attr, bool cm) {
   if (attr->srq != nullptr) b.srq = reinterpret_cast<Srq*>(attr->srq)->b;
   auto* q = new (std::nothrow) Qp{};
   if (q == nullptr) return fail_null<Qp>(ENOMEM);
+  b.qp_context = q;  // events name the wrapper (route_async_event)
   q->b = braid_create_qp(pd_of(pd)->b, &b);
   if (q->b == nullptr) {
     delete q;
@@ -708,6 +710,7 @@ BRAID_EXPORT int ibv_destroy_qp(ibv_qp* qp) {
   {
     Context* c = context_of(qp->context);
     untrack(c, c->qps, qp);
+    settle_events(c, qp, &q->events_reported, &qp->mutex, &qp->cond, &qp->events_completed);
   }
   count_parent_user(qp->pd, -1);
   pthread_cond_destroy(&qp->cond);

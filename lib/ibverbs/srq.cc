@@ -17,7 +17,12 @@ namespace {
 
 static_assert(int(BRAID_SRQ_MAX_WR) == int(IBV_SRQ_MAX_WR) &&
               int(BRAID_SRQ_LIMIT) == int(IBV_SRQ_LIMIT));
-static_assert(int(BRAID_EVENT_SRQ_LIMIT_REACHED) == int(IBV_EVENT_SRQ_LIMIT_REACHED));
+static_assert(int(BRAID_EVENT_SRQ_LIMIT_REACHED) == int(IBV_EVENT_SRQ_LIMIT_REACHED) &&
+              int(BRAID_EVENT_CQ_ERR) == int(IBV_EVENT_CQ_ERR) &&
+              int(BRAID_EVENT_QP_FATAL) == int(IBV_EVENT_QP_FATAL) &&
+              int(BRAID_EVENT_QP_REQ_ERR) == int(IBV_EVENT_QP_REQ_ERR) &&
+              int(BRAID_EVENT_QP_ACCESS_ERR) == int(IBV_EVENT_QP_ACCESS_ERR) &&
+              int(BRAID_EVENT_QP_LAST_WQE_REACHED) == int(IBV_EVENT_QP_LAST_WQE_REACHED));
 
 Srq* srq_of(ibv_srq* s) {
   return reinterpret_cast<Srq*>(s);
@@ -28,17 +33,78 @@ int fail(int err) {
   return err;
 }
 
+bool is_qp_event(ibv_event_type t) {
+  return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR ||
+         t == IBV_EVENT_QP_LAST_WQE_REACHED;
+}
+
+// The object an event names (its element), whatever its kind.
+const void* element_of(const ibv_async_event& e) {
+  if (e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED) return e.element.srq;
+  if (e.event_type == IBV_EVENT_CQ_ERR) return e.element.cq;
+  if (is_qp_event(e.event_type)) return e.element.qp;
+  return nullptr;
+}
+
+// The count of events the program took about the object the event names
+// (the wrappers start with the ibv structs).
+uint32_t* reported_of(const ibv_async_event& e) {
+  if (e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED) {
+    return &reinterpret_cast<Srq*>(e.element.srq)->events_reported;
+  }
+  if (e.event_type == IBV_EVENT_CQ_ERR)
+    return &reinterpret_cast<Cq*>(e.element.cq)->events_reported;
+  if (is_qp_event(e.event_type)) return &reinterpret_cast<Qp*>(e.element.qp)->events_reported;
+  return nullptr;
+}
+
 }  // namespace
+
+void settle_events(Context* c, const void* element, const uint32_t* reported, pthread_mutex_t* m,
+                   pthread_cond_t* cv, const uint32_t* completed) {
+  uint32_t taken = 0;
+  {
+    std::lock_guard<std::mutex> g(c->events_lock);
+    std::erase_if(c->events,
+                  [element](const ibv_async_event& e) { return element_of(e) == element; });
+    if (c->events.empty() && c->events_signalled) {
+      uint64_t n = 0;
+      if (read(c->vctx.context.async_fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
+    }
+    taken = *reported;
+  }
+  if (c->closing) return;
+  pthread_mutex_lock(m);
+  while (*completed < taken) pthread_cond_wait(cv, m);
+  pthread_mutex_unlock(m);
+}
 
 void route_async_event(void*, const braid_async_event* ev) {
   ibv_async_event out{};
   out.event_type = static_cast<ibv_event_type>(ev->event_type);
   Context* c = nullptr;
+  // Braid's object contexts are our wrappers (create_srq, create_cq,
+  // create_qp).
   switch (ev->event_type) {
     case BRAID_EVENT_SRQ_LIMIT_REACHED: {
       Srq* s = static_cast<Srq*>(ev->context);
       out.element.srq = &s->srq;
       c = context_of(s->srq.context);
+      break;
+    }
+    case BRAID_EVENT_CQ_ERR: {
+      Cq* q = static_cast<Cq*>(ev->context);
+      out.element.cq = q->cq();
+      c = context_of(q->cq()->context);
+      break;
+    }
+    case BRAID_EVENT_QP_FATAL:
+    case BRAID_EVENT_QP_REQ_ERR:
+    case BRAID_EVENT_QP_ACCESS_ERR:
+    case BRAID_EVENT_QP_LAST_WQE_REACHED: {
+      Qp* q = static_cast<Qp*>(ev->context);
+      out.element.qp = q->qp();
+      c = context_of(q->qp()->context);
       break;
     }
   }
@@ -114,13 +180,7 @@ BRAID_EXPORT int ibv_destroy_srq(ibv_srq* srq) {
   if (const int rc = braid_destroy_srq(s->b)) return fail(rc);
   Context* c = context_of(srq->context);
   untrack(c, c->srqs, srq);
-  {
-    // An event about it that the program has not taken goes with it.
-    std::lock_guard<std::mutex> g(c->events_lock);
-    std::erase_if(c->events, [srq](const ibv_async_event& e) {
-      return e.event_type == IBV_EVENT_SRQ_LIMIT_REACHED && e.element.srq == srq;
-    });
-  }
+  settle_events(c, srq, &s->events_reported, &srq->mutex, &srq->cond, &srq->events_completed);
   count_parent_user(srq->pd, -1);
   pthread_cond_destroy(&srq->cond);
   pthread_mutex_destroy(&srq->mutex);
@@ -144,6 +204,7 @@ BRAID_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
       if (!c->events.empty()) {
         *event = c->events.front();
         c->events.pop_front();
+        if (uint32_t* n = reported_of(*event)) ++*n;
         if (c->events.empty() && c->events_signalled) {
           uint64_t n = 0;
           if (read(fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
@@ -161,13 +222,24 @@ BRAID_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
   }
 }
 
+// Counts the event as acknowledged on its object (the count its destroy
+// waits for).
 BRAID_EXPORT void ibv_ack_async_event(ibv_async_event* event) {
   if (event == nullptr) return;
+  const auto ack = [](pthread_mutex_t* m, pthread_cond_t* cv, uint32_t* completed) {
+    pthread_mutex_lock(m);
+    ++*completed;
+    pthread_cond_signal(cv);
+    pthread_mutex_unlock(m);
+  };
   if (event->event_type == IBV_EVENT_SRQ_LIMIT_REACHED && event->element.srq != nullptr) {
     ibv_srq* srq = event->element.srq;
-    pthread_mutex_lock(&srq->mutex);
-    ++srq->events_completed;
-    pthread_cond_signal(&srq->cond);
-    pthread_mutex_unlock(&srq->mutex);
+    ack(&srq->mutex, &srq->cond, &srq->events_completed);
+  } else if (event->event_type == IBV_EVENT_CQ_ERR && event->element.cq != nullptr) {
+    ibv_cq* cq = event->element.cq;
+    ack(&cq->mutex, &cq->cond, &cq->async_events_completed);
+  } else if (is_qp_event(event->event_type) && event->element.qp != nullptr) {
+    ibv_qp* qp = event->element.qp;
+    ack(&qp->mutex, &qp->cond, &qp->events_completed);
   }
 }

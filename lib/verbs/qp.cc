@@ -104,6 +104,45 @@ bool braid::resolve_for(braid_context* c, uint16_t k, uint32_t peer_ip, int wait
   }
 }
 
+static braid_async_event qp_event(braid_qp* qp, braid_event_type type) {
+  braid_async_event ev{};
+  ev.event_type = type;
+  ev.qp = qp;
+  ev.context = qp->qp_context;
+  return ev;
+}
+
+// The core's word that a QP went to its error state (its work requests
+// flushed): the asynchronous events an InfiniBand channel adapter raises
+// then (include/braid/verbs.h). An engine's thread, under its lock.
+static void qp_entered_error(void* arg, braid::QpFault why) {
+  auto* qp = static_cast<braid_qp*>(arg);
+  if (qp->destroying) return;
+  braid_context* c = qp->context;
+  switch (why) {
+    case braid::QpFault::kNone:
+      break;
+    case braid::QpFault::kAccess:
+      raise_async_event(c, qp_event(qp, BRAID_EVENT_QP_ACCESS_ERR));
+      break;
+    case braid::QpFault::kInvalid:
+      raise_async_event(c, qp_event(qp, BRAID_EVENT_QP_REQ_ERR));
+      break;
+    case braid::QpFault::kSendCqOverrun:
+    case braid::QpFault::kRecvCqOverrun: {
+      braid_cq* cq = why == braid::QpFault::kSendCqOverrun ? qp->send_cq : qp->recv_cq;
+      braid_async_event ev{};
+      ev.event_type = BRAID_EVENT_CQ_ERR;
+      ev.cq = cq;
+      ev.context = cq->cq_context;
+      raise_async_event(c, ev);
+      raise_async_event(c, qp_event(qp, BRAID_EVENT_QP_FATAL));
+      break;
+    }
+  }
+  if (qp->srq != nullptr) raise_async_event(c, qp_event(qp, BRAID_EVENT_QP_LAST_WQE_REACHED));
+}
+
 // As a NIC's provider does at RESET: the QP's completions still in its CQs
 // go (a program that restarts a failed QP must not poll them).
 static void erase_completions(braid_qp* qp) {
@@ -289,6 +328,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
   if (qp == nullptr) return EINVAL;
   braid_context* c = qp->context;
   Guard g(c);
+  qp->destroying = true;
   if (qp->ud != nullptr) {
     c->slots[qp->engine]->engine->endpoint().destroy_datagram_qp(qp->qp_num);
     qp->ud = nullptr;
@@ -358,6 +398,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.mtu = a->path_mtu >= ib_mtu_for(link_payload) ? link_payload : std::min(ib_mtu, link_payload);
   cc.sq_depth = qp->init.cap.max_send_wr;
   cc.rq_depth = qp->init.cap.max_recv_wr;
+  cc.on_error = qp_entered_error;
+  cc.on_error_arg = qp;
   if (qp->srq != nullptr) {
     // It holds bound as many receives as its peer may have messages under
     // way (its PSN window bounds them: QueuePair::bind_shared).
@@ -412,6 +454,8 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
     q.sq_depth = cc.sq_depth;
     q.rq_depth = cc.rq_depth;
     q.srq = cc.srq;
+    q.on_error = cc.on_error;
+    q.on_error_arg = cc.on_error_arg;
     q.max_rd_atomic = cc.max_rd_atomic;
     q.max_dest_rd_atomic = cc.max_dest_rd_atomic;
     q.remote_access = cc.remote_access;
@@ -515,6 +559,11 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   if (!(mask & BRAID_QP_STATE)) return fail(EINVAL, "modify_qp: QP_STATE missing");
   const braid_qp_state from = qp->state, to = a->qp_state;
   int rc = 0;
+  // A QP with no connection to flush (before RTR; UD) that goes to ERR:
+  // its SRQ's receives are no longer its to take.
+  if (to == BRAID_QPS_ERR && from != BRAID_QPS_ERR && qp->srq != nullptr && qp->conn == nullptr) {
+    raise_async_event(qp->context, qp_event(qp, BRAID_EVENT_QP_LAST_WQE_REACHED));
+  }
   if (qp->is_ud()) {
     rc = modify_ud(qp, a, mask, from, to);
     if (rc != 0) return rc;

@@ -16,9 +16,20 @@ namespace {
 
 constexpr uint32_t kMaxSrqWr = 1u << 20;
 
+void srq_limit_reached(void* arg) {
+  auto* srq = static_cast<braid_srq*>(arg);
+  braid_async_event ev{};
+  ev.event_type = BRAID_EVENT_SRQ_LIMIT_REACHED;
+  ev.srq = srq;
+  ev.context = srq->srq_context;
+  raise_async_event(srq->context, ev);
+}
+
+}  // namespace
+
 // Raised by whichever thread found the event (an engine's, for an SRQ's
-// limit): to the handler, or into the queue.
-void raise(braid_context* c, const braid_async_event& ev) {
+// limit or a QP's error): to the handler, or into the queue.
+void raise_async_event(braid_context* c, const braid_async_event& ev) {
   std::lock_guard<std::mutex> g(c->async_lock);
   if (c->async_handler != nullptr) {
     c->async_handler(c->async_arg, &ev);
@@ -30,13 +41,6 @@ void raise(braid_context* c, const braid_async_event& ev) {
     if (write(c->async_fd, &one, sizeof one) == sizeof one) c->async_signalled = true;
   }
 }
-
-void srq_limit_reached(void* arg) {
-  auto* srq = static_cast<braid_srq*>(arg);
-  raise(srq->context, braid_async_event{BRAID_EVENT_SRQ_LIMIT_REACHED, srq, srq->srq_context});
-}
-
-}  // namespace
 
 extern "C" {
 

@@ -129,6 +129,10 @@ struct braid_context {
   uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
 };
 
+// Hands an asynchronous event to the context's handler, or queues it
+// (srq.cc); any thread, under the engine's lock or not.
+void raise_async_event(braid_context* c, const braid_async_event& ev);
+
 namespace braid {
 // A permutation of 1..65535 chosen by `key` (0: none): a 4-round Feistel
 // network on 16 bits, walked again past 0 until it lands in range.
@@ -251,6 +255,7 @@ struct braid_qp {
   braid_cq* recv_cq;
   braid_srq* srq = nullptr;  // its receives', when it has one
   void* qp_context;
+  bool destroying = false;  // braid_destroy_qp: its flush raises no event
   uint32_t qp_num;
   braid_qp_state state = BRAID_QPS_RESET;
   braid_qp_init_attr init{};

@@ -782,6 +782,199 @@ TEST(IbvConformance, QpsShareAnSrqAndItsLimitEventReachesItsOwnContext) {
   EXPECT_EQ(ibv_close_device(c2), 0);
 }
 
+// The async descriptor made non-blocking; the next event, or EAGAIN.
+void nonblocking_events(ibv_context* c) {
+  ASSERT_EQ(fcntl(c->async_fd, F_SETFL, fcntl(c->async_fd, F_GETFL) | O_NONBLOCK), 0);
+}
+bool next_event(ibv_context* c, ibv_async_event* ev) {
+  return ibv_get_async_event(c, ev) == 0;
+}
+// Waits for the async descriptor to be readable: the bound only turns a
+// lost event into a failure instead of a hang.
+bool event_ready(ibv_context* c) {
+  pollfd p{c->async_fd, POLLIN, 0};
+  return poll(&p, 1, 60'000) == 1;
+}
+
+// A WRITE with a key the responder never gave: the requester completes
+// with REM_ACCESS_ERR and raises nothing; the responder's QP goes to ERR
+// and raises IBV_EVENT_QP_ACCESS_ERR on its own context, as an IB channel
+// adapter does. Destroying the QP waits for nothing once the event is
+// acknowledged.
+TEST(IbvConformance, AResponderThatRefusesABadKeyRaisesQpAccessErr) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  make_pair(c1, a, c2, b, 4096);
+  if (HasFatalFailure()) return;
+  nonblocking_events(c1);
+  nonblocking_events(c2);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  wr.wr.rdma.rkey = b.mr->rkey + 0x100;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  EXPECT_EQ(wait_one(a.cq).status, IBV_WC_REM_ACCESS_ERR);
+  ASSERT_TRUE(event_ready(c2));
+  ibv_async_event ev{};
+  ASSERT_TRUE(next_event(c2, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+  EXPECT_EQ(ev.element.qp, b.qp);
+  EXPECT_FALSE(next_event(c2, &ev));  // one event, about b's QP only
+  EXPECT_FALSE(next_event(c1, &ev));  // the requester's completion said it all
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(b.qp, &qa, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+  ibv_ack_async_event(&ev);
+  EXPECT_EQ(b.qp->events_completed, 1u);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
+// A QP on an SRQ raises IBV_EVENT_QP_LAST_WQE_REACHED when it goes to ERR,
+// from RTS or before it has a connection (INIT), as the IB spec asks of a
+// channel adapter; a QP without an SRQ raises nothing. An event the program
+// has not taken goes with its QP; one it took is acknowledged before the
+// destroy returns.
+TEST(IbvConformance, AQpOnAnSrqRaisesLastWqeReachedWhenItGoesToError) {
+  ibv_device* dev = the_device();
+  ASSERT_NE(dev, nullptr);
+  ibv_context* c = ibv_open_device(dev);
+  ASSERT_NE(c, nullptr);
+  nonblocking_events(c);
+  Side a;
+  ASSERT_TRUE(a.make(c, 4096));
+  ibv_srq_init_attr sa{};
+  sa.attr.max_wr = 8;
+  sa.attr.max_sge = 1;
+  ibv_srq* srq = ibv_create_srq(a.pd, &sa);
+  ASSERT_NE(srq, nullptr);
+  ibv_qp* q[3];
+  for (ibv_qp*& qp : q) {
+    ibv_qp_init_attr ia{};
+    ia.send_cq = ia.recv_cq = a.cq;
+    ia.cap = {8, 0, 1, 0, 0};
+    ia.qp_type = IBV_QPT_RC;
+    ia.srq = srq;
+    qp = ibv_create_qp(a.pd, &ia);
+    ASSERT_NE(qp, nullptr);
+  }
+  ASSERT_TRUE(connect(c, q[0], a.qp->qp_num));
+  ASSERT_TRUE(connect(c, a.qp, q[0]->qp_num));
+  ibv_qp_attr init{};
+  init.qp_state = IBV_QPS_INIT;
+  init.port_num = 1;
+  for (ibv_qp* qp : {q[1], q[2]}) {
+    ASSERT_EQ(ibv_modify_qp(qp, &init,
+                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+              0);
+  }
+  ibv_async_event ev{};
+  EXPECT_FALSE(next_event(c, &ev));
+  ibv_qp_attr err{};
+  err.qp_state = IBV_QPS_ERR;
+  ASSERT_EQ(ibv_modify_qp(a.qp, &err, IBV_QP_STATE), 0);  // no SRQ: nothing
+  for (ibv_qp* qp : q) ASSERT_EQ(ibv_modify_qp(qp, &err, IBV_QP_STATE), 0);
+  // In order, one each; ERR again raises nothing more.
+  ASSERT_EQ(ibv_modify_qp(q[0], &err, IBV_QP_STATE), 0);
+  for (ibv_qp* qp : q) {
+    ASSERT_TRUE(next_event(c, &ev));
+    EXPECT_EQ(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+    EXPECT_EQ(ev.element.qp, qp);
+    ibv_ack_async_event(&ev);
+  }
+  EXPECT_FALSE(next_event(c, &ev));
+  // Untaken: q[1]'s second event leaves with it, and the descriptor is
+  // no longer readable.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(q[1], &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_modify_qp(q[1], &err, IBV_QP_STATE), 0);
+  pollfd p{c->async_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&p, 1, 0), 1);
+  EXPECT_EQ(ibv_destroy_qp(q[1]), 0);
+  EXPECT_EQ(poll(&p, 1, 0), 0);
+  EXPECT_FALSE(next_event(c, &ev));
+  // Taken and acknowledged from another thread while the destroy waits.
+  ASSERT_EQ(ibv_modify_qp(q[2], &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_modify_qp(q[2], &err, IBV_QP_STATE), 0);
+  ASSERT_TRUE(next_event(c, &ev));
+  ASSERT_EQ(ev.element.qp, q[2]);
+  std::thread acker([&ev] { ibv_ack_async_event(&ev); });
+  EXPECT_EQ(ibv_destroy_qp(q[2]), 0);
+  acker.join();
+  EXPECT_EQ(ibv_destroy_qp(q[0]), 0);
+  EXPECT_EQ(ibv_destroy_srq(srq), 0);
+  a.destroy();
+  EXPECT_EQ(ibv_close_device(c), 0);
+}
+
+// A CQ with room for one completion, three signaled WRITEs and no poll:
+// the second finds it full. The device raises IBV_EVENT_CQ_ERR on the CQ,
+// then IBV_EVENT_QP_FATAL on the QP, whose later requests flush.
+TEST(IbvConformance, ACompletionQueueOverrunRaisesCqErrThenQpFatal) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  make_pair(c1, a, c2, b, 4096);
+  if (HasFatalFailure()) return;
+  nonblocking_events(c1);
+  ibv_cq* small = ibv_create_cq(c1, 1, nullptr, nullptr, 0);
+  ASSERT_NE(small, nullptr);
+  ibv_qp_init_attr ia{};
+  ia.send_cq = small;
+  ia.recv_cq = a.cq;
+  ia.cap = {8, 8, 1, 1, 0};
+  ia.qp_type = IBV_QPT_RC;
+  ibv_qp* qp = ibv_create_qp(a.pd, &ia);
+  ASSERT_NE(qp, nullptr);
+  // b's QP answers this one now.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(b.qp, &reset, IBV_QP_STATE), 0);
+  ASSERT_TRUE(connect(c1, qp, b.qp->qp_num));
+  ASSERT_TRUE(connect(c2, b.qp, qp->qp_num));
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
+  wr.wr.rdma.rkey = b.mr->rkey;
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
+  ASSERT_TRUE(event_ready(c1));
+  ibv_async_event ev{};
+  ASSERT_TRUE(next_event(c1, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
+  EXPECT_EQ(ev.element.cq, small);
+  ibv_ack_async_event(&ev);
+  ASSERT_TRUE(next_event(c1, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  EXPECT_EQ(ev.element.qp, qp);
+  ibv_ack_async_event(&ev);
+  EXPECT_EQ(small->async_events_completed, 1u);
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+  EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  EXPECT_EQ(ibv_destroy_cq(small), 0);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
 TEST(IbvConformance, ParentDomainsStandForTheirProtectionDomain) {
   ibv_device* dev = the_device();
   ASSERT_NE(dev, nullptr);
