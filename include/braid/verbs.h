@@ -565,12 +565,12 @@ int braid_destroy_srq(struct braid_srq* srq);
 int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
                         struct braid_recv_wr** bad_wr);
 
-/* Asynchronous events, numbered as libibverbs' enum ibv_event_type. */
-/* Asynchronous events, numbered as enum ibv_event_type. A QP that goes to
+/* Asynchronous events, numbered as libibverbs' enum ibv_event_type. A QP that goes to
  * its error state raises, as an InfiniBand channel adapter does:
  * QP_ACCESS_ERR when, as responder, it refused a request for its access (a
  * bad R_Key, a range outside the region, a permission the region lacks);
- * QP_REQ_ERR when it refused a request it could not carry out; CQ_ERR (on
+ * QP_REQ_ERR when it refused a request it could not carry out (unless a
+ * receive of its own completes in error for it: a SEND too long); CQ_ERR (on
  * the CQ) then QP_FATAL when a completion found its CQ full; then, on a QP
  * with an SRQ, QP_LAST_WQE_REACHED, for any error (braid_modify_qp to ERR
  * too): no receive of the SRQ is taken by it again. Errors a completion

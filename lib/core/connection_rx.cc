@@ -278,6 +278,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   }
   Refusal why = Refusal::kNone;
   if (!qp_.place_request(pkt, rx_.cack(), &why)) [[unlikely]] {
+    qp_.note_refusal(why);
     refuse(0, psn, why, now);
     return;
   }
@@ -311,7 +312,6 @@ void Connection::refuse(uint16_t qp_slot, uint32_t psn, Refusal why, TimeNs now)
     case Refusal::kAccess:
     case Refusal::kInvalid:
     case Refusal::kRemoteOp:
-      if (qp_slot != kNoSlot && qp_slot < qps_.size()) qps_[qp_slot]->note_refusal(why);
       if (multi() || cfg_.shared || qp_slot == kNoSlot) {
         go_multi();
         refuse_multi(qp_slot, psn, why);
@@ -455,6 +455,7 @@ void Connection::on_data_general(const wire::ParsedPacket& pkt, TimeNs now) {
     why = Refusal::kInvalid;
   } else if (pkt.has_ses_request) {
     ok = q.place_request(pkt, rx_.cack(), &why);
+    if (!ok) q.note_refusal(why);  // (a READ response refused is the requester's completion)
   } else if (pkt.has_ses_response) {
     ok = q.place_read_response(pkt, &why);
   } else {

@@ -160,10 +160,16 @@ class QueuePair {
   void note_fault(QpFault f) {
     if (fault_ == QpFault::kNone) fault_ = f;
   }
+  // A request refused as responder: an access or invalid-request fault,
+  // unless a receive of its own completes in error and says so (a message
+  // too long for it: LOC_LEN_ERR; kRemoteOp: its region went).
   void note_refusal(Refusal why) {
+    if (refusal_in_receive_) {
+      refusal_in_receive_ = false;
+      return;
+    }
     if (why == Refusal::kAccess) note_fault(QpFault::kAccess);
     if (why == Refusal::kInvalid) note_fault(QpFault::kInvalid);
-    // kRemoteOp: its own receive failed, and completes saying so.
   }
   bool refused_from(uint32_t psn) const { return refusal_pending_ && !psn_lt(psn, refusal_psn_); }
   // Everything before the refusal is in (cack): time to end.
@@ -290,6 +296,7 @@ class QueuePair {
   void remove(CompletionQueue* sink, uint32_t snd_una) {
     send_cq_ = recv_cq_ = sink;
     removed_ = true;
+    cfg_.on_error = nullptr;  // taken off (RESET, destroy): no error of its own to tell
     flush(WcStatus::kWrFlushErr, snd_una);
   }
   bool removed() const { return removed_; }
@@ -442,7 +449,9 @@ class QueuePair {
   // A receive whose region went (dereg_mr: LOC_PROT_ERR), or that a
   // message did not fit (LOC_LEN_ERR), takes no byte: its message fails.
   bool usable_receive(uint32_t rsn, Refusal* why) {
-    return rq_[rsn & rq_mask_].status == WcStatus::kSuccess || refused_invalid(why);
+    if (rq_[rsn & rq_mask_].status == WcStatus::kSuccess) return true;
+    refusal_in_receive_ = true;
+    return refused_invalid(why);
   }
   // Receives bound and never used go back to the shared receive queue
   // (flush).
@@ -513,6 +522,7 @@ class QueuePair {
   bool refusal_pending_ = false;
   uint32_t refusal_psn_ = 0;
   QpFault fault_ = QpFault::kNone;
+  bool refusal_in_receive_ = false;  // the refusal being made fails a receive of ours
 
   // Requester.
   std::vector<SendWqe> sq_;

@@ -98,6 +98,7 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
         // with LOC_LEN_ERR, our own sends are flushed, the sender learns it
         // from the NACK.
         w.status = WcStatus::kLocLenErr;
+        refusal_in_receive_ = true;
         return refused_invalid(why);
       }
       if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);

@@ -4,6 +4,7 @@
 
 #include <infiniband/verbs.h>
 
+#include <atomic>
 #include <cstddef>
 #include <deque>
 #include <mutex>
@@ -52,7 +53,7 @@ struct Context {
   bool events_signalled = false;
   // ibv_close_device is releasing what the program left: no destroy waits
   // for events to be acknowledged.
-  bool closing = false;
+  std::atomic<bool> closing{false};
 };
 
 // Records an object in (or removes it from) one of the context's sets.
