@@ -382,6 +382,12 @@ class Connection {
   // Where it tells its owner that a received packet asked for an ACK at once
   // (AckAsked).
   void set_ack_asked(AckAsked* signal) { ack_asked_ = signal; }
+  // What this end received and has not acknowledged yet (a coalesced or
+  // held ACK) is acknowledged with the next transmit: the process is going.
+  void ack_now() {
+    if (unacked_packets_ > 0) ack_due_ = true;
+    poke();
+  }
   // Closing (Endpoint::close_connection). Whether the peer may still wait
   // for this end's acknowledgement of what it sent: data arrived from it,
   // and it has not said it closes itself.

@@ -182,7 +182,7 @@ braid_context* open_device(const braid_device_config* config,
     request.tx_copy = c->config.tx_copy == 1;
     request.link_wait_ms = c->config.link_wait_ms;
     request.queues = static_cast<uint16_t>(c->config.engines < 1 ? 1 : c->config.engines);
-    request.before_shutdown = stop_all_progress_threads;
+    request.before_shutdown = settle_at_exit;
     OpenedPort opened = opener(request);
     if (opened.ios.empty()) return fail(ENODEV, opened.error);
     ios = std::move(opened.ios);

@@ -14,8 +14,10 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "core/registry.h"
 #include "verbs/calls.h"
@@ -95,7 +97,7 @@ int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ip) {
 // sooner when the link goes down (the peer's port closed) or the TX ring
 // stops draining (a peer that no longer reads), and in any case after the
 // records' whole span and a margin.
-static void linger(braid_context* c) {
+static void linger(braid_context* c, bool guarded = false) {
   auto closing = [c] {
     size_t n = 0;
     for (auto& s : c->slots) n += s->engine->endpoint().closing();
@@ -121,13 +123,28 @@ static void linger(braid_context* c) {
       for (auto& s : c->slots) go |= !s->engine->io().link_up() || s->engine->tx_stalled();
       if (go) break;
     }
-    for (auto& s : c->slots) s->engine->poll();
+    if (guarded) {
+      Guard g(c);
+      for (auto& s : c->slots) s->engine->poll();
+    } else {
+      for (auto& s : c->slots) s->engine->poll();
+    }
   }
   while (held > 0) c->slots[--held]->engine->io().release_events();
 }
 
+// Devices open now (braid_open_device to braid_close_device).
+static std::mutex g_open_lock;
+static std::vector<braid_context*> g_open;
+
+
 struct braid_context* braid_open_device(const struct braid_device_config* config) {
-  return braid::open_device(config, nullptr);
+  braid_context* c = braid::open_device(config, nullptr);
+  if (c != nullptr) {
+    std::lock_guard<std::mutex> l(g_open_lock);
+    g_open.push_back(c);
+  }
+  return c;
 }
 
 int braid_lock_calls(struct braid_context* c) {
@@ -140,6 +157,10 @@ int braid_close_device(struct braid_context* c) {
   if (c == nullptr) return EINVAL;
   if (c->open_objects != 0) {
     return fail(EBUSY, std::to_string(c->open_objects) + " objects still exist on this device");
+  }
+  {
+    std::lock_guard<std::mutex> l(g_open_lock);
+    g_open.erase(std::remove(g_open.begin(), g_open.end(), c), g_open.end());
   }
   braid::stop_progress_thread(c);
   linger(c);
@@ -324,3 +345,29 @@ int braid_dereg_mr(struct braid_mr* mr) {
 }
 
 }  // extern "C"
+
+namespace braid {
+void settle_at_exit() {
+  stop_all_progress_threads();
+  std::vector<braid_context*> open;
+  {
+    std::lock_guard<std::mutex> l(g_open_lock);
+    open = g_open;
+  }
+  // A NIC acknowledges a message before its receiver sees it complete; here
+  // the ACK may still be coalesced or held when a program that saw its last
+  // receive exits without closing its device. Its peer would retry into
+  // RETRY_EXC_ERR. Other threads of the program may still run: the engines
+  // are taken under their locks.
+  for (braid_context* c : open) {
+    {
+      Guard g(c);
+      for (auto& s : c->slots) {
+        s->engine->endpoint().ack_now();
+        s->engine->poll();
+      }
+    }
+    linger(c, true);
+  }
+}
+}  // namespace braid

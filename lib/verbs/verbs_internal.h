@@ -170,6 +170,11 @@ void stop_progress_thread(braid_context* c);
 // At exit, before the EAL goes: a program may end without closing its
 // device, and its progress thread must not poll freed DPDK memory.
 void stop_all_progress_threads();
+// At exit, before the EAL closes the ports (the port opener's
+// before_shutdown): the progress threads stop, then each device a program
+// left open acknowledges what it received and waits for the answers to its
+// closed QPs' CLOSEs, as braid_close_device does (verbs.cc).
+void settle_at_exit();
 }  // namespace braid
 
 struct braid_pd {
