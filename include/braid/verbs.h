@@ -591,7 +591,9 @@ struct braid_async_event {
   struct braid_cq* cq;   /* for CQ events */
 };
 /* Takes the oldest event waiting: 0, or EAGAIN when none waits (it never
- * blocks; wait for braid_async_event_fd to be readable). */
+ * blocks; wait for braid_async_event_fd to be readable). Destroying a QP,
+ * CQ or SRQ drops the events about it still waiting; one already taken
+ * names an object that may be gone. */
 int braid_get_async_event(struct braid_context* context, struct braid_async_event* event);
 /* Readable while events wait. */
 int braid_async_event_fd(struct braid_context* context);

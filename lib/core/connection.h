@@ -244,6 +244,8 @@ class Connection {
     QpConfig q = qp_.config();
     q.qp_num = qp_num;
     q.remote_qpn = remote_qpn & 0xffffff;
+    q.on_error = nullptr;  // the first queue pair's: the caller sets its own
+    q.on_error_arg = nullptr;
     return q;
   }
   const QueuePair& queue_pair(uint16_t slot) const { return *qps_[slot]; }

@@ -70,6 +70,7 @@ int braid_destroy_cq(struct braid_cq* cq) {
   braid_context* c = cq->context;
   Guard g(c);
   if (cq->users > 0) return fail(EBUSY, "destroy_cq: QPs still use this CQ");
+  forget_async_events(c, nullptr, cq, nullptr);
   std::lock_guard<std::mutex> e(c->event_lock);
   c->cqs.erase(std::remove(c->cqs.begin(), c->cqs.end(), cq), c->cqs.end());
   if (cq->armed) {

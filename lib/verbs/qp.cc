@@ -343,6 +343,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
     release_connection(qp, true);
   }
   --c->qpn_holds[qp->qp_num];
+  forget_async_events(c, qp, nullptr, nullptr);
   c->qps.erase(std::remove(c->qps.begin(), c->qps.end(), qp), c->qps.end());
   // A CQ keeps its rings (and the completions in them) until it goes.
   --qp->send_cq->users;

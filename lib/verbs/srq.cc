@@ -27,6 +27,19 @@ void srq_limit_reached(void* arg) {
 
 }  // namespace
 
+void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* cq,
+                         const braid_srq* srq) {
+  std::lock_guard<std::mutex> g(c->async_lock);
+  std::erase_if(c->async_events, [&](const braid_async_event& e) {
+    return (qp != nullptr && e.qp == qp) || (cq != nullptr && e.cq == cq) ||
+           (srq != nullptr && e.srq == srq);
+  });
+  if (c->async_events.empty() && c->async_signalled) {
+    uint64_t n = 0;
+    if (read(c->async_fd, &n, sizeof n) == sizeof n) c->async_signalled = false;
+  }
+}
+
 // Raised by whichever thread found the event (an engine's, for an SRQ's
 // limit or a QP's error): to the handler, or into the queue.
 void raise_async_event(braid_context* c, const braid_async_event& ev) {
@@ -93,8 +106,7 @@ int braid_destroy_srq(struct braid_srq* srq) {
   Guard g(c);
   if (srq->users > 0) return fail(EBUSY, "destroy_srq: QPs still use it");
   c->srqs.erase(std::remove(c->srqs.begin(), c->srqs.end(), srq), c->srqs.end());
-  // An event about it may still wait: it names an object that is gone,
-  // as libibverbs' would (the application acknowledges events first).
+  forget_async_events(c, nullptr, nullptr, srq);
   --srq->pd->users;
   --c->open_objects;
   delete srq;

@@ -132,6 +132,10 @@ struct braid_context {
 // Hands an asynchronous event to the context's handler, or queues it
 // (srq.cc); any thread, under the engine's lock or not.
 void raise_async_event(braid_context* c, const braid_async_event& ev);
+// Events waiting in the queue about an object being destroyed go with it
+// (any of the three may be null).
+void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* cq,
+                         const braid_srq* srq);
 
 namespace braid {
 // A permutation of 1..65535 chosen by `key` (0: none): a 4-round Feistel

@@ -1705,8 +1705,23 @@ TEST_P(VerbsPipe, SendsTakeTheirReceivesFromASharedReceiveQueue) {
   ASSERT_EQ(braid_query_srq(srq, &q), 0);
   EXPECT_EQ(q.srq_limit, 0u);
   EXPECT_EQ(braid_destroy_srq(srq), EBUSY);  // b.qp uses it
+  // To ERR: LAST_WQE_REACHED names the QP and its context; destroying the
+  // QP drops it if it still waits, and the descriptor goes quiet.
+  braid_qp_attr err{};
+  err.qp_state = BRAID_QPS_ERR;
+  ASSERT_EQ(braid_modify_qp(b.qp, &err, BRAID_QP_STATE), 0);
+  ASSERT_EQ(braid_get_async_event(b.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_QP_LAST_WQE_REACHED);
+  EXPECT_EQ(ev.qp, b.qp);
+  braid_qp_attr reset{};
+  reset.qp_state = BRAID_QPS_RESET;
+  ASSERT_EQ(braid_modify_qp(b.qp, &reset, BRAID_QP_STATE), 0);
+  ASSERT_EQ(braid_modify_qp(b.qp, &err, BRAID_QP_STATE), 0);
+  EXPECT_EQ(poll(&pfd, 1, 0), 1);
   ASSERT_EQ(braid_destroy_qp(b.qp), 0);
   b.qp = nullptr;
+  EXPECT_EQ(poll(&pfd, 1, 0), 0);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
   EXPECT_EQ(braid_destroy_srq(srq), 0);
 }
 
