@@ -137,7 +137,6 @@ static void linger(braid_context* c, bool guarded = false) {
 static std::mutex g_open_lock;
 static std::vector<braid_context*> g_open;
 
-
 struct braid_context* braid_open_device(const struct braid_device_config* config) {
   braid_context* c = braid::open_device(config, nullptr);
   if (c != nullptr) {

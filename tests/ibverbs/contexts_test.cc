@@ -203,19 +203,33 @@ ibv_wc wait_one(ibv_cq* cq) {
   return wc;
 }
 
+// A signaled RDMA WRITE of *sge to the start of `to`'s buffer, under rkey.
+ibv_send_wr write_to(ibv_sge* sge, const Side& to, uint32_t rkey) {
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.sg_list = sge;
+  wr.num_sge = 1;
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.buf.data());
+  wr.wr.rdma.rkey = rkey;
+  return wr;
+}
+
+// A QP's state, as ibv_query_qp reports it.
+ibv_qp_state state_of(ibv_qp* qp) {
+  ibv_qp_attr qa{};
+  ibv_qp_init_attr qi{};
+  EXPECT_EQ(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi), 0);
+  return qa.qp_state;
+}
+
 // A WRITE, a SEND into a posted receive and a READ from a's QP to b's,
 // each checked byte for byte.
 void exchange(Side& a, Side& b, uint8_t seed) {
   const size_t n = a.buf.size() / 2;
   for (size_t i = 0; i < n; ++i) a.buf[i] = static_cast<uint8_t>(seed + i * 7);
   ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), static_cast<uint32_t>(n), a.mr->lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-  wr.wr.rdma.rkey = b.mr->rkey;
+  ibv_send_wr wr = write_to(&sge, b, b.mr->rkey), *bad = nullptr;
   ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
   ibv_wc wc = wait_one(a.cq);
   ASSERT_EQ(wc.status, IBV_WC_SUCCESS) << ibv_wc_status_str(wc.status);
@@ -820,13 +834,7 @@ TEST(IbvConformance, AResponderThatRefusesABadKeyRaisesQpAccessErr) {
   nonblocking_events(c1);
   nonblocking_events(c2);
   ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-  wr.wr.rdma.rkey = b.mr->rkey + 0x100;
+  ibv_send_wr wr = write_to(&sge, b, b.mr->rkey + 0x100), *bad = nullptr;
   ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
   EXPECT_EQ(wait_one(a.cq).status, IBV_WC_REM_ACCESS_ERR);
   ASSERT_TRUE(event_ready(c2));
@@ -836,10 +844,7 @@ TEST(IbvConformance, AResponderThatRefusesABadKeyRaisesQpAccessErr) {
   EXPECT_EQ(ev.element.qp, b.qp);
   EXPECT_TRUE(no_event(c2));  // one event, about b's QP only
   EXPECT_TRUE(no_event(c1));  // the requester's completion said it all
-  ibv_qp_attr qa{};
-  ibv_qp_init_attr qi{};
-  ASSERT_EQ(ibv_query_qp(b.qp, &qa, IBV_QP_STATE, &qi), 0);
-  EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+  EXPECT_EQ(state_of(b.qp), IBV_QPS_ERR);
   ibv_ack_async_event(&ev);
   EXPECT_EQ(b.qp->events_completed, 1u);
   a.destroy();
@@ -992,13 +997,7 @@ TEST(IbvConformance, ACompletionQueueOverrunRaisesCqErrThenQpFatal) {
   ASSERT_TRUE(connect(c1, qp, b.qp->qp_num));
   ASSERT_TRUE(connect(c2, b.qp, qp->qp_num));
   ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
-  ibv_send_wr wr{}, *bad = nullptr;
-  wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.sg_list = &sge;
-  wr.num_sge = 1;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(b.buf.data());
-  wr.wr.rdma.rkey = b.mr->rkey;
+  ibv_send_wr wr = write_to(&sge, b, b.mr->rkey), *bad = nullptr;
   for (int i = 0; i < 3; ++i) ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
   ASSERT_TRUE(event_ready(c1));
   ibv_async_event ev{};
@@ -1012,10 +1011,7 @@ TEST(IbvConformance, ACompletionQueueOverrunRaisesCqErrThenQpFatal) {
   EXPECT_EQ(ev.element.qp, qp);
   ibv_ack_async_event(&ev);
   EXPECT_EQ(small->async_events_completed, 1u);
-  ibv_qp_attr qa{};
-  ibv_qp_init_attr qi{};
-  ASSERT_EQ(ibv_query_qp(qp, &qa, IBV_QP_STATE, &qi), 0);
-  EXPECT_EQ(qa.qp_state, IBV_QPS_ERR);
+  EXPECT_EQ(state_of(qp), IBV_QPS_ERR);
   EXPECT_EQ(ibv_destroy_qp(qp), 0);
   EXPECT_EQ(ibv_destroy_cq(small), 0);
   a.destroy();
