@@ -27,7 +27,6 @@
 
 namespace braid {
 
-// A queue pair's own settings (from ConnectionConfig, clamped there).
 // Why a queue pair went to its error state, for the asynchronous event an
 // InfiniBand channel adapter raises; kNone when its completions say it all
 // (a requester's errors, an error the user asked for).
@@ -42,6 +41,7 @@ enum class QpFault : uint8_t {
 // its work requests.
 using QpErrorHook = void (*)(void* arg, QpFault why);
 
+// A queue pair's own settings (from ConnectionConfig, clamped there).
 struct QpConfig {
   uint32_t qp_num = 0;      // reported in work completions
   uint32_t remote_qpn = 0;  // the peer's QP, named in requests (24 bits)

@@ -58,6 +58,14 @@ uint32_t* reported_of(const ibv_async_event& e) {
   return nullptr;
 }
 
+// async_fd stops being readable once no event waits (events_lock held).
+void quiet_if_empty(Context* c) {
+  if (c->events.empty() && c->events_signalled) {
+    uint64_t n = 0;
+    if (read(c->vctx.context.async_fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
+  }
+}
+
 }  // namespace
 
 void settle_events(Context* c, const void* element, const uint32_t* reported, pthread_mutex_t* m,
@@ -67,10 +75,7 @@ void settle_events(Context* c, const void* element, const uint32_t* reported, pt
     std::lock_guard<std::mutex> g(c->events_lock);
     std::erase_if(c->events,
                   [element](const ibv_async_event& e) { return element_of(e) == element; });
-    if (c->events.empty() && c->events_signalled) {
-      uint64_t n = 0;
-      if (read(c->vctx.context.async_fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
-    }
+    quiet_if_empty(c);
     taken = *reported;
   }
   if (c->closing) return;
@@ -205,10 +210,7 @@ BRAID_EXPORT int ibv_get_async_event(ibv_context* ctx, ibv_async_event* event) {
         *event = c->events.front();
         c->events.pop_front();
         if (uint32_t* n = reported_of(*event)) ++*n;
-        if (c->events.empty() && c->events_signalled) {
-          uint64_t n = 0;
-          if (read(fd, &n, sizeof n) == sizeof n) c->events_signalled = false;
-        }
+        quiet_if_empty(c);
         return 0;
       }
     }

@@ -25,6 +25,14 @@ void srq_limit_reached(void* arg) {
   raise_async_event(srq->context, ev);
 }
 
+// The eventfd stops being readable once the queue is empty (async_lock held).
+void quiet_if_empty(braid_context* c) {
+  if (c->async_events.empty() && c->async_signalled) {
+    uint64_t n = 0;
+    if (read(c->async_fd, &n, sizeof n) == sizeof n) c->async_signalled = false;
+  }
+}
+
 }  // namespace
 
 void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* cq,
@@ -34,10 +42,7 @@ void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* c
     return (qp != nullptr && e.qp == qp) || (cq != nullptr && e.cq == cq) ||
            (srq != nullptr && e.srq == srq);
   });
-  if (c->async_events.empty() && c->async_signalled) {
-    uint64_t n = 0;
-    if (read(c->async_fd, &n, sizeof n) == sizeof n) c->async_signalled = false;
-  }
+  quiet_if_empty(c);
 }
 
 // Raised by whichever thread found the event (an engine's, for an SRQ's
@@ -119,10 +124,7 @@ int braid_get_async_event(struct braid_context* c, struct braid_async_event* ev)
   if (c->async_events.empty()) return EAGAIN;
   *ev = c->async_events.front();
   c->async_events.pop_front();
-  if (c->async_events.empty() && c->async_signalled) {
-    uint64_t n = 0;
-    if (read(c->async_fd, &n, sizeof n) == sizeof n) c->async_signalled = false;
-  }
+  quiet_if_empty(c);
   return 0;
 }
 

@@ -97,7 +97,7 @@ int braid_gid_to_ipv4(const union braid_gid* gid, uint32_t* ip) {
 // sooner when the link goes down (the peer's port closed) or the TX ring
 // stops draining (a peer that no longer reads), and in any case after the
 // records' whole span and a margin.
-static void linger(braid_context* c, bool guarded = false) {
+static void linger(braid_context* c) {
   auto closing = [c] {
     size_t n = 0;
     for (auto& s : c->slots) n += s->engine->endpoint().closing();
@@ -123,12 +123,10 @@ static void linger(braid_context* c, bool guarded = false) {
       for (auto& s : c->slots) go |= !s->engine->io().link_up() || s->engine->tx_stalled();
       if (go) break;
     }
-    if (guarded) {
-      Guard g(c);
-      for (auto& s : c->slots) s->engine->poll();
-    } else {
-      for (auto& s : c->slots) s->engine->poll();
-    }
+    // Under the device's locks: at exit (settle_at_exit) other threads of
+    // the program may still call in.
+    Guard g(c);
+    for (auto& s : c->slots) s->engine->poll();
   }
   while (held > 0) c->slots[--held]->engine->io().release_events();
 }
@@ -366,7 +364,7 @@ void settle_at_exit() {
         s->engine->poll();
       }
     }
-    linger(c, true);
+    linger(c);
   }
 }
 }  // namespace braid
