@@ -74,9 +74,11 @@ case "$pml" in
         vnic_pair "$path" "$run_dir" "$mtu" 1
         ports=("$server_port" "$client_port") ;;
       switch)
+        # The switch carries the ranks' frames: their MTU, and memif
+        # buffers that hold a jumbo frame whole.
         bsize=
         [[ "$mtu" -gt 1500 ]] && bsize=",bsize=10240"
-        switch_up "$build_dir" "$run_dir" "$ranks" "$bsize" || exit 1
+        switch_up "$build_dir" "$run_dir" "$ranks" "$bsize" --mtu "$mtu" || exit 1
         infra_pids+=("$switch_pid")
         ports=("${switch_ports[@]}")
         mpi_args+=(-x BRAID_IBV_IDLE_YIELD=16) ;;
