@@ -1410,9 +1410,13 @@ TEST(WireCrc32c, Rfc3720Vectors) {
   EXPECT_EQ(crc32c(dec.data(), 32), 0x113fdb5cu);
 }
 
+// Lengths on both sides of where the three-stream rounds start and end
+// (3 x 128 and 3 x 1024 bytes) and whole frames (MTU 1500 and 9000).
 TEST(WireCrc32c, MatchesBitwiseReference) {
-  const Bytes data = pattern(4096 + 8, 42);
-  for (size_t len : {0u, 1u, 7u, 8u, 9u, 15u, 16u, 17u, 63u, 4096u}) {
+  const Bytes data = pattern(9018 + 8, 42);
+  for (size_t len :
+       {0u,   1u,   7u,   8u,    9u,    15u,   16u,   17u,   63u,   383u,  384u,  385u,  391u,
+        392u, 767u, 768u, 1514u, 3071u, 3072u, 3073u, 3455u, 3456u, 3457u, 4096u, 6144u, 9018u}) {
     for (size_t misalign = 0; misalign < 8; ++misalign) {
       const uint8_t* p = data.data() + misalign;
       EXPECT_EQ(crc32c(p, len), crc32c_bitwise(p, len)) << "len " << len << " at +" << misalign;
@@ -1422,9 +1426,9 @@ TEST(WireCrc32c, MatchesBitwiseReference) {
 }
 
 TEST(WireCrc32c, Chaining) {
-  const Bytes data = pattern(1500, 7);
+  const Bytes data = pattern(9000, 7);
   const uint32_t whole = crc32c(data.data(), data.size());
-  for (size_t split : {0u, 1u, 7u, 8u, 100u, 1499u, 1500u}) {
+  for (size_t split : {0u, 1u, 7u, 8u, 100u, 1499u, 1500u, 3072u, 5000u, 8999u, 9000u}) {
     const uint32_t a = crc32c(data.data(), split);
     EXPECT_EQ(crc32c(data.data() + split, data.size() - split, a), whole) << split;
   }
