@@ -192,12 +192,15 @@ int run_sink(EthdevPort& port, const Options& o, Clock::time_point start) {
   while (true) {
     const uint16_t n = port.rx_burst(rx, kBurst);
     if (n > 0) {
-      if (!started) {
-        started = true;
-        t0 = Clock::now();
-      }
       for (uint16_t i = 0; i < n; ++i) {
         if (rx[i].len == o.size && our_port(rx[i]) == kDataPort) {
+          // The clock starts at the first blast frame: a kernel-facing
+          // port also hands over the kernel's own frames (IPv6 neighbour
+          // discovery on a veth that just came up), maybe long before.
+          if (!started) {
+            started = true;
+            t0 = Clock::now();
+          }
           ++counted;
           if (o.copy) {
             std::memcpy(user.data() + user_off, rx[i].data + kMinFrame, payload);
