@@ -15,6 +15,7 @@
 #include "core/completion_queue.h"
 #include "core/endpoint.h"
 #include "core/receive_window.h"
+#include "core/sg_list.h"
 #include "engine/packet_io.h"
 #include "engine/spsc_ring.h"
 #include "wire/crc32c.h"
@@ -64,6 +65,30 @@ void BM_Crc32c(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * state.range(0));
 }
 BENCHMARK(BM_Crc32c)->Arg(64)->Arg(1416)->Arg(4096)->Arg(8916);
+
+// What placement costs when many queue pairs write at once: 1416-byte
+// payloads (MTU 1500) copied into `regions` regions of 64 KiB, each
+// written from its start, one packet per region in turn, as a receiver
+// places the interleaved packets of that many QPs' 64 KiB WRITEs (each
+// perftest QP writes its own buffer). One region stays in cache; 1024
+// (64 MiB) do not, and are more streams than the prefetchers follow.
+void BM_PlaceInterleaved(benchmark::State& state) {
+  constexpr size_t kPayload = 1416, kRegion = 65536, kPerRegion = kRegion / kPayload;
+  const auto regions = static_cast<size_t>(state.range(0));
+  std::vector<uint8_t> dst(regions * kRegion, 1), src(kRegion, 3);
+  size_t region = 0, slot = 0;
+  for (auto _ : state) {
+    copy_payload(dst.data() + region * kRegion + slot * kPayload, src.data() + slot * kPayload,
+                 kPayload);
+    if (++region == regions) {
+      region = 0;
+      if (++slot == kPerRegion) slot = 0;
+    }
+  }
+  benchmark::DoNotOptimize(dst.data());
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * kPayload));
+}
+BENCHMARK(BM_PlaceInterleaved)->ArgName("regions")->Arg(1)->Arg(16)->Arg(1024);
 
 // The authenticated mode's cost per packet (AES-256-GCM, libcrypto): a
 // request (PDS header, 44 bytes of SES, `payload` bytes) sealed, and one
