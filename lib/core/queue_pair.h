@@ -605,6 +605,12 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
     update_held_tails(pkt.req.psn, base + msg_offset, pkt.payload, now_len);
   }
   copy_payload(base + msg_offset, pkt.payload, now_len);
+  // The next packet's destination, within the message (whose whole range
+  // the key allowed).
+  if (!s.eom()) {
+    prefetch_for_write(base + msg_offset + len,
+                       std::min<uint64_t>(len, s.request_length - msg_offset - len));
+  }
   stats_->bytes_placed += len;
   if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
   return true;

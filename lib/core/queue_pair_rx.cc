@@ -101,7 +101,11 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
         refusal_in_receive_ = true;
         return refused_invalid(why);
       }
-      if (len > 0) copy_to_sgl(w.sgl, msg_offset, pkt.payload, len);
+      if (len > 0) {
+        // (request_length >= msg_offset + len: place_request checked it)
+        copy_to_sgl(w.sgl, msg_offset, pkt.payload, len,
+                    s.eom() ? 0 : std::min<uint32_t>(len, s.request_length - msg_offset - len));
+      }
       stats_->bytes_placed += len;
       note_receive(w, s, pkt.req.psn, len, false);
       return true;
@@ -204,7 +208,8 @@ bool QueuePair::place_read_response(const wire::ParsedPacket& pkt, Refusal* why)
     const uint64_t old = wire::load_be64(pkt.payload);
     copy_to_sgl(w.wr.local, 0, reinterpret_cast<const uint8_t*>(&old), 8);
   } else if (len > 0) {
-    copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len);
+    copy_to_sgl(w.wr.local, s.message_offset, pkt.payload, len,
+                std::min<uint32_t>(len, w.length - s.message_offset - len));
   }
   stats_->bytes_placed += len;
   w.read_bytes += len;
