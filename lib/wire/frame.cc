@@ -344,9 +344,22 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
   out->sealed = false;  // (the packet decoded before may have been)
   out->has_ses_request = true;
   out->has_ses_response = false;
-  out->pro = pro;
+  // Each field from a register: a copy of the whole Prologue reads two of
+  // its bytes at once from where they were stored one at a time, a load
+  // the store buffer cannot answer; it then waits for every older store to
+  // reach the cache, the previous packet's payload copy included (a third
+  // of an eager receiver's time, on one instruction, when that copy went
+  // to memory out of cache). Type and next header are the ones tested.
+  const uint8_t flags = pro.flags;
+  constexpr auto kType = static_cast<uint8_t>(PdsType::kRudReq);
+  constexpr auto kNext = static_cast<uint8_t>(NextHeader::kSesStandard);
+  out->pro.type = kType;
+  out->pro.next_hdr = kNext;
+  out->pro.flags = flags;
   RequestHeader& r = out->req;
-  r.pro = pro;
+  r.pro.type = kType;
+  r.pro.next_hdr = kNext;
+  r.pro.flags = flags;
   r.clear_psn_offset = load_be16(p + 2);
   r.psn = load_be32(p + 4);
   r.spdcid = load_be16(p + 8);
