@@ -80,7 +80,7 @@ void copy_inline(braid_qp* qp, const braid_send_wr* wr, uint32_t seq, braid::SgL
 }
 
 // The errno of a refused post, with the reason for braid_last_error().
-int post_error(braid::PostError e, const char* what) {
+[[gnu::noinline, gnu::cold]] int post_failed(braid::PostError e, const char* what) {
   switch (e) {
     case braid::PostError::kOk:
       return 0;
@@ -92,6 +92,14 @@ int post_error(braid::PostError e, const char* what) {
       break;
   }
   return fail(EINVAL, std::string(what) + ": QP in error");
+}
+
+// 0, or the errno of a refused post (and its message): the test inline, the
+// message built out of the way (a call per post cost 20 instructions).
+inline int post_error(braid::PostError e, const char* what) {
+  if (e == braid::PostError::kOk) [[likely]]
+    return 0;
+  return post_failed(e, what);
 }
 
 // A send work request as the connection takes it, or the errno that
