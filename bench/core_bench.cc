@@ -104,12 +104,14 @@ void BM_PlaceAhead(benchmark::State& state) {
   l.num = 1;
   size_t buffer = 0;
   uint32_t offset = 0;
+  int64_t bytes = 0;
   for (auto _ : state) {
     l.sge[0] = Sge{dst.data() + buffer, kMessage, 0};
     const uint32_t len = std::min(kPayload, kMessage - offset);
     copy_to_sgl(l, offset, src.data() + offset, len,
                 ahead ? std::min(len, kMessage - offset - len) : 0);
     offset += len;
+    bytes += len;
     if (offset == kMessage) {
       offset = 0;
       buffer += kMessage;
@@ -117,7 +119,7 @@ void BM_PlaceAhead(benchmark::State& state) {
     }
   }
   benchmark::DoNotOptimize(dst.data());
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * kPayload);
+  state.SetBytesProcessed(bytes);
 }
 BENCHMARK(BM_PlaceAhead)
     ->ArgNames({"span", "ahead"})

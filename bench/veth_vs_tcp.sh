@@ -34,10 +34,13 @@ command -v qperf >/dev/null || { echo "veth_vs_tcp: qperf not found (apt-get ins
 work=$(mktemp -d /tmp/braid-veth.XXXXXX)
 tag="bvt$$"
 cleanup() {
-  pkill -f "qperf --listen_port 19$$" 2>/dev/null || true
-  # (the measures run in subshells: their namespaces by name)
-  ip netns del "$tag-a" 2>/dev/null || true
-  ip netns del "$tag-b" 2>/dev/null || true
+  # The measures run in subshells: their namespaces by name, and whatever
+  # still runs in them (a sink or a qperf server left by an interrupt).
+  local ns
+  for ns in "$tag-a" "$tag-b"; do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -68,11 +71,11 @@ raw() {
   local spid=$!
   sleep 1  # (the sink counts from the first blast frame; the blaster needs it listening)
   ip netns exec "$tag-b" taskset -c 1 "$raw" --mode blast --lcore 1 --mtu "$mtu" --size "$size" \
-    --copy 1 --port "$(port_spec "$pmd" "${tag}b" "$mtu")" >"$work/blast.log" 2>&1 || true
+    --seconds "$secs" --copy 1 --port "$(port_spec "$pmd" "${tag}b" "$mtu")" >"$work/blast.log" 2>&1 || true
   wait "$spid" || true
   netns_cleanup
-  out=$(grep -o ' gbps=[^ ]*' "$work/sink.log" | cut -d= -f2)
-  [[ -n "$out" ]] || { echo "veth_vs_tcp: raw $pmd at MTU $mtu gave nothing:" >&2; cat "$work/sink.log" "$work/blast.log" >&2; exit 1; }
+  grep -q ' ok=1' "$work/sink.log" && out=$(grep -o ' gbps=[^ ]*' "$work/sink.log" | cut -d= -f2)
+  [[ -n "${out:-}" ]] || { echo "veth_vs_tcp: raw $pmd at MTU $mtu gave nothing:" >&2; cat "$work/sink.log" "$work/blast.log" >&2; exit 1; }
   awk -v g="$out" 'BEGIN { printf "%.0f", g * 1e9 / 8 / 1048576 }'
 }
 
@@ -96,15 +99,20 @@ tcp() {
   veth_pair "$mtu"
   ip -n "$tag-a" addr add 198.18.7.1/24 dev "${tag}a"
   ip -n "$tag-b" addr add 198.18.7.2/24 dev "${tag}b"
-  ip netns exec "$tag-a" taskset -c 0 qperf --listen_port "19$$" >/dev/null 2>&1 &
+  ip netns exec "$tag-a" taskset -c 0 qperf >/dev/null 2>&1 &
+  local qpid=$!
   sleep 0.5
-  out=$(ip netns exec "$tag-b" taskset -c 1 qperf --listen_port "19$$" -t "$secs" 198.18.7.1 \
-    tcp_bw tcp_lat 2>&1) || true
-  pkill -f "qperf --listen_port 19$$" 2>/dev/null || true
+  out=$(ip netns exec "$tag-b" taskset -c 1 qperf -t "$secs" 198.18.7.1 tcp_bw tcp_lat 2>&1) || true
+  kill "$qpid" 2>/dev/null || true
+  wait "$qpid" 2>/dev/null || true
   netns_cleanup
   bw=$(awk '/bw *=/ { v = $3; u = $4 } END { if (u == "GB/sec") v *= 1e9; else if (u == "MB/sec") v *= 1e6; printf "%.0f", v / 1048576 }' <<<"$out")
   lat=$(awk '/latency *=/ { v = $3; u = $4 } END { if (u == "ms") v *= 1000; printf "%.1f", v }' <<<"$out")
-  [[ "$bw" != 0 ]] || { echo "veth_vs_tcp: qperf gave nothing:" >&2; echo "$out" >&2; exit 1; }
+  if [[ "$bw" == 0 ]] || ! grep -q 'latency *=' <<<"$out"; then
+    echo "veth_vs_tcp: qperf gave no bandwidth or no latency:" >&2
+    echo "$out" >&2
+    exit 1
+  fi
   echo "$bw $lat"
 }
 
@@ -117,7 +125,8 @@ for ((r = 1; r <= rounds; ++r)); do
       cell[rawxdp,$mtu]+="$(raw af_xdp "$mtu") "
       cell[xdp,$mtu]+="$(braid_bw af_xdp "$mtu") "
     fi
-    read -r bw lat < <(tcp "$mtu")
+    tcp "$mtu" >"$work/tcp"  # (exits the script on failure, as the others)
+    read -r bw lat <"$work/tcp"
     cell[tcp,$mtu]+="$bw "
     cell[tcplat,$mtu]+="$lat "
     cell[lat,$mtu]+="$(braid_lat "$mtu") "

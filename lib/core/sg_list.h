@@ -97,8 +97,14 @@ inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32
 // lines: the hardware's own prefetch follows a stream from there).
 inline constexpr size_t kPlaceAheadMax = 2048;
 [[gnu::always_inline]] inline void prefetch_for_write(const uint8_t* p, size_t n) {
+  if (n == 0) return;
   if (n > kPlaceAheadMax) n = kPlaceAheadMax;
-  for (size_t o = 0; o < n; o += 64) __builtin_prefetch(p + o, 1, 3);
+  // Every line of [p, p + n), p not being on a line's start.
+  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + n - 1;
+  for (uintptr_t a = first; a <= last; a += 64) {
+    __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
+  }
 }
 
 // Copies len bytes from src into the list starting at byte `offset`; then,

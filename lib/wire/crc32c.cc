@@ -34,11 +34,12 @@ uint32_t crc32c_table(const uint8_t* p, size_t len, uint32_t crc) {
 // The CRC register's linearity splits a buffer into three streams the
 // instruction works on side by side: it takes three cycles to give its
 // result and can start one every cycle, so a single chain of it runs at a
-// third of its rate (about 1.1 us for a 9000-byte frame here, 18% of an
-// AF_PACKET sender's core). Register r after a block A, then B, then C:
+// third of its rate (742-772 ns for an 8916-byte payload here, 18% of an
+// AF_PACKET sender's core at MTU 9000). Register r after a block A, then B, then C:
 // crc(r, ABC) = shift(shift(crc(r, A), |B|) ^ crc(0, B), |C|) ^ crc(0, C),
 // where shift(x, n) is x carried through n zero bytes: a linear map of x's
 // 32 bits, applied as four byte-indexed tables made at compile time.
+#if defined(__x86_64__)
 constexpr uint32_t zero_byte(uint32_t r) {
   return kTable[r & 0xff] ^ (r >> 8);
 }
@@ -70,7 +71,6 @@ constexpr ShiftTable make_shift(size_t bytes) {
   return s;
 }
 
-#if defined(__x86_64__)
 constexpr size_t kLong = 1024, kShort = 128;  // bytes per stream
 constexpr ShiftTable kShiftLong = make_shift(kLong);
 constexpr ShiftTable kShiftShort = make_shift(kShort);
