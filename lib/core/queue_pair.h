@@ -494,6 +494,12 @@ class QueuePair {
     *why = Refusal::kAccess;
     return false;
   }
+  // The bytes the message's next packet will place after this one's (len
+  // at msg_offset), to ask for ahead (prefetch_for_write): none after its
+  // last. (msg_offset + len <= request_length: place_request checked it.)
+  static uint32_t next_packet_bytes(const wire::SesRequest& s, uint32_t msg_offset, uint32_t len) {
+    return s.eom() ? 0 : std::min(len, s.request_length - msg_offset - len);
+  }
   // A request other than a WRITE, its payload checked to lie inside its
   // message (at msg_offset).
   bool place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_offset, Refusal* why);
@@ -607,10 +613,7 @@ inline bool QueuePair::place_request(const wire::ParsedPacket& pkt, uint32_t cac
   copy_payload(base + msg_offset, pkt.payload, now_len);
   // The next packet's destination, within the message (whose whole range
   // the key allowed).
-  if (!s.eom()) {
-    prefetch_for_write(base + msg_offset + len,
-                       std::min<uint64_t>(len, s.request_length - msg_offset - len));
-  }
+  prefetch_for_write(base + msg_offset + len, next_packet_bytes(s, msg_offset, len));
   stats_->bytes_placed += len;
   if (imm) note_receive(rq_[rsn & rq_mask_], s, pkt.req.psn, len, true);
   return true;

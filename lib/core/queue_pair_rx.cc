@@ -101,11 +101,8 @@ bool QueuePair::place_request_other(const wire::ParsedPacket& pkt, uint32_t msg_
         refusal_in_receive_ = true;
         return refused_invalid(why);
       }
-      if (len > 0) {
-        // (request_length >= msg_offset + len: place_request checked it)
-        copy_to_sgl(w.sgl, msg_offset, pkt.payload, len,
-                    s.eom() ? 0 : std::min<uint32_t>(len, s.request_length - msg_offset - len));
-      }
+      if (len > 0)
+        copy_to_sgl(w.sgl, msg_offset, pkt.payload, len, next_packet_bytes(s, msg_offset, len));
       stats_->bytes_placed += len;
       note_receive(w, s, pkt.req.psn, len, false);
       return true;
