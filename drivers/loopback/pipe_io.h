@@ -6,6 +6,7 @@
 // through any of them, from any thread.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -29,7 +30,7 @@ class PipeIo : public PacketIo {
   void tx_free(TxFrame* frames, uint16_t n) override;
   wire::MacAddr mac() const override { return mac_; }
   uint32_t max_frame() const override { return max_frame_; }
-  bool link_up() const override { return true; }
+  bool link_up() const override { return link_up_.load(std::memory_order_relaxed); }
   PacketIoStats stats() const override { return stats_; }
   std::string describe() const override { return "pipe"; }
   bool host_local() const override { return true; }
@@ -37,6 +38,8 @@ class PipeIo : public PacketIo {
   // Test hooks: frames sent from this end are dropped while cut; inject()
   // puts any bytes on the wire towards the other end, as if sent.
   void set_cut(bool cut) { cut_ = cut; }
+  // The link as link_up() reports it (frames still pass: set_cut for that).
+  void set_link_up(bool up) { link_up_.store(up, std::memory_order_relaxed); }
   // While stuck, the TX ring takes nothing (tx_burst hands every frame
   // back): a link that is up but has stalled.
   void set_tx_stuck(bool stuck) { tx_stuck_ = stuck; }
@@ -60,6 +63,7 @@ class PipeIo : public PacketIo {
   uint32_t max_frame_;
   std::shared_ptr<Wire> in_, out_;
   bool cut_ = false;
+  std::atomic<bool> link_up_{true};
   bool tx_stuck_ = false;
   uint32_t corrupt_every_ = 0;
   uint64_t sent_ = 0;

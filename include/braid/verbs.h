@@ -574,12 +574,22 @@ int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
  * the CQ) then QP_FATAL when a completion found its CQ full; then, on a QP
  * with an SRQ, QP_LAST_WQE_REACHED, for any error (braid_modify_qp to ERR
  * too): no receive of the SRQ is taken by it again. Errors a completion
- * reports (a requester's) raise nothing else. */
+ * reports (a requester's) raise nothing else.
+ * COMM_EST: an RC QP in RTR received its first request packet (raised once,
+ * and not once it is in RTS, as InfiniBand raises it).
+ * PORT_ERR and PORT_ACTIVE (qp, cq, srq and context NULL: the device's one
+ * port, number 1): the port went down (its link, or a TX ring that stopped
+ * draining: braid_query_port says DOWN) or came back. Each engine looks at
+ * its port every 10 ms while it is polled, so an event follows the change
+ * by up to that, and a change undone within it raises none. */
 enum braid_event_type {
   BRAID_EVENT_CQ_ERR = 0,
   BRAID_EVENT_QP_FATAL = 1,
   BRAID_EVENT_QP_REQ_ERR = 2,
   BRAID_EVENT_QP_ACCESS_ERR = 3,
+  BRAID_EVENT_COMM_EST = 4,
+  BRAID_EVENT_PORT_ACTIVE = 9,
+  BRAID_EVENT_PORT_ERR = 10,
   BRAID_EVENT_SRQ_LIMIT_REACHED = 15,
   BRAID_EVENT_QP_LAST_WQE_REACHED = 16,
 };

@@ -46,6 +46,7 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
   ac.gateway = cfg.gateway;
   ac.prefix_len = static_cast<uint8_t>(cfg.gateway != 0 ? cfg.prefix_len : 0);
   arp_ = std::make_unique<Arp>(ac);
+  port_ok_.store(io_->link_up(), std::memory_order_relaxed);
   // We reach ourselves without asking: packets to our own address are
   // delivered locally (transmit_at), on any port.
   arp_->arp.neighbors().add_static(cfg.ip, io_->mac());
@@ -278,6 +279,14 @@ uint32_t Engine::poll_at(TimeNs t, TimeNs ack_hold_ns) {
   if (t >= stats_next_) {
     publisher_->publish(*this, t);
     stats_next_ = t + cfg_.stats_interval_ns;
+  }
+  if (t - port_looked_ >= port_watch_ns) {
+    port_looked_ = t;
+    const bool ok = io_->link_up() && !tx_stalled();
+    if (ok != port_ok_.load(std::memory_order_relaxed)) {
+      port_ok_.store(ok, std::memory_order_relaxed);
+      ++port_changes_;
+    }
   }
   if (arp_->arp.next_timer() <= t) send_arp_requests(t);
   if (!pending_routes_.empty()) update_routes(t);

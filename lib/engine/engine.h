@@ -158,6 +158,13 @@ class Engine {
   // Longer than this, the port counts as stalled (reported DOWN).
   TimeNs tx_stall_ns = 1'000'000'000;
   bool tx_stalled() const { return tx_blocked_ns() > tx_stall_ns; }
+  // The port as this engine last looked at it, once per port_watch_ns of
+  // polls: its link up and its TX ring not stalled (any thread may read
+  // it). port_changes() counts the changes (the engine's thread): the
+  // verbs layer raises PORT_ERR and PORT_ACTIVE from them.
+  bool port_ok() const { return port_ok_.load(std::memory_order_relaxed); }
+  uint32_t port_changes() const { return port_changes_; }
+  TimeNs port_watch_ns = 10'000'000;
 
  private:
   void on_arp(const uint8_t* frame, uint32_t len, TimeNs now);
@@ -205,6 +212,9 @@ class Engine {
   std::unique_ptr<stats::Publisher> publisher_;
   TimeNs stats_next_ = kNever;
   TimeNs last_poll_ = kNever;
+  std::atomic<bool> port_ok_{false};  // set from the link at creation
+  uint32_t port_changes_ = 0;
+  TimeNs port_looked_ = 0;  // the last look at the port
 };
 
 }  // namespace braid

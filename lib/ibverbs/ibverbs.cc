@@ -153,7 +153,7 @@ braid_context* open_shared(Device* d) {
                  braid_last_error());
     return nullptr;
   }
-  braid_set_async_handler(bctx, route_async_event, nullptr);
+  braid_set_async_handler(bctx, route_async_event, d);
   // A memif or vhost-user port is DOWN until its peer attaches, and
   // programs written for RDMA NICs give up on a port that is not ACTIVE
   // (perftest: "Port number 1 state is Down"): wait for the peer here.
@@ -206,6 +206,10 @@ BRAID_EXPORT ibv_context* ibv_open_device(ibv_device* device) {
   }
   c->device = d;
   braid::ibv::init_context(c);
+  {
+    std::lock_guard<std::mutex> g(d->listeners_lock);
+    d->listeners.push_back(c);
+  }
   braid::ibv::trace("open_device %s -> %p (%d open)", d->dev.name,
                     static_cast<void*>(&c->vctx.context), open);
   return &c->vctx.context;
@@ -241,6 +245,10 @@ BRAID_EXPORT int ibv_close_device(ibv_context* context) {
       d->shared = nullptr;
     }
     --d->contexts;
+  }
+  {
+    std::lock_guard<std::mutex> g(d->listeners_lock);
+    std::erase(d->listeners, c);
   }
   braid::ibv::trace("close_device %p", static_cast<void*>(context));
   if (c->vctx.context.async_fd >= 0) close(c->vctx.context.async_fd);

@@ -26,6 +26,9 @@ struct Device {
   std::mutex open_lock;
   braid_context* shared = nullptr;
   int contexts = 0;
+  // The open contexts: each gets the port's events (route_async_event).
+  std::mutex listeners_lock;
+  std::vector<struct Context*> listeners;
 };
 
 struct Context {

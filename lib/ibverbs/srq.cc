@@ -22,7 +22,10 @@ static_assert(int(BRAID_EVENT_SRQ_LIMIT_REACHED) == int(IBV_EVENT_SRQ_LIMIT_REAC
               int(BRAID_EVENT_QP_FATAL) == int(IBV_EVENT_QP_FATAL) &&
               int(BRAID_EVENT_QP_REQ_ERR) == int(IBV_EVENT_QP_REQ_ERR) &&
               int(BRAID_EVENT_QP_ACCESS_ERR) == int(IBV_EVENT_QP_ACCESS_ERR) &&
-              int(BRAID_EVENT_QP_LAST_WQE_REACHED) == int(IBV_EVENT_QP_LAST_WQE_REACHED));
+              int(BRAID_EVENT_QP_LAST_WQE_REACHED) == int(IBV_EVENT_QP_LAST_WQE_REACHED) &&
+              int(BRAID_EVENT_COMM_EST) == int(IBV_EVENT_COMM_EST) &&
+              int(BRAID_EVENT_PORT_ACTIVE) == int(IBV_EVENT_PORT_ACTIVE) &&
+              int(BRAID_EVENT_PORT_ERR) == int(IBV_EVENT_PORT_ERR));
 
 Srq* srq_of(ibv_srq* s) {
   return reinterpret_cast<Srq*>(s);
@@ -35,7 +38,7 @@ int fail(int err) {
 
 bool is_qp_event(ibv_event_type t) {
   return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR ||
-         t == IBV_EVENT_QP_LAST_WQE_REACHED;
+         t == IBV_EVENT_QP_LAST_WQE_REACHED || t == IBV_EVENT_COMM_EST;
 }
 
 // The object an event names (its element), whatever its kind.
@@ -66,6 +69,18 @@ void quiet_if_empty(Context* c) {
   }
 }
 
+// Into the context's queue; async_fd becomes readable.
+void deliver(Context* c, const ibv_async_event& e) {
+  std::lock_guard<std::mutex> g(c->events_lock);
+  c->events.push_back(e);
+  if (!c->events_signalled) {
+    const uint64_t one = 1;
+    if (write(c->vctx.context.async_fd, &one, sizeof one) == sizeof one) {
+      c->events_signalled = true;
+    }
+  }
+}
+
 }  // namespace
 
 void settle_events(Context* c, const void* element, const uint32_t* reported, pthread_mutex_t* m,
@@ -84,9 +99,18 @@ void settle_events(Context* c, const void* element, const uint32_t* reported, pt
   pthread_mutex_unlock(m);
 }
 
-void route_async_event(void*, const braid_async_event* ev) {
+void route_async_event(void* device, const braid_async_event* ev) {
   ibv_async_event out{};
   out.event_type = static_cast<ibv_event_type>(ev->event_type);
+  if (ev->event_type == BRAID_EVENT_PORT_ACTIVE || ev->event_type == BRAID_EVENT_PORT_ERR) {
+    // The device's port: every context of it hears (a kernel device tells
+    // each of its contexts).
+    out.element.port_num = 1;
+    auto* d = static_cast<Device*>(device);
+    std::lock_guard<std::mutex> g(d->listeners_lock);
+    for (Context* c : d->listeners) deliver(c, out);
+    return;
+  }
   Context* c = nullptr;
   // Braid's object contexts are our wrappers (create_srq, create_cq,
   // create_qp).
@@ -106,22 +130,19 @@ void route_async_event(void*, const braid_async_event* ev) {
     case BRAID_EVENT_QP_FATAL:
     case BRAID_EVENT_QP_REQ_ERR:
     case BRAID_EVENT_QP_ACCESS_ERR:
-    case BRAID_EVENT_QP_LAST_WQE_REACHED: {
+    case BRAID_EVENT_QP_LAST_WQE_REACHED:
+    case BRAID_EVENT_COMM_EST: {
       Qp* q = static_cast<Qp*>(ev->context);
       out.element.qp = q->qp();
       c = context_of(q->qp()->context);
       break;
     }
+    case BRAID_EVENT_PORT_ACTIVE:
+    case BRAID_EVENT_PORT_ERR:
+      break;  // above
   }
   if (c == nullptr) return;
-  std::lock_guard<std::mutex> g(c->events_lock);
-  c->events.push_back(out);
-  if (!c->events_signalled) {
-    const uint64_t one = 1;
-    if (write(c->vctx.context.async_fd, &one, sizeof one) == sizeof one) {
-      c->events_signalled = true;
-    }
-  }
+  deliver(c, out);
 }
 
 }  // namespace braid::ibv

@@ -144,8 +144,13 @@ inline void signal_armed_cqs(braid_context* c, uint16_t k) {
 }
 
 inline int progress_locked(braid_context* c, uint16_t k, braid::TimeNs ack_hold_ns = 0) {
-  const int n = static_cast<int>(c->slots[k]->engine->poll(ack_hold_ns));
+  braid::EngineSlot& s = *c->slots[k];
+  const int n = static_cast<int>(s.engine->poll(ack_hold_ns));
   signal_armed_cqs(c, k);
+  if (!s.comm_est.empty()) [[unlikely]]
+    raise_comm_est(c, k);
+  if (s.engine->port_changes() != s.port_changes_seen) [[unlikely]]
+    raise_port_event(c, k);
   return n;
 }
 

@@ -143,6 +143,27 @@ static void qp_entered_error(void* arg, braid::QpFault why) {
   if (qp->srq != nullptr) raise_async_event(c, qp_event(qp, BRAID_EVENT_QP_LAST_WQE_REACHED));
 }
 
+// COMM_EST's bookkeeping: a QP waits for its first request from RTR until
+// it leaves RTR (or goes).
+static void stop_waiting_for_comm_est(braid_qp* qp) {
+  auto& w = qp->context->slots[qp->engine]->comm_est;
+  std::erase_if(w, [qp](const braid::EngineSlot::CommEstWait& x) { return x.qp == qp; });
+}
+
+void raise_comm_est(braid_context* c, uint16_t k) {
+  auto& waiting = c->slots[k]->comm_est;
+  std::erase_if(waiting, [c](const braid::EngineSlot::CommEstWait& w) {
+    braid_qp* qp = w.qp;
+    // A connection that carries other QPs counts this QP's requests apart;
+    // one that carries it alone counts them in its own statistics.
+    const bool got =
+        qp->core->requests_received() > w.requests_at_rtr ||
+        (qp->conn->live_queue_pairs() == 1 && qp->conn->stats().data_received > w.data_at_rtr);
+    if (got && !qp->in_error()) raise_async_event(c, qp_event(qp, BRAID_EVENT_COMM_EST));
+    return got || qp->in_error();
+  });
+}
+
 // As a NIC's provider does at RESET: the QP's completions still in its CQs
 // go (a program that restarts a failed QP must not poll them).
 static void erase_completions(braid_qp* qp) {
@@ -329,6 +350,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
   braid_context* c = qp->context;
   Guard g(c);
   qp->destroying = true;
+  if (qp->state == BRAID_QPS_RTR) stop_waiting_for_comm_est(qp);
   if (qp->ud != nullptr) {
     c->slots[qp->engine]->engine->endpoint().destroy_datagram_qp(qp->qp_num);
     qp->ud = nullptr;
@@ -598,6 +620,11 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   }
   if (rc != 0) return rc;
   if (to == BRAID_QPS_RESET) erase_completions(qp);
+  if (from == BRAID_QPS_RTR && to != BRAID_QPS_RTR) stop_waiting_for_comm_est(qp);
+  if (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR && qp->conn != nullptr) {
+    c->slots[qp->engine]->comm_est.push_back(
+        {qp, qp->conn->stats().data_received, qp->core->requests_received()});
+  }
   qp->state = to;
   qp->attr.qp_state = to;
   return 0;

@@ -60,6 +60,21 @@ void raise_async_event(braid_context* c, const braid_async_event& ev) {
   }
 }
 
+// The port's state is every engine's (each looks at its queue of the port
+// in its polls): read under the lock, so that of two engines that changed
+// at once the later event says the later state.
+void raise_port_event(braid_context* c, uint16_t k) {
+  c->slots[k]->port_changes_seen = c->slots[k]->engine->port_changes();
+  std::lock_guard<std::mutex> g(c->port_event_lock);
+  bool ok = true;
+  for (auto& s : c->slots) ok = ok && s->engine->port_ok();
+  if (ok == c->port_reported_ok) return;
+  c->port_reported_ok = ok;
+  braid_async_event ev{};
+  ev.event_type = ok ? BRAID_EVENT_PORT_ACTIVE : BRAID_EVENT_PORT_ERR;
+  raise_async_event(c, ev);
+}
+
 extern "C" {
 
 struct braid_srq* braid_create_srq(struct braid_pd* pd, struct braid_srq_init_attr* a) {

@@ -33,6 +33,17 @@ struct EngineSlot {
   // it. A counter, not a clock: reading the clock on every call cost a
   // fifth of a busy client's time.
   std::atomic<uint64_t> calls{0};
+  // RC QPs of this engine in RTR that have received nothing yet, with their
+  // connection's counts at RTR: the first request raises COMM_EST (changed
+  // under this engine's lock; modify_qp and destroy_qp hold every lock).
+  struct CommEstWait {
+    braid_qp* qp;
+    uint64_t data_at_rtr;      // ConnectionStats::data_received
+    uint64_t requests_at_rtr;  // QueuePair::requests_received (a shared PDC)
+  };
+  std::vector<CommEstWait> comm_est;
+  // The engine's port_changes() the verbs layer has raised events for.
+  uint32_t port_changes_seen = 0;
 };
 }  // namespace braid
 
@@ -124,6 +135,10 @@ struct braid_context {
   bool async_signalled = false;
   braid_async_handler async_handler = nullptr;
   void* async_arg = nullptr;
+  // The port state the last PORT_ACTIVE or PORT_ERR said (at open: the
+  // engines' state then), under port_event_lock.
+  std::mutex port_event_lock;
+  bool port_reported_ok = false;
   int open_objects = 0;  // PDs, CQs, QPs, SRQs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
   uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
@@ -136,6 +151,11 @@ void raise_async_event(braid_context* c, const braid_async_event& ev);
 // (any of the three may be null).
 void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* cq,
                          const braid_srq* srq);
+// After engine k's poll (calls.h, progress_locked; k's lock held): COMM_EST
+// for its QPs in RTR that received their first request (qp.cc), and
+// PORT_ERR / PORT_ACTIVE when the port's state changed (srq.cc).
+void raise_comm_est(braid_context* c, uint16_t k);
+void raise_port_event(braid_context* c, uint16_t k);
 
 namespace braid {
 // A permutation of 1..65535 chosen by `key` (0: none): a 4-round Feistel

@@ -130,8 +130,8 @@ struct Side {
 };
 
 // RESET -> INIT -> RTR -> RTS towards `peer`, addressed by our own GID: the
-// peer is a QP of this same device.
-bool connect(ibv_context* ctx, ibv_qp* qp, uint32_t peer_qpn) {
+// peer is a QP of this same device. to_rts false: it stays in RTR.
+bool connect(ibv_context* ctx, ibv_qp* qp, uint32_t peer_qpn, bool to_rts = true) {
   ibv_gid gid{};
   if (ibv_query_gid(ctx, 1, 0, &gid) != 0) return false;
   ibv_qp_attr a{};
@@ -157,6 +157,7 @@ bool connect(ibv_context* ctx, ibv_qp* qp, uint32_t peer_qpn) {
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
     return false;
   }
+  if (!to_rts) return true;
   a = {};
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;
@@ -845,6 +846,43 @@ TEST(IbvConformance, AResponderThatRefusesABadKeyRaisesQpAccessErr) {
   EXPECT_TRUE(no_event(c2));  // one event, about b's QP only
   EXPECT_TRUE(no_event(c1));  // the requester's completion said it all
   EXPECT_EQ(state_of(b.qp), IBV_QPS_ERR);
+  ibv_ack_async_event(&ev);
+  EXPECT_EQ(b.qp->events_completed, 1u);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
+// A QP in RTR raises IBV_EVENT_COMM_EST on its own context when its first
+// request arrives (as an IB channel adapter does; a program that uses the
+// CM passes it to rdma_notify), once; the requester raises nothing.
+TEST(IbvConformance, AQpInRtrRaisesCommEstWhenItsFirstRequestArrives) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  Side a, b;
+  ASSERT_TRUE(a.make(c1, 4096));
+  ASSERT_TRUE(b.make(c2, 4096));
+  ASSERT_TRUE(connect(c1, a.qp, b.qp->qp_num));
+  ASSERT_TRUE(connect(c2, b.qp, a.qp->qp_num, false));
+  EXPECT_EQ(state_of(b.qp), IBV_QPS_RTR);
+  nonblocking_events(c1);
+  nonblocking_events(c2);
+  EXPECT_TRUE(no_event(c2));
+  for (int i = 0; i < 2; ++i) {
+    ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
+    ibv_send_wr wr = write_to(&sge, b, b.mr->rkey), *bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+    EXPECT_EQ(wait_one(a.cq).status, IBV_WC_SUCCESS);
+  }
+  ASSERT_TRUE(event_ready(c2));
+  ibv_async_event ev{};
+  ASSERT_TRUE(next_event(c2, &ev));
+  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  EXPECT_EQ(ev.element.qp, b.qp);
+  EXPECT_TRUE(no_event(c2));  // once
+  EXPECT_TRUE(no_event(c1));
   ibv_ack_async_event(&ev);
   EXPECT_EQ(b.qp->events_completed, 1u);
   a.destroy();

@@ -109,8 +109,8 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     ASSERT_NE(s.qp, nullptr) << braid_last_error();
   }
   // INIT -> RTR -> RTS on both sides, as an application does after the
-  // out-of-band exchange (here: direct).
-  void connect() {
+  // out-of-band exchange (here: direct); b_to_rts false leaves b in RTR.
+  void connect(bool b_to_rts = true) {
     for (Side* s : {&a, &b}) {
       braid_qp_attr at{};
       at.qp_state = BRAID_QPS_INIT;
@@ -132,17 +132,19 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
           BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN);
       ASSERT_EQ(rc, 0) << braid_last_error();
     }
-    for (Side* s : {&a, &b}) {
-      braid_qp_attr at{};
-      at.qp_state = BRAID_QPS_RTS;
-      at.sq_psn = 100;
-      at.retry_cnt = 7;
-      at.timeout = 10;
-      ASSERT_EQ(
-          braid_modify_qp(s->qp, &at,
-                          BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT),
-          0);
-    }
+    to_rts(a);
+    if (b_to_rts) to_rts(b);
+  }
+  void to_rts(Side& s) {
+    braid_qp_attr at{};
+    at.qp_state = BRAID_QPS_RTS;
+    at.sq_psn = 100;
+    at.retry_cnt = 7;
+    at.timeout = 10;
+    ASSERT_EQ(
+        braid_modify_qp(s.qp, &at,
+                        BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT),
+        0);
   }
   // Drives the other side's engine once, then polls `s`'s CQ (which drives
   // its own) and appends what it found to `out`.
@@ -662,6 +664,7 @@ TEST_P(VerbsPipe, DeadPeerEndsInRetryExceededAndANewQpWorksAfterwards) {
 
 TEST_P(VerbsPipe, StalledTxRingIsReportedAndTheQpGivesUpWithinItsRetryBudget) {
   a.ctx->engine->tx_stall_ns = 1'000'000;  // 1 ms instead of 1 s: the test waits less
+  a.ctx->engine->port_watch_ns = 0;        // and the port is looked at on every poll
   braid_port_attr port{};
   ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
   EXPECT_EQ(port.state, BRAID_PORT_ACTIVE);
@@ -695,6 +698,12 @@ TEST_P(VerbsPipe, StalledTxRingIsReportedAndTheQpGivesUpWithinItsRetryBudget) {
   ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
   EXPECT_EQ(qs.data_packets_received, 0u);
 
+  // The stall was a port error (the link stayed up).
+  braid_async_event ev{};
+  ASSERT_EQ(braid_get_async_event(a.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_PORT_ERR);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);
+
   // The ring drains again: the frames it held leave, the port is ACTIVE.
   pipe_a->set_tx_stuck(false);
   braid_progress(a.ctx);
@@ -702,6 +711,115 @@ TEST_P(VerbsPipe, StalledTxRingIsReportedAndTheQpGivesUpWithinItsRetryBudget) {
   EXPECT_EQ(st.tx_stalled_ms, 0u);
   ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
   EXPECT_EQ(port.state, BRAID_PORT_ACTIVE);
+  braid_progress(a.ctx);
+  ASSERT_EQ(braid_get_async_event(a.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_PORT_ACTIVE);
+}
+
+// IBV_EVENT_COMM_EST as InfiniBand raises it: once, for a QP in RTR that
+// receives its first request; not for one already in RTS.
+TEST_P(VerbsPipe, CommEstIsRaisedOnceWhenAQpInRtrReceivesItsFirstRequest) {
+  for (Side* x : {&a, &b}) {
+    ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+    x->qp = new_qp(*x, {128, 128, 1, 1, 64});
+    ASSERT_NE(x->qp, nullptr) << braid_last_error();
+  }
+  connect(false);  // b stays in RTR
+  braid_async_event ev{};
+  braid_progress(b.ctx);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);  // nothing received yet
+  for (uint64_t id = 1; id <= 2; ++id) {
+    braid_sge s = sge(a, 0, 3000);
+    braid_send_wr w = write_to_b(&s, id);
+    ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+    const auto wa = wait(a, 1);
+    ASSERT_EQ(wa.size(), 1u);
+    EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+    braid_progress(b.ctx);
+  }
+  ASSERT_EQ(braid_get_async_event(b.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_COMM_EST);
+  EXPECT_EQ(ev.qp, b.qp);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);  // once, not per message
+  to_rts(b);
+  braid_sge s = sge(a, 0, 100);
+  braid_send_wr w = write_to_b(&s, 3);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  ASSERT_EQ(wait(a, 1).size(), 1u);
+  braid_progress(b.ctx);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);  // a was in RTS: none
+}
+
+// A QP that goes from RTR to RTS before anything arrives raises nothing,
+// and one destroyed in RTR is forgotten (its engine polls on safely).
+TEST_P(VerbsPipe, NoCommEstForAQpThatLeftRtrBeforeItsFirstPacket) {
+  for (Side* x : {&a, &b}) {
+    ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+    x->qp = new_qp(*x, {128, 128, 1, 1, 64});
+    ASSERT_NE(x->qp, nullptr) << braid_last_error();
+  }
+  connect();
+  braid_sge s = sge(a, 0, 100);
+  braid_send_wr w = write_to_b(&s, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  ASSERT_EQ(wait(a, 1).size(), 1u);
+  braid_async_event ev{};
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  // Again, with b's QP destroyed while in RTR.
+  for (Side* x : {&a, &b}) {
+    ASSERT_EQ(braid_destroy_qp(x->qp), 0);
+    x->qp = new_qp(*x, {128, 128, 1, 1, 64});
+    ASSERT_NE(x->qp, nullptr) << braid_last_error();
+  }
+  connect(false);
+  ASSERT_EQ(braid_destroy_qp(b.qp), 0);
+  b.qp = nullptr;
+  braid_sge s2 = sge(a, 0, 100);
+  braid_send_wr w2 = write_to_b(&s2, 2);
+  ASSERT_EQ(braid_post_send(a.qp, &w2, nullptr), 0);
+  for (int i = 0; i < 100; ++i) {
+    braid_progress(a.ctx);
+    braid_progress(b.ctx);
+  }
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+}
+
+// PORT_ERR when the link goes down, PORT_ACTIVE when it comes back: once
+// each, on the device whose port it is, and as braid_query_port says.
+TEST_P(VerbsPipe, PortErrAndPortActiveFollowTheLink) {
+  a.ctx->engine->port_watch_ns = 0;  // look at the port on every poll
+  b.ctx->engine->port_watch_ns = 0;
+  braid_async_event ev{};
+  braid_progress(a.ctx);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);
+  pipe_a->set_link_up(false);
+  braid_port_attr port{};
+  for (int i = 0; i < 3; ++i) braid_progress(a.ctx);
+  ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
+  EXPECT_EQ(port.state, BRAID_PORT_DOWN);
+  ASSERT_EQ(braid_get_async_event(a.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_PORT_ERR);
+  EXPECT_EQ(ev.qp, nullptr);
+  EXPECT_EQ(ev.cq, nullptr);
+  EXPECT_EQ(ev.srq, nullptr);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);  // once
+  pipe_a->set_link_up(true);
+  for (int i = 0; i < 3; ++i) braid_progress(a.ctx);
+  ASSERT_EQ(braid_query_port(a.ctx, 1, &port), 0);
+  EXPECT_EQ(port.state, BRAID_PORT_ACTIVE);
+  ASSERT_EQ(braid_get_async_event(a.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_PORT_ACTIVE);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);
+  braid_progress(b.ctx);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);  // b's port never changed
+  // The QPs carry on.
+  braid_sge s = sge(a, 0, 5000);
+  braid_send_wr w = write_to_b(&s, 1);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  const auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
 }
 
 TEST_P(VerbsPair, TransportCountersFollowTheTraffic) {
