@@ -58,6 +58,7 @@ struct Options {
   int comms = 1;           // incast: rank 1's comms to rank 0
   double seconds = 4.0;    // incast: how long the senders send
   double expect_jain = 0;  // incast: fail below this Jain's index
+  int expect_speed = 0;    // rank 0's getProperties speed, Mb/s (0: not checked)
 };
 Options g_opt;
 
@@ -100,6 +101,22 @@ struct Net {
     int n = 0;
     check(v10 ? v10->devices(&n) : legacy([&](auto& t) { return t.devices(&n); }), "devices");
     if (n < 1) fail("the plugin has no device");
+  }
+  // Device 0's speed as getProperties gives it, Mb/s.
+  int speed_mbps() const {
+    if (v10) {
+      ncclNetProperties_v10_t p{};
+      check(v10->getProperties(0, &p), "getProperties");
+      return p.speed;
+    }
+    if (v8) {
+      ncclNetProperties_v8_t p{};
+      check(v8->getProperties(0, &p), "getProperties");
+      return p.speed;
+    }
+    ncclNetProperties_v7_t p{};
+    check(v7->getProperties(0, &p), "getProperties");
+    return p.speed;
   }
   void* listen(void* handle) const {
     void* l = nullptr;
@@ -839,6 +856,9 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(2.0, 600.0));
   app.add_option("--expect-jain", o.expect_jain,
                  "incast: fail when Jain's index over the sending ranks is below this");
+  app.add_option("--expect-speed-mbps", o.expect_speed,
+                 "rank 0 fails unless its device's properties give this speed (the ranks' "
+                 "ports may differ: a vhost server and a virtio-user client)");
   app.add_option("--min-bytes", min_b);
   app.add_option("--max-bytes", max_b);
   app.add_option("--threads", o.threads, "check: threads setting up comms at once")
@@ -853,10 +873,14 @@ int main(int argc, char** argv) {
     if (o.max_bytes > (1ull << 30)) fail("--max-bytes: at most 1G");
     void* lib = load_plugin(o);
     g_net.init();
+    const int speed = g_net.speed_mbps();
     if (o.rank == 0)
-      std::printf("plugin %s, API v%d\n",
+      std::printf("plugin %s, API v%d, device speed %d Mb/s\n",
                   g_net.v10 ? g_net.v10->name : g_net.legacy([](auto& t) { return t.name; }),
-                  g_net.version);
+                  g_net.version, speed);
+    if (o.rank == 0 && o.expect_speed != 0 && speed != o.expect_speed) {
+      fail(fmt::format("the device's speed is {} Mb/s, not {}", speed, o.expect_speed));
+    }
     if (o.mode == "check") check_mode();
     if (o.mode == "bw") bw_mode();
     if (o.mode == "allreduce") allreduce_mode();

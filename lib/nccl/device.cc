@@ -94,7 +94,9 @@ ncclResult_t open_device() {
   }
   g_dev.name = s.name;
   g_dev.mtu = port.active_mtu;
-  g_dev.speed_mbps = cfg.link_mbps != 0 ? static_cast<int>(cfg.link_mbps) : 100000;
+  // The port's rate as the device resolved it: the configured one, else
+  // what the PMD reports (NCCL's tuning takes it for the link's).
+  g_dev.speed_mbps = static_cast<int>(port.link_mbps);
   g_dev.max_qp = dev.max_qp;
   g_dev.oob_ip = pick_oob_ip();
   char oob[INET_ADDRSTRLEN] = "";
