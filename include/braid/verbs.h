@@ -580,8 +580,9 @@ int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
  * PORT_ERR and PORT_ACTIVE (qp, cq, srq and context NULL: the device's one
  * port, number 1): the port went down (its link, or a TX ring that stopped
  * draining: braid_query_port says DOWN) or came back. Each engine looks at
- * its port every 10 ms while it is polled, so an event follows the change
- * by up to that, and a change undone within it raises none. */
+ * its port every 10 ms while it is polled, and braid_query_port looks at
+ * once (raising the event then): an event follows the change by up to
+ * 10 ms, and a change undone within that raises none. */
 enum braid_event_type {
   BRAID_EVENT_CQ_ERR = 0,
   BRAID_EVENT_QP_FATAL = 1,

@@ -253,6 +253,10 @@ class Connection {
   size_t queue_pair_slots() const { return qps_.size(); }
   // Queue pairs not removed.
   size_t live_queue_pairs() const { return qps_.size() - removed_; }
+  // Whether it has ever carried more than one queue pair: from then on each
+  // counts its own requests (QueuePair::requests_received); until then the
+  // connection's ConnectionStats::data_received are its one queue pair's.
+  bool carried_several() const { return multi_; }
   bool removed(uint16_t slot) const { return slot < qps_.size() && qps_[slot]->removed(); }
   // Takes the queue pair in `slot` off the connection (destroy_qp), with
   // packets of it still in flight: its work requests go without

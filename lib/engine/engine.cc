@@ -280,14 +280,7 @@ uint32_t Engine::poll_at(TimeNs t, TimeNs ack_hold_ns) {
     publisher_->publish(*this, t);
     stats_next_ = t + cfg_.stats_interval_ns;
   }
-  if (t - port_looked_ >= port_watch_ns) {
-    port_looked_ = t;
-    const bool ok = io_->link_up() && !tx_stalled();
-    if (ok != port_ok_.load(std::memory_order_relaxed)) {
-      port_ok_.store(ok, std::memory_order_relaxed);
-      ++port_changes_;
-    }
-  }
+  if (t - port_looked_ >= port_watch_ns) look_at_port(t);
   if (arp_->arp.next_timer() <= t) send_arp_requests(t);
   if (!pending_routes_.empty()) update_routes(t);
   // Packets that asked for an ACK at once are often the last of a message
@@ -335,6 +328,15 @@ uint16_t Engine::receive_burst(TimeNs t) {
   if (kept > 0) io_->rx_release(rx_.data(), kept);
   stats_.rx_frames += n;
   return n;
+}
+
+void Engine::look_at_port(TimeNs now) {
+  port_looked_ = now;
+  const bool ok = io_->link_up() && !tx_stalled();
+  if (ok != port_ok_.load(std::memory_order_relaxed)) {
+    port_ok_.store(ok, std::memory_order_relaxed);
+    ++port_changes_;
+  }
 }
 
 uint32_t Engine::transmit() {

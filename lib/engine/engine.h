@@ -165,6 +165,9 @@ class Engine {
   bool port_ok() const { return port_ok_.load(std::memory_order_relaxed); }
   uint32_t port_changes() const { return port_changes_; }
   TimeNs port_watch_ns = 10'000'000;
+  // Looks at the port now (the poll does every port_watch_ns; a query of
+  // the port's state does, so that it and the events agree).
+  void look_at_port(TimeNs now);
 
  private:
   void on_arp(const uint8_t* frame, uint32_t len, TimeNs now);

@@ -154,11 +154,12 @@ void raise_comm_est(braid_context* c, uint16_t k) {
   auto& waiting = c->slots[k]->comm_est;
   std::erase_if(waiting, [c](const braid::EngineSlot::CommEstWait& w) {
     braid_qp* qp = w.qp;
-    // A connection that carries other QPs counts this QP's requests apart;
-    // one that carries it alone counts them in its own statistics.
-    const bool got =
-        qp->core->requests_received() > w.requests_at_rtr ||
-        (qp->conn->live_queue_pairs() == 1 && qp->conn->stats().data_received > w.data_at_rtr);
+    // A connection that has carried several QPs counts each one's requests;
+    // one that has carried only this QP counts them in its statistics.
+    // (Checked before a second QP joins: to_rtr.)
+    const braid::Connection& conn = *qp->conn;
+    const bool got = conn.carried_several() ? qp->core->requests_received() > w.requests_at_rtr
+                                            : conn.stats().data_received > w.data_at_rtr;
     if (got && !qp->in_error()) raise_async_event(c, qp_event(qp, BRAID_EVENT_COMM_EST));
     return got || qp->in_error();
   });
@@ -397,6 +398,9 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   braid::wire::MacAddr mac{};
   const int arp_wait_us = c->config.rtr_arp_wait_us == 0 ? 2000 : c->config.rtr_arp_wait_us;
   const bool known = braid::resolve_for(c, qp->engine, peer_ip, arp_wait_us, &mac);
+  // What the polls made so far counts for the QPs waiting for COMM_EST
+  // before this one may join one's connection (and change how it counts).
+  if (!c->slots[qp->engine]->comm_est.empty()) raise_comm_est(c, qp->engine);
   braid::ConnectionConfig cc;
   cc.await_remote_mac = !known;
   cc.local_id = static_cast<uint16_t>(qp->qp_num);
@@ -620,7 +624,11 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   }
   if (rc != 0) return rc;
   if (to == BRAID_QPS_RESET) erase_completions(qp);
-  if (from == BRAID_QPS_RTR && to != BRAID_QPS_RTR) stop_waiting_for_comm_est(qp);
+  if (from == BRAID_QPS_RTR && to != BRAID_QPS_RTR) {
+    // A request that came in RTR, in a poll that did not look, still counts.
+    if (to == BRAID_QPS_RTS) raise_comm_est(c, qp->engine);
+    stop_waiting_for_comm_est(qp);
+  }
   if (from == BRAID_QPS_INIT && to == BRAID_QPS_RTR && qp->conn != nullptr) {
     c->slots[qp->engine]->comm_est.push_back(
         {qp, qp->conn->stats().data_received, qp->core->requests_received()});

@@ -1588,8 +1588,10 @@ TEST(VerbsConfig, AuthNeedsAKeyOf64HexDigitsOrAFileOfThem) {
 class VerbsSharedPdc : public VerbsPipe {
  protected:
   VerbsSharedPdc() { pdc_per_peer_ = 1; }
-  // INIT -> RTR -> RTS for the pair (qa, qb), with PSNs of their own.
-  void connect_pair(braid_qp* qa, braid_qp* qb, uint32_t psn_a, uint32_t psn_b, bool a_side) {
+  // INIT -> RTR -> RTS for the pair (qa, qb), with PSNs of their own
+  // (to_rts false: RTR only).
+  void connect_pair(braid_qp* qa, braid_qp* qb, uint32_t psn_a, uint32_t psn_b, bool a_side,
+                    bool to_rts = true) {
     braid_qp* me = a_side ? qa : qb;
     braid_qp* peer = a_side ? qb : qa;
     Side& ms = a_side ? a : b;
@@ -1610,6 +1612,7 @@ class VerbsSharedPdc : public VerbsPipe {
                                   BRAID_QP_RQ_PSN),
               0)
         << braid_last_error();
+    if (!to_rts) return;
     at = {};
     at.qp_state = BRAID_QPS_RTS;
     at.sq_psn = a_side ? psn_a : psn_b;
@@ -1622,6 +1625,44 @@ class VerbsSharedPdc : public VerbsPipe {
     (void)ms;
   }
 };
+
+// COMM_EST on a PDC shared with other QPs: the requests of the others,
+// before and after the PDC's first QP goes, are not this QP's first.
+TEST_P(VerbsSharedPdc, CommEstCountsOnlyTheQpsOwnRequests) {
+  braid_qp* qa1 = new_qp(a, {128, 128, 1, 1, 64});
+  braid_qp* qb1 = new_qp(b, {128, 128, 1, 1, 64});
+  ASSERT_NE(qa1, nullptr);
+  ASSERT_NE(qb1, nullptr);
+  connect_pair(qa1, qb1, 7000, 9000, true);
+  connect_pair(qa1, qb1, 7000, 9000, false, false);  // qb1 stays in RTR
+  ASSERT_EQ(qb1->conn, b.qp->conn);
+  auto write = [&](braid_qp* from, uint64_t id) {
+    braid_sge s = sge(a, 0, 3000);
+    braid_send_wr w = rdma_write(&s, id, b, 8192);
+    ASSERT_EQ(braid_post_send(from, &w, nullptr), 0) << braid_last_error();
+    const auto wa = wait(a, 1);
+    ASSERT_EQ(wa.size(), 1u);
+    EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+    braid_progress(b.ctx);
+  };
+  braid_async_event ev{};
+  write(a.qp, 1);  // to b.qp, on the PDC qb1 is on
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  // The PDC's first QPs go: qb1 is the one left on b's PDC.
+  ASSERT_EQ(braid_destroy_qp(b.qp), 0);
+  ASSERT_EQ(braid_destroy_qp(a.qp), 0);
+  a.qp = b.qp = nullptr;
+  ASSERT_EQ(qb1->conn->live_queue_pairs(), 1u);
+  braid_progress(b.ctx);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  write(qa1, 2);  // qb1's first request
+  ASSERT_EQ(braid_get_async_event(b.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_COMM_EST);
+  EXPECT_EQ(ev.qp, qb1);
+  EXPECT_EQ(braid_get_async_event(b.ctx, &ev), EAGAIN);
+  ASSERT_EQ(braid_destroy_qp(qb1), 0);
+  ASSERT_EQ(braid_destroy_qp(qa1), 0);
+}
 
 TEST_P(VerbsSharedPdc, QpsToOnePeerShareAConnectionAndLeaveItOneByOne) {
   // The fixture's pair (a.qp, b.qp) is connected; three more pairs, a's
