@@ -819,6 +819,13 @@ bool event_ready(ibv_context* c) {
   pollfd p{c->async_fd, POLLIN, 0};
   return poll(&p, 1, 60'000) == 1;
 }
+// Takes the next event once one waits (the caller acknowledges it): false
+// if none came; one of another type fails the test, named.
+bool take_event(ibv_context* c, ibv_event_type type, ibv_async_event* ev) {
+  if (!event_ready(c) || !next_event(c, ev)) return false;
+  EXPECT_EQ(ev->event_type, type) << ibv_event_type_str(ev->event_type);
+  return true;
+}
 
 // A WRITE with a key the responder never gave: the requester completes
 // with REM_ACCESS_ERR and raises nothing; the responder's QP goes to ERR
@@ -838,10 +845,8 @@ TEST(IbvConformance, AResponderThatRefusesABadKeyRaisesQpAccessErr) {
   ibv_send_wr wr = write_to(&sge, b, b.mr->rkey + 0x100), *bad = nullptr;
   ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
   EXPECT_EQ(wait_one(a.cq).status, IBV_WC_REM_ACCESS_ERR);
-  ASSERT_TRUE(event_ready(c2));
   ibv_async_event ev{};
-  ASSERT_TRUE(next_event(c2, &ev));
-  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+  ASSERT_TRUE(take_event(c2, IBV_EVENT_QP_ACCESS_ERR, &ev));
   EXPECT_EQ(ev.element.qp, b.qp);
   EXPECT_TRUE(no_event(c2));  // one event, about b's QP only
   EXPECT_TRUE(no_event(c1));  // the requester's completion said it all
@@ -876,10 +881,8 @@ TEST(IbvConformance, AQpInRtrRaisesCommEstWhenItsFirstRequestArrives) {
     ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
     EXPECT_EQ(wait_one(a.cq).status, IBV_WC_SUCCESS);
   }
-  ASSERT_TRUE(event_ready(c2));
   ibv_async_event ev{};
-  ASSERT_TRUE(next_event(c2, &ev));
-  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  ASSERT_TRUE(take_event(c2, IBV_EVENT_COMM_EST, &ev));
   EXPECT_EQ(ev.element.qp, b.qp);
   EXPECT_TRUE(no_event(c2));  // once
   EXPECT_TRUE(no_event(c1));
@@ -1037,15 +1040,12 @@ TEST(IbvConformance, ACompletionQueueOverrunRaisesCqErrThenQpFatal) {
   ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 64, a.mr->lkey};
   ibv_send_wr wr = write_to(&sge, b, b.mr->rkey), *bad = nullptr;
   for (int i = 0; i < 3; ++i) ASSERT_EQ(ibv_post_send(qp, &wr, &bad), 0);
-  ASSERT_TRUE(event_ready(c1));
   ibv_async_event ev{};
-  ASSERT_TRUE(next_event(c1, &ev));
-  EXPECT_EQ(ev.event_type, IBV_EVENT_CQ_ERR);
+  ASSERT_TRUE(take_event(c1, IBV_EVENT_CQ_ERR, &ev));
   EXPECT_EQ(ev.element.cq, small);
   ibv_ack_async_event(&ev);
-  ASSERT_TRUE(event_ready(c1));  // (raised after the CQ's: it may come later)
-  ASSERT_TRUE(next_event(c1, &ev));
-  EXPECT_EQ(ev.event_type, IBV_EVENT_QP_FATAL);
+  // (Raised after the CQ's: it may come later.)
+  ASSERT_TRUE(take_event(c1, IBV_EVENT_QP_FATAL, &ev));
   EXPECT_EQ(ev.element.qp, qp);
   ibv_ack_async_event(&ev);
   EXPECT_EQ(small->async_events_completed, 1u);
