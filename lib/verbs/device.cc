@@ -229,8 +229,7 @@ braid_context* open_device(const braid_device_config* config,
   }
   c->engine = c->slots[0]->engine.get();
   // Port events say changes from the state at open.
-  c->port_reported_ok = true;
-  for (auto& s : c->slots) c->port_reported_ok = c->port_reported_ok && s->engine->port_ok();
+  c->port_reported_ok = c->port_ok();
   // Several engines may be driven from several threads: every call locks.
   c->locking = engines > 1;
   // Static neighbours: "ip=mac,ip=mac".

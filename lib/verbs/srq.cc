@@ -66,8 +66,7 @@ void raise_async_event(braid_context* c, const braid_async_event& ev) {
 void raise_port_event(braid_context* c, uint16_t k) {
   c->slots[k]->port_changes_seen = c->slots[k]->engine->port_changes();
   std::lock_guard<std::mutex> g(c->port_event_lock);
-  bool ok = true;
-  for (auto& s : c->slots) ok = ok && s->engine->port_ok();
+  const bool ok = c->port_ok();
   if (ok == c->port_reported_ok) return;
   c->port_reported_ok = ok;
   braid_async_event ev{};

@@ -202,14 +202,12 @@ int braid_query_port(struct braid_context* c, uint8_t port, struct braid_port_at
   const uint32_t link_mtu = c->engine->io().max_frame() - braid::wire_l2();
   // Each engine looks at its queue of the port now: the state said here
   // and the last PORT_ACTIVE / PORT_ERR raised agree.
-  bool ok = true;
   for (uint16_t k = 0; k < c->engines(); ++k) {
     braid::Engine& e = *c->slots[k]->engine;
     e.look_at_port(e.now());
     if (e.port_changes() != c->slots[k]->port_changes_seen) raise_port_event(c, k);
-    ok = ok && e.port_ok();
   }
-  a->state = ok ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
+  a->state = c->port_ok() ? BRAID_PORT_ACTIVE : BRAID_PORT_DOWN;
   a->link_mtu = link_mtu;
   a->tx_in_place = c->engine->io().tx_external() ? 1 : 0;
   a->link_mbps = c->config.link_mbps;

@@ -139,6 +139,12 @@ struct braid_context {
   // engines' state then), under port_event_lock.
   std::mutex port_event_lock;
   bool port_reported_ok = false;
+  // The port as its engines last looked at it: every one's queue of it up.
+  bool port_ok() const {
+    for (const auto& s : slots)
+      if (!s->engine->port_ok()) return false;
+    return true;
+  }
   int open_objects = 0;  // PDs, CQs, QPs, SRQs, MRs, channels not yet destroyed
   uint16_t engines() const { return static_cast<uint16_t>(slots.size()); }
   uint16_t engine_of(uint32_t qp_num) const { return static_cast<uint16_t>(qp_num % slots.size()); }
