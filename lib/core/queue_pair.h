@@ -251,6 +251,8 @@ class QueuePair {
   bool write_packet(const Slice& s, const Source& src, uint32_t job_id, bool by_reference,
                     uint8_t* ses_at, const uint8_t** in_place) const;
   uint32_t outstanding_sends() const { return sq_tail_ - sq_head_; }
+  // Requests posted and not yet segmented into packets (none sent yet).
+  uint32_t unsegmented() const { return sq_tail_ - sq_tx_; }
   uint32_t next_msn() const { return sq_tail_; }
   uint32_t posted_recvs() const { return rq_tail_ - rq_head_; }
   uint32_t reads_outstanding() const { return reads_outstanding_; }

@@ -174,6 +174,18 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
   return 0;
 }
 
+// A QP with work under way leaves new requests for the next poll, which
+// sends them in one burst with the rest; but once half a burst waits, it is
+// sent at once. A program that posts until its queue is full (perftest's
+// tx depth) and only then polls would otherwise keep the peer idle while it
+// posts, then send everything late: 64 B WRITEs at tx depth 128 went from
+// 9.1 to 11.4 Mpps over virtio (a full burst: 10.2, a quarter: 10.2; fewer
+// frames a burst cost more per frame).
+bool doorbell_due(const braid::Engine& e, uint32_t queued_before, uint32_t queued_after) {
+  const uint32_t half = std::max<uint32_t>(1, e.config().burst / 2);
+  return queued_after / half != queued_before / half;
+}
+
 bool in_error(const braid_qp* qp) {
   return qp->state == BRAID_QPS_ERR || qp->in_error();
 }
@@ -345,12 +357,13 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
     return post_send_ud(qp, wr, bad);
   }
   // An idle QP sends at once (latency); one with work under way leaves the
-  // frames for the next poll, which sends them in one burst with the rest.
+  // frames for the next poll, up to half a burst (doorbell_due).
   if (in_error(qp)) {
     flush_send_list(qp, wr);
     return 0;
   }
   const bool was_idle = qp->conn != nullptr && qp->outstanding_sends() == 0;
+  const uint32_t queued = qp->core != nullptr ? qp->core->unsegmented() : 0;
   for (; wr != nullptr; wr = wr->next) {
     braid::SendRequest req;
     int rc = prepare_send(qp, wr, true, &req);
@@ -360,7 +373,10 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       return rc;
     }
   }
-  if (was_idle) c->slots[qp->engine]->engine->transmit();  // the doorbell: send now
+  braid::Engine& e = *c->slots[qp->engine]->engine;
+  if (was_idle || (qp->core != nullptr && doorbell_due(e, queued, qp->core->unsegmented()))) {
+    e.transmit();  // the doorbell: send now
+  }
   return 0;
 }
 
@@ -385,13 +401,15 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
     return fail(ENOMEM, "post_send: queue full");
   }
   const bool was_idle = qp->outstanding_sends() == 0;
+  const uint32_t queued = qp->core->unsegmented();
   for (; wr != nullptr; wr = wr->next) {
     braid::SendRequest req;
     int rc = prepare_send(qp, wr, true, &req);
     if (rc == 0) rc = post_error(qp->conn->post_send(qp->slot, req), "post_send");
     if (rc != 0) return rc;  // not reached: checked above
   }
-  if (was_idle) c->slots[qp->engine]->engine->transmit();
+  braid::Engine& e = *c->slots[qp->engine]->engine;
+  if (was_idle || doorbell_due(e, queued, qp->core->unsegmented())) e.transmit();
   return 0;
 }
 

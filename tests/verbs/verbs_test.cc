@@ -905,6 +905,40 @@ TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
   EXPECT_EQ(tx_frames(b), again + 1);
 }
 
+// A post to an idle QP sends at once; on a busy QP requests wait for the
+// next poll, until half a burst waits: then the post sends them. (A program
+// that posts its whole queue before it polls keeps the peer busy meanwhile.)
+TEST_P(VerbsPipe, ABusyQpSendsOnceHalfABurstWaits) {
+  learn_macs();
+  const uint32_t half = a.ctx->engine->config().burst / 2;
+  ASSERT_GE(half, 2u);
+  braid_sge sa = sge(a, 0, 64);
+  braid_send_wr w = write_to_b(&sa, 1);
+  const uint64_t before = tx_frames(a);
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  EXPECT_EQ(tx_frames(a), before + 1);  // idle: at once
+  for (uint32_t i = 1; i < half; ++i) {
+    ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+    EXPECT_EQ(tx_frames(a), before + 1) << "post " << i + 1;
+  }
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0);
+  EXPECT_EQ(tx_frames(a), before + 1 + half);
+  // A list that brings the queue past the next half burst sends too.
+  std::vector<braid_send_wr> list(half + 1, w);
+  for (size_t i = 0; i + 1 < list.size(); ++i) list[i].next = &list[i + 1];
+  ASSERT_EQ(braid_post_send(a.qp, list.data(), nullptr), 0);
+  EXPECT_EQ(tx_frames(a), before + 2 + 2 * half);
+  // Everything arrives and completes.
+  braid_progress(a.ctx);
+  for (int i = 0; i < 8; ++i) {
+    braid_progress(b.ctx);
+    braid_progress(a.ctx);
+  }
+  braid_qp_stats qs{};
+  ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
+  EXPECT_EQ(qs.data_packets_received, 2u + 2 * half);
+}
+
 // A chain longer than the send queue's room is refused from the first
 // request that does not fit, and nothing of a refused inline request reaches
 // the peer or changes an accepted one's bytes.
