@@ -318,4 +318,8 @@ struct braid_qp {
   // max_send_wr, so MSNs of outstanding requests never share one).
   std::vector<uint8_t> inline_buf;
   uint32_t inline_slots = 1;
+  // The request post_send builds (under the engine's guard): every field a
+  // post uses is written, so it is not cleared per post (clearing it was 5%
+  // of a 64 B WRITE's sender time).
+  braid::SendRequest post_scratch;
 };

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -910,7 +911,7 @@ TEST_P(VerbsPipe, HeldImmediateAckWaitsForTheAnswerAcrossPolls) {
 // that posts its whole queue before it polls keeps the peer busy meanwhile.)
 TEST_P(VerbsPipe, ABusyQpSendsOnceHalfABurstWaits) {
   learn_macs();
-  const uint32_t half = a.ctx->engine->config().burst / 2;
+  const uint32_t half = std::bit_floor(a.ctx->engine->config().burst / 2u);  // (a power of two)
   ASSERT_GE(half, 2u);
   braid_sge sa = sge(a, 0, 64);
   braid_send_wr w = write_to_b(&sa, 1);
