@@ -17,7 +17,7 @@
  * With braid_device_config.progress_thread = 1 (or once a completion channel
  * is created) every call takes the device's lock, so any thread may call
  * in, and a dedicated thread drives the engine whenever the application has
- * made no call for 100 us (it is blocked, or busy elsewhere); while the
+ * made no call for about 1 ms (it is blocked, or busy elsewhere); while the
  * application calls in, its calls drive the engine and the thread sleeps.
  */
 #ifndef BRAID_VERBS_H

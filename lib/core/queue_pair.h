@@ -98,6 +98,10 @@ struct SendRequest {
   }
 };
 static_assert(kMaxSge >= 3, "an atomic's operands need two spare SGEs");
+// The verbs layer builds requests in one it keeps per QP (braid_qp::
+// post_scratch) and writes every field on each post: a new field must be
+// written there too (prepare_send in lib/verbs/post.cc).
+static_assert(sizeof(SendRequest) == 144, "write the new SendRequest field in prepare_send");
 
 // What one packet carries of a queue pair's messages: part of a request
 // (a work request's MSN) or of a READ response (its sequence), or nothing

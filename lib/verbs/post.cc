@@ -366,19 +366,21 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
   const bool was_idle = qp->conn != nullptr && qp->outstanding_sends() == 0;
   const uint32_t queued = qp->core != nullptr ? qp->core->unsegmented() : 0;
   braid::SendRequest& req = qp->post_scratch;
+  int rc = 0;
   for (; wr != nullptr; wr = wr->next) {
-    int rc = prepare_send(qp, wr, true, &req);
+    rc = prepare_send(qp, wr, true, &req);
     if (rc == 0) rc = post_error(qp->conn->post_send(qp->slot, req), "post_send");
     if (rc != 0) {
       if (bad != nullptr) *bad = wr;
-      return rc;
+      break;  // the requests before it stay posted, and go as below
     }
   }
   braid::Engine& e = *c->slots[qp->engine]->engine;
-  if (was_idle || (qp->core != nullptr && doorbell_due(e, queued, qp->core->unsegmented()))) {
+  if (qp->core != nullptr && qp->core->unsegmented() != queued &&
+      (was_idle || doorbell_due(e, queued, qp->core->unsegmented()))) {
     e.transmit();  // the doorbell: send now
   }
-  return 0;
+  return rc;
 }
 
 int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {

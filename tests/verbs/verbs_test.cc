@@ -368,6 +368,63 @@ TEST_P(VerbsPair, ReadAndInlineSend) {
   EXPECT_EQ(0, std::memcmp(b.buf.data() + 9000, "inline payload", 15));
 }
 
+// Each post builds its request over the previous one's (the QP keeps one):
+// nothing of an inline SEND with immediate data, or of a WRITE with three
+// SGEs, reaches the requests after it.
+TEST_P(VerbsPair, ARequestCarriesNothingOfThePreviousOne) {
+  for (uint64_t i = 0; i < 2; ++i) {
+    braid_sge rs = sge(b, 20000 + i * 256, 256);
+    braid_recv_wr r{};
+    r.wr_id = 100 + i;
+    r.sg_list = &rs;
+    r.num_sge = 1;
+    ASSERT_EQ(braid_post_recv(b.qp, &r, nullptr), 0) << braid_last_error();
+  }
+  for (size_t i = 0; i < 3000; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
+  const std::vector<uint8_t> before = b.buf;
+  char msg[16] = "inline, imm 77";
+  braid_sge is{reinterpret_cast<uintptr_t>(msg), 15, 0};
+  braid_send_wr w{};
+  w.wr_id = 1;
+  w.sg_list = &is;
+  w.num_sge = 1;
+  w.opcode = BRAID_WR_SEND_WITH_IMM;
+  w.imm_data = htonl(77);
+  w.send_flags = BRAID_SEND_SIGNALED | BRAID_SEND_INLINE | BRAID_SEND_FENCE;
+  ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0) << braid_last_error();
+  // Three SGEs to b's buffer at 1000: 100 bytes from 0, 200 from 500, 300 from 2000.
+  braid_sge three[3] = {sge(a, 0, 100), sge(a, 500, 200), sge(a, 2000, 300)};
+  braid_send_wr w3 = rdma_write(three, 2, b, 1000);
+  w3.num_sge = 3;
+  ASSERT_EQ(braid_post_send(a.qp, &w3, nullptr), 0) << braid_last_error();
+  // One SGE with immediate data 5: 40 bytes from 2500 to b at 4000.
+  braid_sge one = sge(a, 2500, 40);
+  braid_send_wr wi = rdma_write(&one, 3, b, 4000);
+  wi.opcode = BRAID_WR_RDMA_WRITE_WITH_IMM;
+  wi.imm_data = htonl(5);
+  ASSERT_EQ(braid_post_send(a.qp, &wi, nullptr), 0) << braid_last_error();
+  const auto wa = wait(a, 3);
+  ASSERT_EQ(wa.size(), 3u);
+  for (const braid_wc& c : wa) EXPECT_EQ(c.status, BRAID_WC_SUCCESS) << c.wr_id;
+  const auto wb = wait(b, 2);
+  ASSERT_EQ(wb.size(), 2u);
+  EXPECT_EQ(wb[0].opcode, BRAID_WC_RECV);
+  EXPECT_EQ(wb[0].byte_len, 15u);
+  EXPECT_EQ(ntohl(wb[0].imm_data), 77u);
+  EXPECT_EQ(0, std::memcmp(b.buf.data() + 20000, "inline, imm 77", 15));
+  EXPECT_EQ(wb[1].opcode, BRAID_WC_RECV_RDMA_WITH_IMM);
+  EXPECT_EQ(wb[1].byte_len, 40u);
+  EXPECT_EQ(ntohl(wb[1].imm_data), 5u);
+  std::vector<uint8_t> want = before;
+  std::memcpy(want.data() + 20000, "inline, imm 77", 15);
+  std::memcpy(want.data() + 1000, a.buf.data(), 100);
+  std::memcpy(want.data() + 1100, a.buf.data() + 500, 200);
+  std::memcpy(want.data() + 1300, a.buf.data() + 2000, 300);
+  std::memcpy(want.data() + 4000, a.buf.data() + 2500, 40);
+  EXPECT_TRUE(b.buf == want)
+      << "bytes outside the three requests' ranges changed, or theirs differ";
+}
+
 TEST_P(VerbsPair, BadRkeyGivesRemoteAccessErrorAndLeavesTargetUntouched) {
   const std::vector<uint8_t> before = b.buf;
   braid_sge s = sge(a, 0, 4096);
@@ -938,6 +995,30 @@ TEST_P(VerbsPipe, ABusyQpSendsOnceHalfABurstWaits) {
   braid_qp_stats qs{};
   ASSERT_EQ(braid_query_qp_stats(b.qp, &qs), 0);
   EXPECT_EQ(qs.data_packets_received, 2u + 2 * half);
+}
+
+// A list refused part-way: the requests before the refused one stay posted
+// and go at once, as the first post to an idle QP does; a list posted all
+// or none (braid_post_send_all) sends once half a burst waits, as one
+// request at a time does.
+TEST_P(VerbsPipe, TheRequestsBeforeARefusedOneLeaveAtOnce) {
+  learn_macs();
+  braid_sge sa = sge(a, 0, 64);
+  braid_sge bad_key = sa;
+  bad_key.lkey ^= 0x1000;
+  braid_send_wr list[2] = {write_to_b(&sa, 1), write_to_b(&bad_key, 2)};
+  list[0].next = &list[1];
+  const uint64_t before = tx_frames(a);
+  braid_send_wr* bad = nullptr;
+  EXPECT_EQ(braid_post_send(a.qp, list, &bad), EINVAL);
+  EXPECT_EQ(bad, &list[1]);
+  EXPECT_EQ(tx_frames(a), before + 1);
+
+  const uint32_t half = std::bit_floor(a.ctx->engine->config().burst / 2u);
+  std::vector<braid_send_wr> all(half, write_to_b(&sa, 3));
+  for (size_t i = 0; i + 1 < all.size(); ++i) all[i].next = &all[i + 1];
+  ASSERT_EQ(braid_post_send_all(a.qp, all.data()), 0) << braid_last_error();
+  EXPECT_EQ(tx_frames(a), before + 1 + half);
 }
 
 // A chain longer than the send queue's room is refused from the first
