@@ -44,7 +44,7 @@ struct Options {
   int qp_timeout = 14;
   int mtu = 0;  // IB MTU in bytes; 0: the port's active MTU
   int gid_index = 0;
-  int out_reads = 0;     // 0: the device maximum (up to 16)
+  int out_reads = 0;     // 0: the device maximum (max_qp_rd_atom)
   int inline_size = -1;  // -1: perftest's default for the test
   bool no_peak = false;
 

@@ -17,7 +17,6 @@ inline constexpr uint64_t kCqModSizeLimit = 8192;        // larger messages: CQ 
 inline constexpr uint64_t kPeakItersLimit = 20000;       // more iterations: no peak
 inline constexpr int kInlineWriteLat = 220;              // perftest's inline defaults (RC)
 inline constexpr int kInlineSendLat = 236;
-inline constexpr int kMaxOutReads = 16;
 inline constexpr uint8_t kIbPort = 1;
 inline constexpr uint8_t kMinRnrTimer = 12;
 inline constexpr int kPollBatch = 16;

@@ -134,7 +134,7 @@ int Session::open_device() {
     return 1;
   }
   if (o_.verb == Verb::kRead) {
-    const int max = std::max(1, std::min(dev_attr_.max_qp_rd_atom, kMaxOutReads));
+    const int max = std::max(1, dev_attr_.max_qp_rd_atom);  // perftest's default, too
     if (o_.out_reads == 0) {
       o_.out_reads = max;
     } else if (o_.out_reads > dev_attr_.max_qp_rd_atom) {

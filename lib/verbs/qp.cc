@@ -390,6 +390,9 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if (a->dest_qp_num == 0 || a->dest_qp_num > 65535) {
     return fail(EINVAL, "modify_qp RTR: destination QP number out of range");
   }
+  if ((mask & BRAID_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > braid::kMaxRdAtomic) {
+    return fail(EINVAL, "modify_qp RTR: max_dest_rd_atomic above the device's max_qp_rd_atom");
+  }
   braid_context* c = qp->context;
   braid::Engine& e = *c->slots[qp->engine]->engine;
   // The MAC comes from ARP. A short wait covers a peer that answers at once;
@@ -441,9 +444,10 @@ static int to_rtr(braid_qp* qp, const braid_qp_attr* a, int mask) {
   cc.cc.base_rtt_ns = uint64_t{c->config.base_rtt_us} * 1000;
   cc.cc.trimming = false;
   cc.cc.credit = c->config.credit == 1;
-  cc.max_rd_atomic = 16;  // until RTS says
-  // Unset, 16 (the device's max_qp_rd_atom): InfiniBand requires it at RTR.
-  qp->attr.max_dest_rd_atomic = (mask & BRAID_QP_MAX_DEST_RD_ATOMIC) ? a->max_dest_rd_atomic : 16;
+  cc.max_rd_atomic = braid::kDefaultRdAtomic;  // until RTS says
+  // Unset, 16: InfiniBand requires it at RTR.
+  qp->attr.max_dest_rd_atomic =
+      (mask & BRAID_QP_MAX_DEST_RD_ATOMIC) ? a->max_dest_rd_atomic : braid::kDefaultRdAtomic;
   cc.max_dest_rd_atomic = qp->attr.max_dest_rd_atomic;
   cc.remote_access = remote_access_of((mask & BRAID_QP_ACCESS_FLAGS) ? a->qp_access_flags
                                                                      : qp->attr.qp_access_flags);
@@ -552,6 +556,9 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   if ((mask & BRAID_QP_TIMEOUT) && a->timeout > 31) {
     return fail(EINVAL, "modify_qp: timeout must be 0..31");
   }
+  if ((mask & BRAID_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > braid::kMaxRdAtomic) {
+    return fail(EINVAL, "modify_qp RTS: max_rd_atomic above the device's max_qp_init_rd_atom");
+  }
   if (qp->conn->shared()) {
     qp->conn->speak_as(qp->slot, a->sq_psn);  // the first QP's PSNs are the PDC's
   } else if (!qp->conn->set_send_psn(a->sq_psn)) {
@@ -565,7 +572,8 @@ static int to_rts(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->attr.retry_cnt = (mask & BRAID_QP_RETRY_CNT) ? std::min<uint8_t>(a->retry_cnt, 7) : 7;
   qp->attr.rnr_retry = (mask & BRAID_QP_RNR_RETRY) ? std::min<uint8_t>(a->rnr_retry, 7) : 7;
   qp->attr.timeout = (mask & BRAID_QP_TIMEOUT) ? a->timeout : 14;
-  qp->attr.max_rd_atomic = (mask & BRAID_QP_MAX_QP_RD_ATOMIC) ? a->max_rd_atomic : 16;
+  qp->attr.max_rd_atomic =
+      (mask & BRAID_QP_MAX_QP_RD_ATOMIC) ? a->max_rd_atomic : braid::kDefaultRdAtomic;
   qp->attr.sq_psn = a->sq_psn;
   // IB's local ACK timeout (4.096 us x 2^timeout) caps Braid's adaptive
   // RTO; 0 is infinite: the QP waits for its peer forever (RTO backoff

@@ -185,8 +185,8 @@ int braid_query_device(struct braid_context* c, struct braid_device_attr* a) {
   a->max_cqe = 1 << 20;
   a->max_mr = 1 << 20;
   a->max_pd = 1 << 20;
-  a->max_qp_rd_atom = 16;
-  a->max_qp_init_rd_atom = 16;
+  a->max_qp_rd_atom = braid::kMaxRdAtomic;
+  a->max_qp_init_rd_atom = braid::kMaxRdAtomic;
   a->atomic_cap = 1;  // IBV_ATOMIC_HCA
   a->phys_port_cnt = 1;
   a->max_srq = 65535;

@@ -186,6 +186,13 @@ inline uint32_t qpn_of(uint32_t counter, uint64_t key) {
 }
 // Live statistics show this many QPs of a device (the rest are counted).
 inline constexpr uint32_t kStatsMaxQps = 1024;
+// READs and atomics a QP may have outstanding, and accept from its peer
+// (max_qp_init_rd_atom, max_qp_rd_atom; rxe's figure). A NIC's 16 bounds
+// small READs by the round trip: 64 B READs ran at 3.8-3.9 Mpps with 16,
+// 6.4-6.7 with 64 or 128 (docs/benchmarks.md). Unset at RTR and RTS, a
+// QP takes 16 (kDefaultRdAtomic): what it asks for costs its memory.
+inline constexpr uint8_t kMaxRdAtomic = 128;
+inline constexpr uint8_t kDefaultRdAtomic = 16;
 // How long a progress thread holds an ACK asked for at once, so that it
 // leaves with the application's answer; every QP's tail-loss probe allows
 // for a peer that holds its ACKs this long.

@@ -23,7 +23,7 @@ grep -Eq 'braid0[[:space:]]+02b7a1d0c6120007' <<<"$out" || fail "braid0 and its 
 out=$(ibv_devinfo -v 2>&1) || fail "ibv_devinfo -v failed"
 for want in 'hca_id:[[:space:]]+braid0' 'state:[[:space:]]+PORT_ACTIVE \(4\)' \
   'link_layer:[[:space:]]+Ethernet' 'active_mtu:[[:space:]]+1024 \(3\)' \
-  'GID\[  0\]:[[:space:]]+::ffff:198.18.0.7, RoCE v2' 'max_qp_rd_atom:[[:space:]]+16'; do
+  'GID\[  0\]:[[:space:]]+::ffff:198.18.0.7, RoCE v2' 'max_qp_rd_atom:[[:space:]]+128'; do
   grep -Eq "$want" <<<"$out" || fail "no line matching '$want'"
 done
 echo "ibverbs_devinfo: braid0 listed and described"

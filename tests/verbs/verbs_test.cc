@@ -128,9 +128,11 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
       at.rq_psn = 100;
       braid_query_gid(peer->ctx, 1, 0, &at.ah_attr.dgid);
       braid_progress(peer->ctx);  // its gratuitous ARP and replies
-      int rc = braid_modify_qp(
-          me->qp, &at,
-          BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN);
+      at.max_dest_rd_atomic = rd_atomic_;
+      int rc = braid_modify_qp(me->qp, &at,
+                               BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU |
+                                   BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN |
+                                   (rd_atomic_ != 0 ? BRAID_QP_MAX_DEST_RD_ATOMIC : 0));
       ASSERT_EQ(rc, 0) << braid_last_error();
     }
     to_rts(a);
@@ -142,9 +144,11 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     at.sq_psn = 100;
     at.retry_cnt = 7;
     at.timeout = 10;
+    at.max_rd_atomic = rd_atomic_;
     ASSERT_EQ(
         braid_modify_qp(s.qp, &at,
-                        BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT),
+                        BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_RETRY_CNT | BRAID_QP_TIMEOUT |
+                            (rd_atomic_ != 0 ? BRAID_QP_MAX_QP_RD_ATOMIC : 0)),
         0);
   }
   // Drives the other side's engine once, then polls `s`'s CQ (which drives
@@ -191,6 +195,7 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
 
   // b's QP access flags at INIT (a's allow remote WRITE and READ).
   unsigned int b_access_ = BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
+  uint8_t rd_atomic_ = 0;      // max_dest_rd_atomic and max_rd_atomic connect() sets (0: unset)
   int crc_ = 0;                // both devices' integrity trailer (braid_device_config.crc)
   int crc_b_ = 0;              // b's, when it differs
   int stats_ = -1;             // braid_device_config.stats: none unless a test asks
@@ -1021,6 +1026,37 @@ TEST_P(VerbsPipe, TheRequestsBeforeARefusedOneLeaveAtOnce) {
   EXPECT_EQ(tx_frames(a), before + 1 + half);
 }
 
+// The device lets a QP have 128 READs outstanding (max_qp_init_rd_atom) and
+// accept as many (max_qp_rd_atom), beyond a NIC's usual 16: a requester
+// that asks for them sends that many READs before the first response.
+TEST_P(VerbsPipe, AQpMayHaveMoreThanSixteenReadsOutstanding) {
+  braid_device_attr da{};
+  ASSERT_EQ(braid_query_device(a.ctx, &da), 0);
+  EXPECT_EQ(da.max_qp_rd_atom, 128);
+  EXPECT_EQ(da.max_qp_init_rd_atom, 128);
+  rd_atomic_ = 128;
+  replace_qps({128, 128, 1, 1, 0});
+  learn_macs();
+  for (size_t i = 0; i < 800; ++i) b.buf[i] = static_cast<uint8_t>(i * 13 + 5);
+  constexpr int kReads = 100;
+  std::vector<braid_sge> local(kReads);
+  const uint64_t before = tx_frames(a);
+  for (int i = 0; i < kReads; ++i) {
+    local[i] = sge(a, 50000 + 8 * i, 8);
+    braid_send_wr w = rdma_write(&local[i], i, b, 8 * i);
+    w.opcode = BRAID_WR_RDMA_READ;
+    ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0) << braid_last_error();
+  }
+  braid_progress(a.ctx);  // sends what the posts left
+  const uint64_t sent = tx_frames(a) - before;
+  EXPECT_GT(sent, 16u) << "READs sent before any response";
+  EXPECT_LE(sent, static_cast<uint64_t>(kReads));
+  const auto wa = wait(a, kReads);
+  ASSERT_EQ(wa.size(), static_cast<size_t>(kReads));
+  for (const braid_wc& c : wa) ASSERT_EQ(c.status, BRAID_WC_SUCCESS) << c.wr_id;
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + 50000, b.buf.data(), 8 * kReads));
+}
+
 // A chain longer than the send queue's room is refused from the first
 // request that does not fit, and nothing of a refused inline request reaches
 // the peer or changes an accepted one's bytes.
@@ -1508,8 +1544,16 @@ TEST_P(VerbsPipe, RtsToRtsChangesWhatInfinibandAllowsAndRefusesTheRest) {
   s.qp_state = BRAID_QPS_RTR;
   s.path_mtu = BRAID_MTU_1024;
   s.dest_qp_num = braid_qp_num(b.qp);
-  s.max_dest_rd_atomic = 3;
   braid_query_gid(b.ctx, 1, 0, &s.ah_attr.dgid);
+  braid_device_attr da{};
+  ASSERT_EQ(braid_query_device(a.ctx, &da), 0);
+  ASSERT_LT(da.max_qp_rd_atom, 255);
+  s.max_dest_rd_atomic = static_cast<uint8_t>(da.max_qp_rd_atom + 1);  // above the device's
+  EXPECT_EQ(braid_modify_qp(n, &s,
+                            BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                                BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC),
+            EINVAL);
+  s.max_dest_rd_atomic = 3;
   ASSERT_EQ(braid_modify_qp(n, &s,
                             BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
                                 BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC),
@@ -1521,6 +1565,12 @@ TEST_P(VerbsPipe, RtsToRtsChangesWhatInfinibandAllowsAndRefusesTheRest) {
   s.timeout = 32;
   EXPECT_EQ(braid_modify_qp(n, &s, BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_TIMEOUT), EINVAL);
   s.timeout = 0;
+  ASSERT_LT(da.max_qp_init_rd_atom, 255);
+  s.max_rd_atomic = static_cast<uint8_t>(da.max_qp_init_rd_atom + 1);  // above the device's
+  EXPECT_EQ(
+      braid_modify_qp(
+          n, &s, BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_TIMEOUT | BRAID_QP_MAX_QP_RD_ATOMIC),
+      EINVAL);
   s.max_rd_atomic = 2;
   ASSERT_EQ(
       braid_modify_qp(
