@@ -407,6 +407,13 @@ TEST_F(EthdevPortTest, OpensByPortIdAndDescribesItself) {
   EXPECT_NE(d.find("net_ring"), std::string::npos) << d;
   EXPECT_NE(d.find("MTU 1500"), std::string::npos) << d;
   EXPECT_NE(d.find("link up"), std::string::npos) << d;
+  // A ring port says 10 Gb/s, a constant of the PMD: a host-local port's
+  // rate counts as unknown (the device takes its default).
+  rte_eth_link link{};
+  ASSERT_EQ(rte_eth_link_get_nowait(id, &link), 0);
+  EXPECT_EQ(link.link_speed, RTE_ETH_SPEED_NUM_10G);
+  EXPECT_TRUE(b->host_local());
+  EXPECT_EQ(b->link_mbps(), 0u);
 }
 
 TEST_F(EthdevPortTest, VdevFromTheEalLoopsBackToItself) {
