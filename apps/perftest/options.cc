@@ -149,7 +149,8 @@ int parse_options(Verb verb, TestKind kind, int argc, char** argv, Options* out)
                "Braid: receiver-driven credit on top of --cc: a BDP from idle, then only what "
                "the receiver grants at its link rate (for many-to-one incasts)");
   app.add_option("--link-mbps", o.link_mbps,
-                 "Braid: link rate congestion control scales by (default: the port's)")
+                 "Braid: link rate congestion control scales by (default: the port's; 100000 "
+                 "when it reports none or is host-local)")
       ->check(CLI::Range(1, 1'000'000));
   app.add_option("--base-rtt-us", o.base_rtt_us,
                  "Braid: the network's base RTT NSCC takes its parameters from (default " +

@@ -74,7 +74,8 @@ struct braid_device_config {
    * default BRAID_CC_NSCC (docs/congestion.md). */
   int cc;
   /* The link rate congestion control scales itself by, in Mb/s: default the
-   * port's reported speed (100000 when it reports none). */
+   * port's reported speed (100000 when it reports none, and for host-local
+   * PMDs: memif, vhost, virtio-user, ring, null). */
   uint32_t link_mbps;
   /* The network's base RTT, in us, as UET configures it: the unloaded round
    * trip between the farthest hosts, hosts' turnaround included. Every QP

@@ -95,7 +95,8 @@ ncclResult_t open_device() {
   g_dev.name = s.name;
   g_dev.mtu = port.active_mtu;
   // The port's rate as the device resolved it: the configured one, else
-  // what the PMD reports (NCCL's tuning takes it for the link's).
+  // what the PMD reports, else (none, or a host-local PMD) 100 Gb/s.
+  // NCCL's tuning takes it for the link's.
   g_dev.speed_mbps = static_cast<int>(port.link_mbps);
   g_dev.max_qp = dev.max_qp;
   g_dev.oob_ip = pick_oob_ip();
