@@ -175,20 +175,36 @@ class VerbsPair : public ::testing::TestWithParam<Backend> {
     while (out.size() < n && std::chrono::steady_clock::now() < end) poll_once(s, out);
     return out;
   }
-  // A signaled WRITE of *s to `to`'s buffer at `offset`.
-  static braid_send_wr rdma_write(braid_sge* s, uint64_t wr_id, Side& to, size_t offset) {
+  // A request of one SGE, `flags` as given (no remote address).
+  static braid_send_wr one_sge(braid_sge* s, uint64_t wr_id, braid_wr_opcode op, unsigned flags) {
     braid_send_wr w{};
     w.wr_id = wr_id;
     w.sg_list = s;
     w.num_sge = 1;
-    w.opcode = BRAID_WR_RDMA_WRITE;
-    w.send_flags = BRAID_SEND_SIGNALED;
+    w.opcode = op;
+    w.send_flags = flags;
+    return w;
+  }
+  // A signaled WRITE of *s to `to`'s buffer at `offset`.
+  static braid_send_wr rdma_write(braid_sge* s, uint64_t wr_id, Side& to, size_t offset) {
+    braid_send_wr w = one_sge(s, wr_id, BRAID_WR_RDMA_WRITE, BRAID_SEND_SIGNALED);
     w.rdma.remote_addr = reinterpret_cast<uintptr_t>(to.buf.data() + offset);
     w.rdma.rkey = to.mr->rkey;
     return w;
   }
   // ... to the start of b's buffer.
   braid_send_wr write_to_b(braid_sge* s, uint64_t wr_id) { return rdma_write(s, wr_id, b, 0); }
+  // n receives of `len` bytes each into s's buffer from `at`, wr_ids 100 up.
+  void post_recvs(Side& s, size_t n, size_t at, uint32_t len) {
+    for (size_t i = 0; i < n; ++i) {
+      braid_sge rs = sge(s, at + i * len, len);
+      braid_recv_wr r{};
+      r.wr_id = 100 + i;
+      r.sg_list = &rs;
+      r.num_sge = 1;
+      ASSERT_EQ(braid_post_recv(s.qp, &r, nullptr), 0) << braid_last_error();
+    }
+  }
   braid_sge sge(Side& s, size_t off, uint32_t len) {
     return braid_sge{reinterpret_cast<uintptr_t>(s.buf.data() + off), len, s.mr->lkey};
   }
@@ -245,16 +261,6 @@ class VerbsPipe : public VerbsPair {
       ASSERT_NE(x->qp, nullptr) << braid_last_error();
     }
     connect();
-  }
-  void post_recvs(Side& s, size_t n, size_t at, uint32_t len) {
-    for (size_t i = 0; i < n; ++i) {
-      braid_sge rs = sge(s, at + i * len, len);
-      braid_recv_wr r{};
-      r.wr_id = 100 + i;
-      r.sg_list = &rs;
-      r.num_sge = 1;
-      ASSERT_EQ(braid_post_recv(s.qp, &r, nullptr), 0) << braid_last_error();
-    }
   }
   // Each side learns the other's MAC (ARP) first.
   void learn_macs() {
@@ -360,12 +366,7 @@ TEST_P(VerbsPair, ReadAndInlineSend) {
   ASSERT_EQ(braid_post_recv(b.qp, &r, nullptr), 0);
   char msg[32] = "inline payload";
   braid_sge is{reinterpret_cast<uintptr_t>(msg), 15, 0};
-  braid_send_wr iw{};
-  iw.wr_id = 4;
-  iw.sg_list = &is;
-  iw.num_sge = 1;
-  iw.opcode = BRAID_WR_SEND;
-  iw.send_flags = BRAID_SEND_SIGNALED | BRAID_SEND_INLINE;
+  braid_send_wr iw = one_sge(&is, 4, BRAID_WR_SEND, BRAID_SEND_SIGNALED | BRAID_SEND_INLINE);
   ASSERT_EQ(braid_post_send(a.qp, &iw, nullptr), 0);
   std::memset(msg, 'x', sizeof(msg));
   auto wb = wait(b, 1);
@@ -377,25 +378,14 @@ TEST_P(VerbsPair, ReadAndInlineSend) {
 // nothing of an inline SEND with immediate data, or of a WRITE with three
 // SGEs, reaches the requests after it.
 TEST_P(VerbsPair, ARequestCarriesNothingOfThePreviousOne) {
-  for (uint64_t i = 0; i < 2; ++i) {
-    braid_sge rs = sge(b, 20000 + i * 256, 256);
-    braid_recv_wr r{};
-    r.wr_id = 100 + i;
-    r.sg_list = &rs;
-    r.num_sge = 1;
-    ASSERT_EQ(braid_post_recv(b.qp, &r, nullptr), 0) << braid_last_error();
-  }
+  post_recvs(b, 2, 20000, 256);
   for (size_t i = 0; i < 3000; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
   const std::vector<uint8_t> before = b.buf;
   char msg[16] = "inline, imm 77";
   braid_sge is{reinterpret_cast<uintptr_t>(msg), 15, 0};
-  braid_send_wr w{};
-  w.wr_id = 1;
-  w.sg_list = &is;
-  w.num_sge = 1;
-  w.opcode = BRAID_WR_SEND_WITH_IMM;
+  braid_send_wr w = one_sge(&is, 1, BRAID_WR_SEND_WITH_IMM,
+                            BRAID_SEND_SIGNALED | BRAID_SEND_INLINE | BRAID_SEND_FENCE);
   w.imm_data = htonl(77);
-  w.send_flags = BRAID_SEND_SIGNALED | BRAID_SEND_INLINE | BRAID_SEND_FENCE;
   ASSERT_EQ(braid_post_send(a.qp, &w, nullptr), 0) << braid_last_error();
   // Three SGEs to b's buffer at 1000: 100 bytes from 0, 200 from 500, 300 from 2000.
   braid_sge three[3] = {sge(a, 0, 100), sge(a, 500, 200), sge(a, 2000, 300)};
