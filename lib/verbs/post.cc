@@ -186,6 +186,13 @@ bool doorbell_due(const braid::Engine& e, uint32_t queued_before, uint32_t queue
   const uint32_t mask = ~(std::bit_floor(std::max<uint32_t>(1, e.config().burst / 2)) - 1);
   return (queued_after & mask) != (queued_before & mask);
 }
+// After a post that queued requests on `qp` (`queued` were waiting
+// before): sends now if the QP was idle or half a burst now waits.
+void ring_doorbell(braid_qp* qp, bool was_idle, uint32_t queued) {
+  braid::Engine& e = *qp->context->slots[qp->engine]->engine;
+  const uint32_t now_queued = qp->core != nullptr ? qp->core->unsegmented() : queued;
+  if (now_queued != queued && (was_idle || doorbell_due(e, queued, now_queued))) e.transmit();
+}
 
 bool in_error(const braid_qp* qp) {
   return qp->state == BRAID_QPS_ERR || qp->in_error();
@@ -375,11 +382,7 @@ int braid_post_send(struct braid_qp* qp, struct braid_send_wr* wr, struct braid_
       break;  // the requests before it stay posted, and go as below
     }
   }
-  braid::Engine& e = *c->slots[qp->engine]->engine;
-  if (qp->core != nullptr && qp->core->unsegmented() != queued &&
-      (was_idle || doorbell_due(e, queued, qp->core->unsegmented()))) {
-    e.transmit();  // the doorbell: send now
-  }
+  ring_doorbell(qp, was_idle, queued);
   return rc;
 }
 
@@ -410,8 +413,7 @@ int braid_post_send_all(struct braid_qp* qp, struct braid_send_wr* wr) {
     if (rc == 0) rc = post_error(qp->conn->post_send(qp->slot, req), "post_send");
     if (rc != 0) return rc;  // not reached: checked above
   }
-  braid::Engine& e = *c->slots[qp->engine]->engine;
-  if (was_idle || doorbell_due(e, queued, qp->core->unsegmented())) e.transmit();
+  ring_doorbell(qp, was_idle, queued);
   return 0;
 }
 
