@@ -57,8 +57,10 @@ QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTa
   const uint32_t entries = cfg_.grow_rings ? kInitialQueueEntries : ~0u;
   sq_.resize(std::min(cfg_.sq_depth, entries));
   sq_mask_ = static_cast<uint32_t>(sq_.size()) - 1;
-  // The responder's queues: the READs it accepts.
-  const uint32_t rd = std::bit_ceil(std::max<uint32_t>(cfg_.max_dest_rd_atomic, 1));
+  // The responder's queues: the READs it accepts (max_dest_rd_atomic, up
+  // to 256: a QP granted many starts small and grows as READs come).
+  rd_cap_ = std::bit_ceil(std::max<uint32_t>(cfg_.max_dest_rd_atomic, 1));
+  const uint32_t rd = std::min(rd_cap_, entries);
   rr_.resize(rd);
   rr_mask_ = rd - 1;
   reads_.resize(rd);
@@ -66,6 +68,14 @@ QueuePair::QueuePair(const QpConfig& cfg, ConnectionStats* stats, MemoryRegionTa
   rq_mask_ = static_cast<uint32_t>(rq_.size()) - 1;
   // At most one part per PSN of the window waits to go again.
   if (!cfg_.grow_rings) resend_.resize(cfg_.max_tails);
+}
+
+void QueuePair::grow_read_rings() {
+  // Both double together: they share rr_mask_.
+  const size_t n = 2 * rr_.size();
+  uint32_t mask = rr_mask_;
+  grow_ring(rr_, &mask, rr_head_, rr_tail_, n);
+  grow_ring(reads_, &rr_mask_, reads_head_, reads_tail_, n);
 }
 
 size_t QueuePair::memory_footprint() const {

@@ -555,6 +555,8 @@ class QueuePair {
   // Responder: READ responses being sent, and READs accepted, not yet begun.
   std::vector<ReadResponse> rr_;
   uint32_t rr_mask_;
+  uint32_t rd_cap_ = 1;  // the rings' largest size: max_dest_rd_atomic, a power of two
+  void grow_read_rings();
   uint32_t rr_head_ = 0, rr_tx_ = 0, rr_tail_ = 0;
   std::vector<PendingRead> reads_;
   uint32_t reads_head_ = 0, reads_tail_ = 0;

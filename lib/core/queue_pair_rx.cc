@@ -160,6 +160,8 @@ bool QueuePair::accept_read(const wire::ParsedPacket& pkt, uint8_t atomic_code, 
   if ((reads_tail_ - reads_head_) + (rr_tail_ - rr_tx_) >= cfg_.max_dest_rd_atomic) {
     return refused_invalid(why);
   }
+  // (Fewer than max_dest_rd_atomic wait: the ring is below its cap.)
+  if (reads_tail_ - reads_head_ >= reads_.size()) grow_read_rings();
   reads_[reads_tail_ & rr_mask_] = PendingRead{pkt.req.psn,
                                                s.message_id,
                                                static_cast<uint16_t>(s.initiator),
@@ -270,7 +272,11 @@ void QueuePair::place_deferred_tails(uint32_t cack) {
 }
 
 void QueuePair::execute_reads(uint32_t cack) {
-  while (reads_head_ != reads_tail_ && rr_tail_ - rr_head_ < rr_.size()) {
+  while (reads_head_ != reads_tail_) {
+    if (rr_tail_ - rr_head_ >= rr_.size()) {
+      if (rr_.size() >= rd_cap_) break;  // responses kept until acknowledged
+      grow_read_rings();
+    }
     const PendingRead& pr = reads_[reads_head_ & rr_mask_];
     if (psn_lt(cack, pr.psn)) break;
     ReadResponse& job = rr_[rr_tail_ & rr_mask_];

@@ -629,6 +629,40 @@ TEST(RcSemantics, ReadLimitsAreHonouredAtBothEnds) {
   EXPECT_TRUE(std::all_of(local.begin(), local.end(), [](uint8_t v) { return v == 0; }));
 }
 
+// A responder granted 128 READs (the device's max_qp_rd_atom) holds room
+// for what arrives, not for all 128 from the start: at first it costs what
+// one granted 16 costs. 100 READs outstanding at once all complete, byte
+// exact, while its rings grow.
+TEST(RcSemantics, AResponderGrantedManyReadsGrowsItsRoomAsTheyCome) {
+  ConnectionConfig c;
+  c.mtu = 1024;
+  DirectPair p(c);
+  constexpr int kReads = 100;
+  std::vector<uint8_t> source(kReads * 64), local(kReads * 64, 0);
+  fill_pattern(source.data(), source.size(), 33);
+  const uint32_t key =
+      p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+  ConnectionConfig many = c, dest16 = c, dest128 = c;
+  many.max_rd_atomic = 128;
+  dest16.max_dest_rd_atomic = 16;
+  dest128.max_dest_rd_atomic = 128;
+  auto [q1, q16] = p.add_pair(many, dest16, 3, 4);
+  auto [qa, q128] = p.add_pair(many, dest128, 5, 6);
+  (void)q1;
+  const size_t at_first = q128->memory_footprint();
+  EXPECT_EQ(at_first, q16->memory_footprint());
+  for (int i = 0; i < kReads; ++i) {
+    ASSERT_EQ(qa->post_send(request(i, Opcode::kRead, local.data() + 64 * i, 64,
+                                    source.data() + 64 * i, key)),
+              PostError::kOk);
+  }
+  ASSERT_TRUE(p.run_for(100'000'000, 1'000, [&] { return p.a_scq.size() == kReads; }));
+  for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_EQ(wc.status, WcStatus::kSuccess);
+  EXPECT_EQ(local, source);
+  EXPECT_GT(q128->memory_footprint(), at_first);
+  EXPECT_EQ(q128->state(), ConnectionState::kActive);
+}
+
 // IB's timeout 0 is infinite: a peer away for far longer than the retry
 // budget (two seconds against 8 ms) ends in no error, and the WRITE
 // completes once the peer is back. Without it, the same wait ends in
