@@ -85,7 +85,7 @@ def main():
     else:
         total = sum(groups.values())
         row = ', '.join(f'{g} {v / packets:.0f}' for g, v in groups.items() if v)
-        print(f'{label}: {total / packets:.0f} instructions per 64 B WRITE ({packets} messages): {row}')
+        print(f'{label}: {total / packets:.0f} instructions per data packet ({packets} packets): {row}')
 
 
 main()

@@ -3,8 +3,9 @@
 // (no allocation, no copy beyond the frame itself), so what is measured is
 // Braid's own cost per message: braid_post_send, the engine, the core at
 // both ends, the completion and braid_poll_cq, as perftest's write_bw
-// drives them. bench/verbs_instructions.sh counts its instructions per
-// message by function group under callgrind.
+// drives them; and, at 64 KiB, the same per packet of bulk WRITE data or
+// READ responses. bench/verbs_instructions.sh counts its instructions per
+// data packet by function group under callgrind.
 #include <benchmark/benchmark.h>
 
 #include <cstring>
@@ -128,8 +129,9 @@ class Pair {
     for (Side* s : {&a, &b}) {
       s->pd = braid_alloc_pd(s->ctx);
       s->cq = braid_create_cq(s->ctx, 4096, nullptr, nullptr, 0);
-      s->mr = braid_reg_mr(s->pd, s->buf.data(), s->buf.size(),
-                           BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE);
+      s->mr = braid_reg_mr(
+          s->pd, s->buf.data(), s->buf.size(),
+          BRAID_ACCESS_LOCAL_WRITE | BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ);
       braid_qp_init_attr ia_attr{};
       ia_attr.send_cq = ia_attr.recv_cq = s->cq;
       ia_attr.cap = {1024, 16, 1, 1, 0};
@@ -137,23 +139,25 @@ class Pair {
       s->qp = braid_create_qp(s->pd, &ia_attr);
       braid_qp_attr at{};
       at.qp_state = BRAID_QPS_INIT;
-      at.qp_access_flags = BRAID_ACCESS_REMOTE_WRITE;
+      at.qp_access_flags = BRAID_ACCESS_REMOTE_WRITE | BRAID_ACCESS_REMOTE_READ;
       braid_modify_qp(s->qp, &at, BRAID_QP_STATE | BRAID_QP_ACCESS_FLAGS);
     }
     for (auto [me, peer] : {std::pair{&a, &b}, std::pair{&b, &a}}) {
       braid_qp_attr at{};
       at.qp_state = BRAID_QPS_RTR;
       at.path_mtu = BRAID_MTU_1024;
+      at.max_dest_rd_atomic = 16;
       at.dest_qp_num = braid_qp_num(peer->qp);
       braid_query_gid(peer->ctx, 1, 0, &at.ah_attr.dgid);
-      braid_modify_qp(
-          me->qp, &at,
-          BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN | BRAID_QP_RQ_PSN);
+      braid_modify_qp(me->qp, &at,
+                      BRAID_QP_STATE | BRAID_QP_AV | BRAID_QP_PATH_MTU | BRAID_QP_DEST_QPN |
+                          BRAID_QP_RQ_PSN | BRAID_QP_MAX_DEST_RD_ATOMIC);
     }
     for (Side* s : {&a, &b}) {
       braid_qp_attr at{};
       at.qp_state = BRAID_QPS_RTS;
-      braid_modify_qp(s->qp, &at, BRAID_QP_STATE | BRAID_QP_SQ_PSN);
+      at.max_rd_atomic = 16;
+      braid_modify_qp(s->qp, &at, BRAID_QP_STATE | BRAID_QP_SQ_PSN | BRAID_QP_MAX_QP_RD_ATOMIC);
     }
   }
   ~Pair() {
@@ -196,6 +200,9 @@ struct Writer {
   braid_progress(p.b.ctx);
 }
 
+// WRITEs of `size` bytes (64 B: the per-message cost; 64 KiB: the
+// per-packet cost of bulk data) or, with read = 1, READs of it (the data
+// comes back as READ responses: the requester's receive path).
 void BM_VerbsWrite(benchmark::State& state) {
   const auto size = static_cast<uint32_t>(state.range(0));
   Pair p(static_cast<int>(state.range(1)));
@@ -203,7 +210,7 @@ void BM_VerbsWrite(benchmark::State& state) {
   w.sge = braid_sge{reinterpret_cast<uintptr_t>(p.a.buf.data()), size, p.a.mr->lkey};
   w.wr.sg_list = &w.sge;
   w.wr.num_sge = 1;
-  w.wr.opcode = BRAID_WR_RDMA_WRITE;
+  w.wr.opcode = state.range(2) != 0 ? BRAID_WR_RDMA_READ : BRAID_WR_RDMA_WRITE;
   w.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(p.b.buf.data());
   w.wr.rdma.rkey = p.b.mr->rkey;
   for (auto _ : state) write_step(p, w);
@@ -212,7 +219,12 @@ void BM_VerbsWrite(benchmark::State& state) {
   state.counters["ns/msg"] = benchmark::Counter(
       static_cast<double>(w.completed), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_VerbsWrite)->ArgNames({"size", "engines"})->Args({64, 1})->Args({64, 2});
+BENCHMARK(BM_VerbsWrite)
+    ->ArgNames({"size", "engines", "read"})
+    ->Args({64, 1, 0})
+    ->Args({64, 2, 0})
+    ->Args({65536, 1, 0})
+    ->Args({65536, 1, 1});
 
 // write_lat's ping-pong on one thread: a WRITEs a counter into the last
 // byte of b's buffer, b sees it and WRITEs it back, each WRITE signaled and

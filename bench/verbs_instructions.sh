@@ -17,18 +17,23 @@
 #
 # Usage: bench/verbs_instructions.sh [braid_verbs_bench ...]
 #   ENGINES=2 counts the device with two engines (both polled by the thread).
+#   SIZE=65536 counts 64 KiB WRITEs (MTU 1024: per data packet of bulk
+#   data), and READ=1 READs of SIZE instead (per READ response packet, the
+#   READ requests' few packets included).
 # Needs valgrind (Debian package valgrind).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bins=("$@")
 [[ ${#bins[@]} -eq 0 ]] && bins=(build/release/bench/braid_verbs_bench)
 engines="${ENGINES:-1}"
+size="${SIZE:-64}"
+read="${READ:-0}"
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 for b in "${bins[@]}"; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
     --toggle-collect='braid::(anonymous namespace)::write_step*' \
-    "$b" --benchmark_filter="BM_VerbsWrite/size:64/engines:$engines\$" \
+    "$b" --benchmark_filter="BM_VerbsWrite/size:$size/engines:$engines/read:$read\$" \
     --benchmark_min_time=0.2 >/dev/null 2>&1
-  python3 bench/callgrind_count.py layers "$out/cg" "$b (engines $engines)"
+  python3 bench/callgrind_count.py layers "$out/cg" "$b (engines $engines, $size B, read $read)"
 done

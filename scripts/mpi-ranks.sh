@@ -72,6 +72,11 @@ case "$pml" in
       memif | virtio)
         [[ "$ranks" -eq 2 ]] || { echo "mpi-ranks: --path $path takes 2 ranks" >&2; exit 2; }
         vnic_pair "$path" "$run_dir" "$mtu" 1
+        # mpirun starts the ranks together: virtio-user listens and the
+        # vhost side connects (and retries until it is there).
+        if [[ $path == virtio ]]; then
+          server_port+=",client=1" client_port+=",server=1"
+        fi
         ports=("$server_port" "$client_port") ;;
       switch)
         # The switch carries the ranks' frames: their MTU, and memif

@@ -262,25 +262,47 @@ bool Connection::take_for_no_qp(const wire::ParsedPacket& pkt, Refusal* why) {
 }
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
-  // The common packet, the short way: a new request of this connection's
-  // job for its one queue pair, not CE-marked, nothing refused or paced on
-  // this connection. Everything else, or a check failing here before
-  // anything changed, goes the general way, which decides it all again;
-  // what this way does is what the general one does for such a packet.
+  // The common packet, the short way: new data of this connection's job
+  // for its one queue pair (a request, or a READ response past the first),
+  // not CE-marked, nothing refused or paced on this connection. Everything
+  // else, or a check failing here before anything changed, goes the
+  // general way, which decides it all again; what this way does is what
+  // the general one does for such a packet.
   const uint32_t psn = pkt.req.psn;
   // (The next PSN in order is always new.)
   const bool in_order = psn == rx_.cack() + 1;
-  if (rx_general_ || pkt.trimmed || !pkt.has_ses_request || pkt.ip.ecn == wire::kEcnCe ||
-      pkt.ses.job_id != rx_job_id_ || grantor_.paced() || !qp_.named_by(pkt.ses) ||
+  if (rx_general_ || pkt.trimmed || pkt.ip.ecn == wire::kEcnCe || grantor_.paced() ||
       (!in_order && rx_.check(psn) != ReceiveWindow::Verdict::kNew)) [[unlikely]] {
     on_data_general(pkt, now);
     return;
   }
   Refusal why = Refusal::kNone;
-  if (!qp_.place_request(pkt, rx_.cack(), &why)) [[unlikely]] {
-    qp_.note_refusal(why);
-    refuse(0, psn, why, now);
-    return;
+  if (pkt.has_ses_request) [[likely]] {
+    if (pkt.ses.job_id != rx_job_id_ || !qp_.named_by(pkt.ses)) [[unlikely]] {
+      on_data_general(pkt, now);
+      return;
+    }
+    if (!qp_.place_request(pkt, rx_.cack(), &why)) [[unlikely]] {
+      qp_.note_refusal(why);
+      refuse(0, psn, why, now);
+      return;
+    }
+  } else {
+    // A READ response names the slot of its READ's queue pair: ours is 0.
+    // The first data this end takes may start the PSN space (RTR-only
+    // responders): the general way decides.
+    if (!pkt.has_ses_response || pkt.resp.job_id != rx_job_id_ || pkt.resp.message_id != 0 ||
+        stats_.data_received == 0) [[unlikely]] {
+      on_data_general(pkt, now);
+      return;
+    }
+    if (!qp_.place_read_response(pkt, &why)) [[unlikely]] {
+      if (why != Refusal::kNone) refuse(0, psn, why, now);
+      return;
+    }
+    read_progress_at_ = read_heard_at_ = now;
+    read_retries_ = 0;
+    qp_.note_read_heard(now);
   }
   const uint32_t advanced = rx_.mark(psn, in_order);
   ++stats_.data_received;
@@ -292,6 +314,7 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
     ack_trigger_retx_ = pkt.req.pro.flags & wire::kReqFlagRetx;
   }
   if (advanced > 0) on_in_order_advance();
+  if (pkt.has_ses_response) complete_sends();
   // (No refusal waits: only refuse() makes one, and it was not called.)
   if (state_ != ConnectionState::kActive) return;
   schedule_ack(!in_order || advanced > 1 || (pkt.req.pro.flags & wire::kReqFlagAckReq), now);

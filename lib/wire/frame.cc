@@ -67,8 +67,9 @@ uint16_t ipv4_checksum(const uint8_t* hdr, size_t len) {
 namespace {
 
 // The ones' complement sum does not depend on byte order: add native 32-bit
-// words and fold; a valid header sums to 0xffff.
-bool ipv4_header_checksum_ok(const uint8_t* ip, size_t ihl) {
+// words and fold; a valid header sums to 0xffff. Inlined: the short paths
+// below call it on every packet.
+[[gnu::always_inline]] inline bool ipv4_header_checksum_ok(const uint8_t* ip, size_t ihl) {
   uint64_t sum = 0;
   size_t i = 0;
   if (ihl == kIpv4Size) {
@@ -308,12 +309,16 @@ namespace {
 
 // The frame nearly every packet is: IPv4 without options, not a fragment,
 // UDP to our port, not trimmed, a RUD request (no SYN, no trailer) with the
-// standard SES header. Decoded as decode_frame_generic decodes it, with
-// fewer tests; anything else returns false, having written nothing.
-bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& opt,
-                         ParsedPacket* out) {
+// standard SES header, or (kResponse) with a READ response's, its data.
+// Decoded as decode_frame_generic decodes it, with fewer tests; anything
+// else returns false, having written nothing.
+template <bool kResponse>
+[[gnu::always_inline]] inline bool decode_fast(const uint8_t* data, size_t len,
+                                               const DecodeOptions& opt, ParsedPacket* out) {
   constexpr size_t kSesAt = kL2L4Size + kRequestSize;
-  constexpr size_t kHeaders = kSesAt + kSesStandardSize;
+  constexpr size_t kHeaders = kSesAt + (kResponse ? kSesResponseDataSize : kSesStandardSize);
+  constexpr auto kNext =
+      static_cast<uint8_t>(kResponse ? NextHeader::kSesResponseData : NextHeader::kSesStandard);
   if (len < kHeaders || opt.crc_trailer) return false;
   const uint8_t* ip = data + kEthernetSize;
   const uint8_t* udp = ip + kIpv4Size;
@@ -324,8 +329,7 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
       (load_be16(ip + 6) & 0x3fff) != 0 || ip[9] != kIpProtoUdp || total > len - kEthernetSize ||
       total < kHeaders - kEthernetSize || load_be16(udp + 4) != total - kIpv4Size ||
       load_be16(udp + 2) != opt.udp_port || (ip[1] >> 2) == opt.trim_dscp ||
-      pro.type != static_cast<uint8_t>(PdsType::kRudReq) ||
-      pro.next_hdr != static_cast<uint8_t>(NextHeader::kSesStandard) ||
+      pro.type != static_cast<uint8_t>(PdsType::kRudReq) || pro.next_hdr != kNext ||
       (pro.flags & (kFlagCrcTrailer | kReqFlagSyn)) != 0 ||
       !ipv4_header_checksum_ok(ip, kIpv4Size)) {
     return false;
@@ -342,8 +346,8 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
   out->trimmed = false;
   out->crc_checked = false;
   out->sealed = false;  // (the packet decoded before may have been)
-  out->has_ses_request = true;
-  out->has_ses_response = false;
+  out->has_ses_request = !kResponse;
+  out->has_ses_response = kResponse;
   // Each field from a register: a copy of the whole Prologue reads two of
   // its bytes at once from where they were stored one at a time, a load
   // the store buffer cannot answer; it then waits for every older store to
@@ -352,7 +356,6 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
   // to memory out of cache). Type and next header are the ones tested.
   const uint8_t flags = pro.flags;
   constexpr auto kType = static_cast<uint8_t>(PdsType::kRudReq);
-  constexpr auto kNext = static_cast<uint8_t>(NextHeader::kSesStandard);
   out->pro.type = kType;
   out->pro.next_hdr = kNext;
   out->pro.flags = flags;
@@ -368,17 +371,41 @@ bool decode_request_fast(const uint8_t* data, size_t len, const DecodeOptions& o
   r.psn_offset = 0;
   r.ccc_id = 0;
   r.credit_target = 0;
-  decode_ses_request(data + kSesAt, kSesStandardSize, &out->ses);
+  if constexpr (kResponse) {
+    decode_ses_response_data(data + kSesAt, kSesResponseDataSize, &out->resp);
+  } else {
+    decode_ses_request(data + kSesAt, kSesStandardSize, &out->ses);
+  }
   out->payload = data + kHeaders;
   out->payload_len = static_cast<uint32_t>(total + kEthernetSize - kHeaders);
   return true;
+}
+
+// A READ response's data, the short way (a call of its own: the request's
+// short path stays small enough to be inlined where frames are received).
+[[gnu::noinline]] bool decode_response_fast(const uint8_t* data, size_t len,
+                                            const DecodeOptions& opt, ParsedPacket* out) {
+  return decode_fast<true>(data, len, opt, out);
+}
+
+// A request's data or a READ response's (the next header tells; each short
+// path checks it again).
+[[gnu::always_inline]] inline bool decode_data_fast(const uint8_t* data, size_t len,
+                                                    const DecodeOptions& opt, ParsedPacket* out) {
+  if (len < kL2L4Size + kRequestSize + kSesResponseDataSize) return false;  // (the shorter)
+  const uint8_t next = decode_prologue(data + kL2L4Size).next_hdr;
+  if (next == static_cast<uint8_t>(NextHeader::kSesStandard)) [[likely]] {
+    return decode_fast<false>(data, len, opt, out);
+  }
+  return next == static_cast<uint8_t>(NextHeader::kSesResponseData) &&
+         decode_response_fast(data, len, opt, out);
 }
 
 }  // namespace
 
 DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& opt,
                         ParsedPacket* out) {
-  if (decode_request_fast(data, len, opt, out)) return DropReason::kNone;
+  if (decode_data_fast(data, len, opt, out)) return DropReason::kNone;
   return decode_frame_generic(data, len, opt, out);
 }
 

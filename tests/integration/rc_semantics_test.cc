@@ -513,6 +513,67 @@ TEST(RcSemantics, AForgedFirstReadResponseDoesNotRestartTheWindow) {
   EXPECT_EQ(local, source);
 }
 
+// READ responses once the requester has taken data (the short receive
+// way): one whose lengths do not match its READ (the rest of it
+// unchanged) is refused as invalid, as the first one would be; its bytes
+// are not placed and the READ does not complete as done. One naming
+// another job is dropped and counted, and the READ completes once the
+// responder sends it again.
+TEST(RcSemantics, AReadResponseAfterTheFirstIsCheckedAsTheFirstIs) {
+  for (const bool wrong_job : {false, true}) {
+    SCOPED_TRACE(wrong_job ? "wrong job id" : "wrong length");
+    ConnectionConfig c;
+    c.mtu = 1024;
+    c.remote_access = kAccessRemoteRead;
+    DirectPair p(c);
+    std::vector<uint8_t> source(4096), local(4096, 0), second(3000, 0);
+    fill_pattern(source.data(), source.size(), 3);
+    const uint32_t rkey =
+        p.b.memory().register_region(source.data(), source.size(), kAccessRemoteRead, 0);
+    ASSERT_EQ(p.qa->post_send(request(1, Opcode::kRead, local.data(), 4096, source.data(), rkey)),
+              PostError::kOk);
+    p.settle();
+    auto wa = poll_all(p.a_scq);
+    ASSERT_EQ(wa.size(), 1u);
+    ASSERT_EQ(wa[0].status, WcStatus::kSuccess);
+    ASSERT_EQ(local, source);
+    ASSERT_EQ(p.qa->post_send(request(2, Opcode::kRead, second.data(), 3000, source.data(), rkey)),
+              PostError::kOk);
+    p.deliver(p.b, p.drain(p.a));
+    std::vector<Frame> frames = p.drain(p.b);
+    std::vector<size_t> responses;
+    for (size_t i = 0; i < frames.size(); ++i) {
+      if (parse(frames[i]).has_ses_response) responses.push_back(i);
+    }
+    ASSERT_EQ(responses.size(), 3u);  // 1024 + 1024 + 952
+    Frame& f = frames[responses[1]];
+    wire::ParsedPacket pkt = parse(f);
+    const size_t ses_at = static_cast<size_t>(pkt.payload - f.data()) - wire::kSesResponseDataSize;
+    if (wrong_job) {
+      pkt.resp.job_id ^= 1;
+    } else {
+      pkt.resp.modified_length = 4096;  // the READ asked for 3000
+    }
+    wire::encode_ses_response_data(f.data() + ses_at, pkt.resp);
+    const ConnectionStats before = p.qa->stats();
+    p.deliver(p.a, frames);
+    EXPECT_TRUE(std::all_of(second.begin() + 1024, second.begin() + 2048,
+                            [](uint8_t v) { return v == 0; }));
+    if (wrong_job) {
+      EXPECT_EQ(p.qa->stats().wrong_job_id, before.wrong_job_id + 1);
+      EXPECT_EQ(p.qa->stats().invalid_requests, before.invalid_requests);
+      ASSERT_TRUE(p.run_for(100'000'000, 100'000, [&] { return p.a_scq.size() == 1; }));
+      wa = poll_all(p.a_scq);
+      EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
+      EXPECT_TRUE(std::equal(second.begin(), second.end(), source.begin()));
+    } else {
+      EXPECT_EQ(p.qa->stats().invalid_requests, before.invalid_requests + 1);
+      p.settle();
+      for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_NE(wc.status, WcStatus::kSuccess);
+    }
+  }
+}
+
 // The responder's QP access flags are checked besides its region's (IB's
 // qp_access_flags): a WRITE through a QP that allows no remote access, and
 // a READ through one that allows WRITE only, are refused with a remote

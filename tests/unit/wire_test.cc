@@ -919,6 +919,7 @@ void expect_same_decode(const Bytes& f, const DecodeOptions& opt) {
   ASSERT_EQ(a.has_ses_response, b.has_ses_response);
   if (is_request_type(a.pro.type)) expect_request_eq(a.req, b.req);
   if (a.has_ses_request) expect_ses_request_eq(a.ses, b.ses);
+  if (a.has_ses_response) expect_response_eq(a.resp, b.resp);
   EXPECT_EQ(a.payload, b.payload);
   EXPECT_EQ(a.payload_len, b.payload_len);
 }
@@ -934,6 +935,19 @@ TEST(WireFrame, ShortPathForDataDecodesAsTheGeneralPath) {
       encode_ses_request(udp.data() + kRequestSize, make_ses_request(som));
       for (size_t i = 0; i < len; ++i) udp[kRequestSize + kSesStandardSize + i] = uint8_t(i);
       frames.push_back(make_frame(udp, som ? kTosData : uint8_t((46 << 2) | kEcnCe)));
+      // A READ response with its data, and the same bytes under the SES
+      // header the short path does not take (a response without data).
+      for (NextHeader next : {NextHeader::kSesResponseData, NextHeader::kSesResponse}) {
+        Bytes r(kRequestSize + kSesResponseDataSize + len);
+        req.pro.next_hdr = static_cast<uint8_t>(next);
+        encode_request(r.data(), req);
+        SesResponse resp = make_response(true);
+        resp.payload_length = static_cast<uint16_t>(len);
+        resp.message_offset = som ? 0 : 0x5000;
+        encode_ses_response_data(r.data() + kRequestSize, resp);
+        for (size_t i = 0; i < len; ++i) r[kRequestSize + kSesResponseDataSize + i] = uint8_t(i);
+        frames.push_back(make_frame(r, som ? kTosData : uint8_t((46 << 2) | kEcnCe)));
+      }
     }
   }
   frames.push_back(frames[0]);
