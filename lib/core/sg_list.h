@@ -100,11 +100,17 @@ inline constexpr size_t kPlaceAheadMax = 2048;
   if (n == 0) return;
   if (n > kPlaceAheadMax) n = kPlaceAheadMax;
   // Every line of [p, p + n), p not being on a line's start.
-  const uintptr_t first = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
-  const uintptr_t last = reinterpret_cast<uintptr_t>(p) + n - 1;
-  for (uintptr_t a = first; a <= last; a += 64) {
+  // Four lines a turn, then one at a time (a loop turn costs three
+  // instructions besides its prefetch: a packet's 23 lines took 90).
+  uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
+  const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
+  for (; a + 192 < end; a += 256) {
     __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 64), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 128), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 192), 1, 3);
   }
+  for (; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
 }
 
 // Copies len bytes from src into the list starting at byte `offset`; then,
