@@ -299,6 +299,7 @@ uint32_t Connection::build_data_with(TxOut& out, TxRecord& r, bool retx, TimeNs 
   if (in_place != nullptr) {
     out.payload = in_place;
     out.payload_len = in_place_len = src.payload_len;
+    prefetch_for_read(in_place, in_place_len);
   }
   if (read) {
     read_progress_at_ = read_heard_at_ = now;

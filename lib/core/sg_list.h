@@ -87,30 +87,43 @@ inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32
   }
 }
 
-// Asks for the cache lines of [p, p + n) ahead of a copy into them: the
-// next packet of a message lands right after this one's payload. A
-// receiver's destinations are often out of cache (UCX's 4095 receive
-// buffers of 8 KiB, taken in turn; many QPs' buffers), and a copy into
-// lines out of cache waits for each one (BM_PlaceAhead: 1416 B into 32 MiB
-// in turn, about 3x a copy into cache); asked for a packet ahead, they
-// are there by then. At most kPlaceAheadMax bytes (a jumbo frame's first
-// lines: the hardware's own prefetch follows a stream from there).
-inline constexpr size_t kPlaceAheadMax = 2048;
-[[gnu::always_inline]] inline void prefetch_for_write(const uint8_t* p, size_t n) {
+// Asks for the cache lines of [p, p + n) (at most kPrefetchMax bytes from
+// p: the hardware's own prefetch follows a stream from there), to write
+// (kWrite) or to read. Four lines a loop turn, then one at a time (a turn
+// costs three instructions besides its prefetch: a packet's 23 lines took
+// 90 one at a time).
+inline constexpr size_t kPrefetchMax = 2048;
+template <bool kWrite>
+[[gnu::always_inline]] inline void prefetch_lines(const uint8_t* p, size_t n) {
   if (n == 0) return;
-  if (n > kPlaceAheadMax) n = kPlaceAheadMax;
+  if (n > kPrefetchMax) n = kPrefetchMax;
   // Every line of [p, p + n), p not being on a line's start.
-  // Four lines a turn, then one at a time (a loop turn costs three
-  // instructions besides its prefetch: a packet's 23 lines took 90).
   uintptr_t a = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{63};
   const uintptr_t end = reinterpret_cast<uintptr_t>(p) + n;
   for (; a + 192 < end; a += 256) {
-    __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
-    __builtin_prefetch(reinterpret_cast<const void*>(a + 64), 1, 3);
-    __builtin_prefetch(reinterpret_cast<const void*>(a + 128), 1, 3);
-    __builtin_prefetch(reinterpret_cast<const void*>(a + 192), 1, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a), kWrite, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 64), kWrite, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 128), kWrite, 3);
+    __builtin_prefetch(reinterpret_cast<const void*>(a + 192), kWrite, 3);
   }
-  for (; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), 1, 3);
+  for (; a < end; a += 64) __builtin_prefetch(reinterpret_cast<const void*>(a), kWrite, 3);
+}
+
+// Asks for the lines of [p, p + n) ahead of a copy into them: the next
+// packet of a message lands right after this one's payload. A receiver's
+// destinations are often out of cache (UCX's 4095 receive buffers of 8 KiB,
+// taken in turn; many QPs' buffers), and a copy into lines out of cache
+// waits for each one (BM_PlaceAhead: 1416 B into 32 MiB in turn, about 3x
+// a copy into cache); asked for a packet ahead, they are there by then.
+[[gnu::always_inline]] inline void prefetch_for_write(const uint8_t* p, size_t n) {
+  prefetch_lines<true>(p, n);
+}
+
+// Asks for the lines of a payload a frame carries in place (the PMD copies
+// it out when the burst is handed over): with many QPs the senders'
+// buffers are out of cache too, and the PMD's copy waits for each line.
+[[gnu::always_inline]] inline void prefetch_for_read(const uint8_t* p, size_t n) {
+  prefetch_lines<false>(p, n);
 }
 
 // Copies len bytes from src into the list starting at byte `offset`; then,
