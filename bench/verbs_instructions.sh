@@ -33,7 +33,7 @@ trap 'rm -rf "$out"' EXIT
 for b in "${bins[@]}"; do
   valgrind --tool=callgrind --callgrind-out-file="$out/cg" \
     --toggle-collect='braid::(anonymous namespace)::write_step*' \
-    "$b" --benchmark_filter="BM_VerbsWrite/size:$size/engines:$engines/read:$read\$" \
+    "$b" --benchmark_filter="BM_VerbsWrite/size:$size/engines:$engines(/read:$read)?\$" \
     --benchmark_min_time=0.2 >/dev/null 2>&1
   python3 bench/callgrind_count.py layers "$out/cg" "$b (engines $engines, $size B, read $read)"
 done

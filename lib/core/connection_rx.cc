@@ -263,8 +263,9 @@ bool Connection::take_for_no_qp(const wire::ParsedPacket& pkt, Refusal* why) {
 
 void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // The common packet, the short way: new data of this connection's job
-  // for its one queue pair (a request, or a READ response past the first),
-  // not CE-marked, nothing refused or paced on this connection. Everything
+  // for its one queue pair (a request, or a READ response once this end
+  // has taken data), not CE-marked, nothing refused or paced on this
+  // connection. Everything
   // else, or a check failing here before anything changed, goes the
   // general way, which decides it all again; what this way does is what
   // the general one does for such a packet.

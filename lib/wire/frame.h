@@ -108,8 +108,8 @@ struct DecodeOptions {
 };
 
 // Validates and decodes one frame. Never reads outside [data, data + len).
-// The frames of data requests take a shorter path that decodes them as
-// decode_frame_generic does.
+// The frames of data requests and of READ responses' data take a shorter
+// path that decodes them as decode_frame_generic does.
 DropReason decode_frame(const uint8_t* data, size_t len, const DecodeOptions& opt,
                         ParsedPacket* out);
 // Every frame the long way: the reference the short path is tested against.

@@ -1,7 +1,8 @@
 // libFuzzer target for Braid's receive path: decode_frame, decode_udp_payload
 // and every per-header decoder, each followed by a re-encode / re-decode
 // check of whatever decoded successfully; decode_frame's short path for data
-// requests is checked against decode_frame_generic on every input.
+// requests and READ responses is checked against decode_frame_generic on
+// every input.
 //
 // Input layout: byte 0 selects the options, the rest is the packet.
 //   bit 0     crc_trailer (the last 4 bytes of the UDP payload are CRC-32C)
@@ -248,7 +249,8 @@ void check_frame(const ParsedPacket& p, const ParsedPacket& q) {
 void fuzz_frame(const uint8_t* data, size_t size, const DecodeOptions& opt) {
   ParsedPacket p;
   const DropReason r = decode_frame(data, size, opt, &p);
-  // decode_frame's short path for data requests decodes as the general one.
+  // decode_frame's short path (data requests, READ responses) decodes as the
+  // general one.
   ParsedPacket g;
   FUZZ_CHECK_EQ(r, decode_frame_generic(data, size, opt, &g));
   if (r != DropReason::kNone) return;

@@ -564,12 +564,18 @@ TEST(RcSemantics, AReadResponseAfterTheFirstIsCheckedAsTheFirstIs) {
       EXPECT_EQ(p.qa->stats().invalid_requests, before.invalid_requests);
       ASSERT_TRUE(p.run_for(100'000'000, 100'000, [&] { return p.a_scq.size() == 1; }));
       wa = poll_all(p.a_scq);
+      EXPECT_EQ(wa[0].wr_id, 2u);
       EXPECT_EQ(wa[0].status, WcStatus::kSuccess);
       EXPECT_TRUE(std::equal(second.begin(), second.end(), source.begin()));
     } else {
       EXPECT_EQ(p.qa->stats().invalid_requests, before.invalid_requests + 1);
-      p.settle();
-      for (const WorkCompletion& wc : poll_all(p.a_scq)) EXPECT_NE(wc.status, WcStatus::kSuccess);
+      // The requester stops, as on any malformed response: the READ
+      // completes, in error.
+      ASSERT_TRUE(p.run_for(100'000'000, 100'000, [&] { return p.a_scq.size() == 1; }));
+      wa = poll_all(p.a_scq);
+      EXPECT_EQ(wa[0].wr_id, 2u);
+      EXPECT_NE(wa[0].status, WcStatus::kSuccess);
+      EXPECT_EQ(p.qa->state(), ConnectionState::kError);
     }
   }
 }

@@ -950,8 +950,10 @@ TEST(WireFrame, ShortPathForDataDecodesAsTheGeneralPath) {
       }
     }
   }
-  frames.push_back(frames[0]);
-  frames.back().resize(frames.back().size() + 20, 0);  // Ethernet padding
+  for (size_t k : {0, 1}) {  // a request, a READ response
+    frames.push_back(frames[k]);
+    frames.back().resize(frames.back().size() + 20, 0);  // Ethernet padding
+  }
   std::vector<DecodeOptions> opts(4);
   opts[1].trim_dscp = 46;
   opts[2].crc_trailer = true;
