@@ -387,6 +387,7 @@ enum braid_qp_state {
 enum braid_qp_attr_mask {
   BRAID_QP_STATE = 1 << 0,
   BRAID_QP_CUR_STATE = 1 << 1,
+  BRAID_QP_EN_SQD_ASYNC_NOTIFY = 1 << 2, /* with the move to SQD: SQ_DRAINED when drained */
   BRAID_QP_ACCESS_FLAGS = 1 << 3,
   BRAID_QP_PKEY_INDEX = 1 << 4,
   BRAID_QP_QKEY = 1 << 6, /* UD */
@@ -459,6 +460,12 @@ struct braid_qp_attr {
    * the same QP numbers and PSNs (old packets then never authenticate).
    * Given at RTR with BRAID_QP_AUTH_NONCE; without it, zeros. */
   uint8_t auth_nonce[16];
+  /* Moving an RC QP from RTS to SQD (send queue drain): nonzero, with
+   * BRAID_QP_EN_SQD_ASYNC_NOTIFY, raises SQ_DRAINED once drained. */
+  uint8_t en_sqd_async_notify;
+  /* Queried: 1 while a QP in SQD still has requests it started that have
+   * not completed. */
+  uint8_t sq_draining;
 };
 
 /* Device. */
@@ -578,6 +585,10 @@ int braid_post_srq_recv(struct braid_srq* srq, struct braid_recv_wr* wr,
  * reports (a requester's) raise nothing else.
  * COMM_EST: an RC QP in RTR received its first request packet (raised once,
  * and not once it is in RTS, as InfiniBand raises it).
+ * SQ_DRAINED: an RC QP moved to SQD with BRAID_QP_EN_SQD_ASYNC_NOTIFY has
+ * completed every request it had started (SQD starts no new one; they may
+ * still be posted, and go once it is back in RTS, which modify_qp allows
+ * only once drained).
  * PORT_ERR and PORT_ACTIVE (qp, cq, srq and context NULL: the device's one
  * port, number 1): the port went down (its link, or a TX ring that stopped
  * draining: braid_query_port says DOWN) or came back. Each engine looks at
@@ -590,6 +601,7 @@ enum braid_event_type {
   BRAID_EVENT_QP_REQ_ERR = 2,
   BRAID_EVENT_QP_ACCESS_ERR = 3,
   BRAID_EVENT_COMM_EST = 4,
+  BRAID_EVENT_SQ_DRAINED = 5,
   BRAID_EVENT_PORT_ACTIVE = 9,
   BRAID_EVENT_PORT_ERR = 10,
   BRAID_EVENT_SRQ_LIMIT_REACHED = 15,

@@ -411,6 +411,15 @@ uint16_t Connection::add_queue_pair(QpConfig q, CompletionQueue* send_cq,
   return slot;
 }
 
+void Connection::set_draining(uint16_t slot, bool on) {
+  QueuePair& q = *qps_[slot];
+  q.set_draining(on);
+  if (on || q.all_segmented()) return;
+  // Back to RTS: what waited is data to send again.
+  if (multi()) sending_.push(slot);
+  poke();
+}
+
 void Connection::go_multi() {
   if (multi_) return;
   multi_ = true;

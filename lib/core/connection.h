@@ -267,6 +267,12 @@ class Connection {
   // False: no such queue pair, or the only one left (close the
   // connection).
   bool remove_queue_pair(uint16_t slot);
+  // Send queue drain (modify_qp to SQD, and back to RTS): the queue pair
+  // in `slot` starts no new request while on; those started complete.
+  // Off, what waited goes.
+  void set_draining(uint16_t slot, bool on);
+  // Draining and done: every request it had started has completed.
+  bool send_queue_drained(uint16_t slot) const { return qps_[slot]->drained(); }
   // A queue pair's own error (modify_qp to ERR): it alone flushes.
   void set_queue_pair_error(uint16_t slot, WcStatus status) {
     if (!multi() && !cfg_.shared) {

@@ -35,7 +35,7 @@ bool Connection::data_ready() const {
   } else if (!qp_.responses_pending()) {
     if (credit_on_ && !credit_.may_send(false)) return false;
     if (qp_.all_segmented()) return false;
-    if (qp_.fence_waits()) return false;  // a fenced request waits for the READs before it
+    if (qp_.start_waits()) return false;  // a fence, or SQD: the next request waits
   }
   if (snd_nxt_ - snd_una_ >= cfg_.window_packets) return false;
   return window_takes_full_packet();

@@ -156,7 +156,10 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   SendWqe& w = sq_[sq_tx_ & sq_mask_];
   // A fenced request waits for the data of every READ before it: a WRITE
   // after a READ of the same bytes must not be placed before they are read.
-  if (reads_outstanding_ > 0 && w.wr.fence && !w.started) return false;
+  // SQD: a request not started waits for RTS.
+  if ((draining_ || reads_outstanding_ > 0) && !w.started && (draining_ || w.wr.fence)) {
+    return false;
+  }
   r->kind = TxKind::kRequest;
   r->seq = w.msn;
   if (answered_with_data(w.wr.opcode)) {

@@ -203,11 +203,22 @@ class QueuePair {
     return sq_tx_ == sq_tail_ && rr_tx_ == rr_tail_ && resend_count_ == 0;
   }
   bool responses_pending() const { return rr_tx_ != rr_tail_; }
-  // The next request is fenced and waits for the READs before it.
-  // (A part to send again goes first: next_packet takes it before the fence.)
-  bool fence_waits() const {
-    return resend_count_ == 0 && reads_outstanding_ > 0 && sq_tx_ != sq_tail_ &&
-           sq_[sq_tx_ & sq_mask_].wr.fence && !sq_[sq_tx_ & sq_mask_].started;
+  // The next request may not start yet: it is fenced and waits for the
+  // READs before it, or the send queue drains (InfiniBand's SQD state:
+  // requests not started wait, and may still be posted; those started go
+  // on and complete). (A part to send again goes first: its request has
+  // started.)
+  bool start_waits() const {
+    return resend_count_ == 0 && (draining_ || reads_outstanding_ > 0) && sq_tx_ != sq_tail_ &&
+           !sq_[sq_tx_ & sq_mask_].started && (draining_ || sq_[sq_tx_ & sq_mask_].wr.fence);
+  }
+  void set_draining(bool on) { draining_ = on; }
+  bool draining() const { return draining_; }
+  // Draining, and every request started has completed: the send queue is
+  // drained (SQ_DRAINED).
+  bool drained() const {
+    return draining_ && sq_head_ == sq_tx_ &&
+           (sq_tx_ == sq_tail_ || !sq_[sq_tx_ & sq_mask_].started);
   }
   // Payload bytes of the next new packet (a READ response first).
   uint32_t next_payload_len() const;
@@ -544,6 +555,7 @@ class QueuePair {
   uint32_t sq_tail_ = 0;  // next free
   uint32_t next_rsn_ = 0;
   uint32_t reads_outstanding_ = 0;
+  bool draining_ = false;  // SQD: requests not started wait
   bool abandoned_reads_ = false;
   TimeNs read_heard_at_ = 0;
   uint32_t own_reads_sum_ = 0;

@@ -62,11 +62,12 @@ static_assert(int(BRAID_QP_DEST_QPN) == int(IBV_QP_DEST_QPN) &&
 // Attribute bits Braid's modify_qp understands; others (Q_Key, alternate
 // path, migration, rate limit) do not apply to RC over Ethernet and are
 // ignored, as a RoCE device ignores what its transport has no use for.
-constexpr int kKnownQpMask = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_QKEY |
-                             IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU |
-                             IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN |
-                             IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
-                             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_CAP | IBV_QP_DEST_QPN;
+static_assert(int(BRAID_QP_EN_SQD_ASYNC_NOTIFY) == int(IBV_QP_EN_SQD_ASYNC_NOTIFY));
+constexpr int kKnownQpMask =
+    IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS |
+    IBV_QP_QKEY | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
+    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+    IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_CAP | IBV_QP_DEST_QPN;
 constexpr unsigned kAccessBits = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -640,6 +641,7 @@ BRAID_EXPORT int ibv_modify_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask) {
   b.timeout = attr->timeout;
   b.retry_cnt = attr->retry_cnt;
   b.rnr_retry = attr->rnr_retry;
+  b.en_sqd_async_notify = attr->en_sqd_async_notify;
   if (const int rc = braid_modify_qp(qp_of(qp)->b, &b, mask & kKnownQpMask)) {
     trace("modify_qp %p state %d mask 0x%x: %s", static_cast<void*>(qp), attr->qp_state, mask,
           braid_last_error());
@@ -678,6 +680,8 @@ BRAID_EXPORT int ibv_query_qp(ibv_qp* qp, ibv_qp_attr* attr, int mask,
   attr->timeout = b.timeout;
   attr->retry_cnt = b.retry_cnt;
   attr->rnr_retry = b.rnr_retry;
+  attr->en_sqd_async_notify = b.en_sqd_async_notify;
+  attr->sq_draining = b.sq_draining;
   if (init_attr != nullptr) {
     *init_attr = ibv_qp_init_attr{};
     init_attr->qp_context = qp->qp_context;

@@ -24,6 +24,7 @@ static_assert(int(BRAID_EVENT_SRQ_LIMIT_REACHED) == int(IBV_EVENT_SRQ_LIMIT_REAC
               int(BRAID_EVENT_QP_ACCESS_ERR) == int(IBV_EVENT_QP_ACCESS_ERR) &&
               int(BRAID_EVENT_QP_LAST_WQE_REACHED) == int(IBV_EVENT_QP_LAST_WQE_REACHED) &&
               int(BRAID_EVENT_COMM_EST) == int(IBV_EVENT_COMM_EST) &&
+              int(BRAID_EVENT_SQ_DRAINED) == int(IBV_EVENT_SQ_DRAINED) &&
               int(BRAID_EVENT_PORT_ACTIVE) == int(IBV_EVENT_PORT_ACTIVE) &&
               int(BRAID_EVENT_PORT_ERR) == int(IBV_EVENT_PORT_ERR));
 
@@ -131,7 +132,8 @@ void route_async_event(void* device, const braid_async_event* ev) {
     case BRAID_EVENT_QP_REQ_ERR:
     case BRAID_EVENT_QP_ACCESS_ERR:
     case BRAID_EVENT_QP_LAST_WQE_REACHED:
-    case BRAID_EVENT_COMM_EST: {
+    case BRAID_EVENT_COMM_EST:
+    case BRAID_EVENT_SQ_DRAINED: {
       Qp* q = static_cast<Qp*>(ev->context);
       out.element.qp = q->qp();
       c = context_of(q->qp()->context);

@@ -149,6 +149,8 @@ inline int progress_locked(braid_context* c, uint16_t k, braid::TimeNs ack_hold_
   signal_armed_cqs(c, k);
   if (!s.comm_est.empty()) [[unlikely]]
     raise_comm_est(c, k);
+  if (!s.sq_draining.empty()) [[unlikely]]
+    raise_sq_drained(c, k);
   if (s.engine->port_changes() != s.port_changes_seen) [[unlikely]]
     raise_port_event(c, k);
   return n;

@@ -153,7 +153,10 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
     default:
       return fail(EINVAL, "post_send: opcode not supported");
   }
-  if (qp->state != BRAID_QPS_RTS) return fail(EINVAL, "post_send: QP not in RTS");
+  // (In SQD a request waits for RTS.)
+  if (qp->state != BRAID_QPS_RTS && qp->state != BRAID_QPS_SQD) {
+    return fail(EINVAL, "post_send: QP not in RTS or SQD");
+  }
   req->fence = (wr->send_flags & BRAID_SEND_FENCE) != 0;
   // The QP's own depth, not the core's (rounded up to a power of two).
   if (qp->outstanding_sends() >= qp->init.cap.max_send_wr) {

@@ -165,6 +165,33 @@ void raise_comm_est(braid_context* c, uint16_t k) {
   });
 }
 
+// SQ_DRAINED's bookkeeping: a QP waits from the move to SQD until its send
+// queue has drained (or it leaves SQD, or goes).
+static void stop_waiting_for_drain(braid_qp* qp) {
+  std::erase(qp->context->slots[qp->engine]->sq_draining, qp);
+}
+
+void raise_sq_drained(braid_context* c, uint16_t k) {
+  std::erase_if(c->slots[k]->sq_draining, [c](braid_qp* qp) {
+    if (qp->in_error()) return true;  // flushed: no drain to tell of
+    if (!qp->conn->send_queue_drained(qp->slot)) return false;
+    if (qp->sqd_notify) raise_async_event(c, qp_event(qp, BRAID_EVENT_SQ_DRAINED));
+    return true;
+  });
+}
+
+// RTS -> SQD (send queue drain): requests not started yet wait, those
+// started complete; SQ_DRAINED (asked for with EN_SQD_ASYNC_NOTIFY) once
+// they have. Posting goes on. Other attributes are not taken here.
+static int to_sqd(braid_qp* qp, const braid_qp_attr* a, int mask) {
+  qp->sqd_notify = (mask & BRAID_QP_EN_SQD_ASYNC_NOTIFY) && a->en_sqd_async_notify;
+  qp->conn->set_draining(qp->slot, true);
+  auto& waiting = qp->context->slots[qp->engine]->sq_draining;
+  if (std::find(waiting.begin(), waiting.end(), qp) == waiting.end()) waiting.push_back(qp);
+  raise_sq_drained(qp->context, qp->engine);  // nothing outstanding: drained at once
+  return 0;
+}
+
 // As a NIC's provider does at RESET: the QP's completions still in its CQs
 // go (a program that restarts a failed QP must not poll them).
 static void erase_completions(braid_qp* qp) {
@@ -352,6 +379,7 @@ int braid_destroy_qp(struct braid_qp* qp) {
   Guard g(c);
   qp->destroying = true;
   if (qp->state == BRAID_QPS_RTR) stop_waiting_for_comm_est(qp);
+  if (qp->state == BRAID_QPS_SQD) stop_waiting_for_drain(qp);
   if (qp->ud != nullptr) {
     c->slots[qp->engine]->engine->endpoint().destroy_datagram_qp(qp->qp_num);
     qp->ud = nullptr;
@@ -627,11 +655,26 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     rc = to_rts(qp, a, mask);
   } else if (from == BRAID_QPS_RTS && to == BRAID_QPS_RTS) {
     rc = rts_to_rts(qp, a, mask);
+  } else if (from == BRAID_QPS_RTS && to == BRAID_QPS_SQD) {
+    rc = to_sqd(qp, a, mask);
+  } else if (from == BRAID_QPS_SQD && (to == BRAID_QPS_SQD || to == BRAID_QPS_RTS)) {
+    // As rxe: attributes, or back to RTS, once drained (what had started
+    // has completed).
+    if (!qp->in_error() && !qp->conn->send_queue_drained(qp->slot)) {
+      return fail(EINVAL, "modify_qp: the send queue is still draining (SQD)");
+    }
+    rc = rts_to_rts(qp, a, mask);
+    if (rc == 0 && to == BRAID_QPS_RTS)
+      qp->conn->set_draining(qp->slot, false);  // what waited goes
   } else {
     return fail(EINVAL, "modify_qp: transition not allowed");
   }
   if (rc != 0) return rc;
   if (to == BRAID_QPS_RESET) erase_completions(qp);
+  if (from == BRAID_QPS_SQD && to != BRAID_QPS_SQD) {
+    stop_waiting_for_drain(qp);
+    if (to != BRAID_QPS_RTS && qp->core != nullptr) qp->core->set_draining(false);
+  }
   if (from == BRAID_QPS_RTR && to != BRAID_QPS_RTR) {
     // A request that came in RTR, in a poll that did not look, still counts.
     if (to == BRAID_QPS_RTS) raise_comm_est(c, qp->engine);
@@ -653,6 +696,8 @@ int braid_query_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask,
   EngineGuard g(qp->context, qp->engine);
   *a = qp->attr;
   a->qp_state = a->cur_qp_state = qp->in_error() ? BRAID_QPS_ERR : qp->state;
+  a->en_sqd_async_notify = qp->sqd_notify;
+  a->sq_draining = a->qp_state == BRAID_QPS_SQD && !qp->conn->send_queue_drained(qp->slot);
   a->cap = qp->init.cap;
   if (init != nullptr) *init = qp->init;
   return 0;

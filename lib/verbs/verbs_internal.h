@@ -44,6 +44,10 @@ struct EngineSlot {
   std::vector<CommEstWait> comm_est;
   // The engine's port_changes() the verbs layer has raised events for.
   uint32_t port_changes_seen = 0;
+  // RC QPs of this engine in SQD whose send queue has not drained yet
+  // (changed under this engine's lock; modify_qp and destroy_qp hold every
+  // lock): each poll looks whether they have (raise_sq_drained).
+  std::vector<braid_qp*> sq_draining;
 };
 }  // namespace braid
 
@@ -161,6 +165,9 @@ void forget_async_events(braid_context* c, const braid_qp* qp, const braid_cq* c
 // for its QPs in RTR that received their first request (qp.cc), and
 // PORT_ERR / PORT_ACTIVE when the port's state changed (srq.cc).
 void raise_comm_est(braid_context* c, uint16_t k);
+// The QPs of engine k in SQD whose send queues have drained since: SQ_DRAINED
+// for those that asked for it.
+void raise_sq_drained(braid_context* c, uint16_t k);
 void raise_port_event(braid_context* c, uint16_t k);
 
 namespace braid {
@@ -303,6 +310,7 @@ struct braid_qp {
   braid_qp_init_attr init{};
   braid_qp_attr attr{};
   bool sq_sig_all = false;
+  bool sqd_notify = false;            // SQ_DRAINED asked for with the move to SQD
   braid::Connection* conn = nullptr;  // from RTR on
   // Its queue pair's slot on conn: 0 on a connection of its own; on a PDC
   // the device's QPs to one peer share (config.pdc_per_peer), any.

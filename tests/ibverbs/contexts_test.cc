@@ -896,6 +896,48 @@ TEST(IbvConformance, AQpInRtrRaisesCommEstWhenItsFirstRequestArrives) {
   EXPECT_EQ(ibv_close_device(c2), 0);
 }
 
+// ibv_modify_qp to SQD with IBV_QP_EN_SQD_ASYNC_NOTIFY: the WRITE posted
+// before completes, IBV_EVENT_SQ_DRAINED names the QP once its send queue
+// has drained, ibv_query_qp says SQD and no longer draining, and back in
+// RTS the QP sends again.
+TEST(IbvConformance, ASendQueueDrainRaisesSqDrained) {
+  ibv_context *c1 = nullptr, *c2 = nullptr;
+  open_two(&c1, &c2);
+  if (HasFatalFailure()) return;
+  nonblocking_events(c1);
+  nonblocking_events(c2);
+  Side a, b;
+  make_pair(c1, a, c2, b, 65536);
+  if (HasFatalFailure()) return;
+  ibv_sge sge{reinterpret_cast<uintptr_t>(a.buf.data()), 65536, a.mr->lkey};
+  ibv_send_wr wr = write_to(&sge, b, b.mr->rkey), *bad = nullptr;
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  ibv_qp_attr at{};
+  at.qp_state = IBV_QPS_SQD;
+  at.en_sqd_async_notify = 1;
+  ASSERT_EQ(ibv_modify_qp(a.qp, &at, IBV_QP_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY), 0);
+  EXPECT_EQ(wait_one(a.cq).status, IBV_WC_SUCCESS);
+  ibv_async_event ev{};
+  ASSERT_TRUE(take_event(c1, IBV_EVENT_SQ_DRAINED, &ev));
+  EXPECT_EQ(ev.element.qp, a.qp);
+  ibv_ack_async_event(&ev);
+  EXPECT_TRUE(no_event(c1));  // once
+  ibv_qp_attr q{};
+  ibv_qp_init_attr qi{};
+  ASSERT_EQ(ibv_query_qp(a.qp, &q, IBV_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, IBV_QPS_SQD);
+  EXPECT_EQ(q.sq_draining, 0);
+  at = {};
+  at.qp_state = IBV_QPS_RTS;
+  ASSERT_EQ(ibv_modify_qp(a.qp, &at, IBV_QP_STATE), 0);
+  ASSERT_EQ(ibv_post_send(a.qp, &wr, &bad), 0);
+  EXPECT_EQ(wait_one(a.cq).status, IBV_WC_SUCCESS);
+  a.destroy();
+  b.destroy();
+  EXPECT_EQ(ibv_close_device(c1), 0);
+  EXPECT_EQ(ibv_close_device(c2), 0);
+}
+
 // A SEND too long for its receive fails that receive (LOC_LEN_ERR) and
 // the requester's (REM_INV_REQ_ERR): the completions say it all, no
 // asynchronous event at either end, as on a NIC.

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -1045,6 +1046,78 @@ TEST_P(VerbsPipe, AQpMayHaveMoreThanSixteenReadsOutstanding) {
   ASSERT_EQ(wa.size(), static_cast<size_t>(kReads));
   for (const braid_wc& c : wa) ASSERT_EQ(c.status, BRAID_WC_SUCCESS) << c.wr_id;
   EXPECT_EQ(0, std::memcmp(a.buf.data() + 50000, b.buf.data(), 8 * kReads));
+}
+
+// Send queue drain (SQD), as InfiniBand's: the request under way when the
+// QP moves to SQD completes, those not started wait (posting goes on), the
+// QP cannot go back to RTS (nor SQD to SQD) until drained, SQ_DRAINED (asked for) comes
+// once, and back in RTS what waited goes, in order.
+TEST_P(VerbsPipe, SqdFinishesWhatStartedThenRaisesSqDrainedAndRtsResumes) {
+  learn_macs();
+  for (size_t i = 0; i < 70000; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
+  braid_sge big = sge(a, 0, 65536), s2 = sge(a, 65536, 64), s3 = sge(a, 65600, 64),
+            s4 = sge(a, 65664, 64);
+  braid_send_wr w1 = rdma_write(&big, 1, b, 0), w2 = rdma_write(&s2, 2, b, 100000),
+                w3 = rdma_write(&s3, 3, b, 100064), w4 = rdma_write(&s4, 4, b, 100128);
+  ASSERT_EQ(braid_post_send(a.qp, &w1, nullptr), 0);  // idle QP: its first packets go
+  ASSERT_EQ(braid_post_send(a.qp, &w2, nullptr), 0);
+  ASSERT_EQ(braid_post_send(a.qp, &w3, nullptr), 0);
+  braid_qp_attr at{};
+  at.qp_state = BRAID_QPS_SQD;
+  at.en_sqd_async_notify = 1;
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE | BRAID_QP_EN_SQD_ASYNC_NOTIFY), 0)
+      << braid_last_error();
+  braid_qp_attr q{};
+  braid_qp_init_attr qi{};
+  ASSERT_EQ(braid_query_qp(a.qp, &q, BRAID_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, BRAID_QPS_SQD);
+  EXPECT_EQ(q.sq_draining, 1);
+  braid_async_event ev{};
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);  // not drained yet
+  at = braid_qp_attr{};
+  at.qp_state = BRAID_QPS_RTS;
+  EXPECT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE), EINVAL) << "RTS while draining";
+  braid_qp_attr sqd{};
+  sqd.qp_state = BRAID_QPS_SQD;
+  EXPECT_EQ(braid_modify_qp(a.qp, &sqd, BRAID_QP_STATE), EINVAL) << "SQD to SQD while draining";
+  ASSERT_EQ(braid_post_send(a.qp, &w4, nullptr), 0) << braid_last_error();  // posted in SQD
+  // The WRITE under way completes; nothing after it starts.
+  auto wa = wait(a, 1);
+  ASSERT_EQ(wa.size(), 1u);
+  EXPECT_EQ(wa[0].wr_id, 1u);
+  EXPECT_EQ(wa[0].status, BRAID_WC_SUCCESS);
+  EXPECT_EQ(0, std::memcmp(a.buf.data(), b.buf.data(), 65536));
+  for (int i = 0; i < 2000; ++i) poll_once(a, wa);
+  EXPECT_EQ(wa.size(), 1u) << "a request started in SQD";
+  EXPECT_TRUE(std::all_of(b.buf.begin() + 100000, b.buf.begin() + 100192,
+                          [](uint8_t v) { return v == 0; }));
+  ASSERT_EQ(braid_get_async_event(a.ctx, &ev), 0);
+  EXPECT_EQ(ev.event_type, BRAID_EVENT_SQ_DRAINED);
+  EXPECT_EQ(ev.qp, a.qp);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);  // once
+  ASSERT_EQ(braid_query_qp(a.qp, &q, BRAID_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.qp_state, BRAID_QPS_SQD);
+  EXPECT_EQ(q.sq_draining, 0);
+  // Back to RTS: the three that waited go, in order.
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE), 0) << braid_last_error();
+  const auto rest = wait(a, 3);
+  ASSERT_EQ(rest.size(), 3u);
+  for (uint64_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(rest[i].wr_id, i + 2);
+    EXPECT_EQ(rest[i].status, BRAID_WC_SUCCESS);
+  }
+  EXPECT_EQ(0, std::memcmp(a.buf.data() + 65536, b.buf.data() + 100000, 192));
+  // A QP with nothing under way is drained at once; without
+  // EN_SQD_ASYNC_NOTIFY it raises nothing.
+  at = braid_qp_attr{};
+  at.qp_state = BRAID_QPS_SQD;
+  ASSERT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE), 0);
+  ASSERT_EQ(braid_query_qp(a.qp, &q, BRAID_QP_STATE, &qi), 0);
+  EXPECT_EQ(q.sq_draining, 0);
+  for (int i = 0; i < 100; ++i) poll_once(a, wa);
+  EXPECT_EQ(braid_get_async_event(a.ctx, &ev), EAGAIN);
+  at.qp_state = BRAID_QPS_RTS;
+  EXPECT_EQ(braid_modify_qp(a.qp, &at, BRAID_QP_STATE), 0);
 }
 
 // A chain longer than the send queue's room is refused from the first
