@@ -39,7 +39,7 @@ int fail(int err) {
 
 bool is_qp_event(ibv_event_type t) {
   return t == IBV_EVENT_QP_FATAL || t == IBV_EVENT_QP_REQ_ERR || t == IBV_EVENT_QP_ACCESS_ERR ||
-         t == IBV_EVENT_QP_LAST_WQE_REACHED || t == IBV_EVENT_COMM_EST;
+         t == IBV_EVENT_QP_LAST_WQE_REACHED || t == IBV_EVENT_COMM_EST || t == IBV_EVENT_SQ_DRAINED;
 }
 
 // The object an event names (its element), whatever its kind.

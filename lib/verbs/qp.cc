@@ -663,6 +663,9 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
     if (!qp->in_error() && !qp->conn->send_queue_drained(qp->slot)) {
       return fail(EINVAL, "modify_qp: the send queue is still draining (SQD)");
     }
+    // Drained since the last poll looked (a completion a post's transmit
+    // made): its event first.
+    raise_sq_drained(c, qp->engine);
     rc = rts_to_rts(qp, a, mask);
     if (rc == 0 && to == BRAID_QPS_RTS)
       qp->conn->set_draining(qp->slot, false);  // what waited goes
@@ -673,6 +676,7 @@ int braid_modify_qp(struct braid_qp* qp, struct braid_qp_attr* a, int mask) {
   if (to == BRAID_QPS_RESET) erase_completions(qp);
   if (from == BRAID_QPS_SQD && to != BRAID_QPS_SQD) {
     stop_waiting_for_drain(qp);
+    qp->sqd_notify = false;
     if (to != BRAID_QPS_RTS && qp->core != nullptr) qp->core->set_draining(false);
   }
   if (from == BRAID_QPS_RTR && to != BRAID_QPS_RTR) {

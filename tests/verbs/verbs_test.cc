@@ -1054,6 +1054,7 @@ TEST_P(VerbsPipe, AQpMayHaveMoreThanSixteenReadsOutstanding) {
 // once, and back in RTS what waited goes, in order.
 TEST_P(VerbsPipe, SqdFinishesWhatStartedThenRaisesSqDrainedAndRtsResumes) {
   learn_macs();
+  const uint64_t before = tx_frames(a);
   for (size_t i = 0; i < 70000; ++i) a.buf[i] = static_cast<uint8_t>(i * 7 + 1);
   braid_sge big = sge(a, 0, 65536), s2 = sge(a, 65536, 64), s3 = sge(a, 65600, 64),
             s4 = sge(a, 65664, 64);
@@ -1062,6 +1063,10 @@ TEST_P(VerbsPipe, SqdFinishesWhatStartedThenRaisesSqDrainedAndRtsResumes) {
   ASSERT_EQ(braid_post_send(a.qp, &w1, nullptr), 0);  // idle QP: its first packets go
   ASSERT_EQ(braid_post_send(a.qp, &w2, nullptr), 0);
   ASSERT_EQ(braid_post_send(a.qp, &w3, nullptr), 0);
+  // The big WRITE has started and not finished (64 packets of 1 KiB; a
+  // burst is 32), the others have not started.
+  ASSERT_GT(tx_frames(a), before);
+  ASSERT_LT(tx_frames(a), before + 64);
   braid_qp_attr at{};
   at.qp_state = BRAID_QPS_SQD;
   at.en_sqd_async_notify = 1;
