@@ -7,6 +7,9 @@ Used by bench/core_instructions.sh and bench/verbs_instructions.sh:
   callgrind_count.py layers FILE LABEL     every instruction counted, grouped by
                                            the layer of the function it is in
 Both divide by the data packets built (calls of Connection::produce_new).
+  callgrind_count.py roundtrips FILE LABEL the same groups per call of
+                                           pingpong_step (BM_VerbsPingPong: one
+                                           round trip each)
 """
 import re
 import sys
@@ -64,6 +67,7 @@ def layer(fn):
 def main():
     mode, path, label = sys.argv[1:4]
     packets = 0
+    roundtrips = 0
     endpoint = 0
     groups = dict.fromkeys(['verbs', 'engine', 'core', 'cable', 'libc', 'other'], 0)
     for r in records(path):
@@ -71,6 +75,8 @@ def main():
             _, fn, callee, n, inclusive = r
             if 'Connection::produce_new(' in callee:
                 packets += n
+            if 'pingpong_step' in callee:
+                roundtrips += n
             # The loop's calls, not the set-up's (constructors, destructor,
             # create_connection: spread over more or fewer packets per run).
             if 'BM_CoreTransfer' in fn and re.search(r'braid::Endpoint::(transmit|receive|advance)\(',
@@ -80,7 +86,13 @@ def main():
             groups[layer(r[1])] += r[2]
     if packets == 0:
         sys.exit('no packets counted')
-    if mode == 'endpoint':
+    if mode == 'roundtrips':
+        if roundtrips == 0:
+            sys.exit('no round trips counted')
+        total = sum(groups.values())
+        row = ', '.join(f'{g} {v / roundtrips:.0f}' for g, v in groups.items() if v)
+        print(f'{label}: {total / roundtrips:.0f} instructions per round trip ({roundtrips}): {row}')
+    elif mode == 'endpoint':
         print(f'{label}: {endpoint / packets:.0f} instructions per data packet ({packets} packets)')
     else:
         total = sum(groups.values())

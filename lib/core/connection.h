@@ -620,12 +620,10 @@ class Connection {
   uint32_t build_credit_ctrl(uint8_t* buf, uint32_t cap, wire::CtrlType type, uint32_t value);
   // Nothing new to send (every request and READ response segmented): the
   // packets in flight are the tail.
-  // (A queue pair draining (SQD) is at its tail once what it started is
-  // sent: its last packet asks for the ACK that ends the drain.)
-  bool at_tail() const {
-    return multi() ? sending_.empty()
-                   : qp_.all_segmented() || (qp_.draining() && qp_.start_waits());
-  }
+  // (Requests waiting in SQD count as queued: the last packet of the drain
+  // does not ask for its ACK, which the peer then sends within its ACK
+  // delay, ack_delay_ns. Checking for it here cost every packet.)
+  bool at_tail() const { return multi() ? sending_.empty() : qp_.all_segmented(); }
   // The peer refused the request packet `r`: its work request fails once it
   // is the oldest (earlier ones still complete normally).
   void fail_request(const TxRecord& r, WcStatus status) {

@@ -157,7 +157,7 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   // A fenced request waits for the data of every READ before it: a WRITE
   // after a READ of the same bytes must not be placed before they are read.
   // SQD: a request not started waits for RTS.
-  if ((draining_ || reads_outstanding_ > 0) && !w.started && (draining_ || w.wr.fence)) {
+  if (start_gate_ > 0 && !w.started && (draining_ || w.wr.fence)) {
     return false;
   }
   r->kind = TxKind::kRequest;
@@ -165,6 +165,7 @@ bool QueuePair::next_packet(uint32_t psn, Slice* r, bool requests_ok) {
   if (answered_with_data(w.wr.opcode)) {
     if (reads_outstanding_ >= cfg_.max_rd_atomic) return false;
     ++reads_outstanding_;
+    ++start_gate_;
     ++*reads_sum_;
     r->offset = 0;
     r->len = static_cast<uint16_t>(atomic_payload(w.wr.opcode));
@@ -423,6 +424,7 @@ WcStatus QueuePair::complete_sends(uint32_t snd_una) {
     if (answered_with_data(w.wr.opcode)) {
       if (!w.segmented || !w.read_done) break;
       --reads_outstanding_;
+      --start_gate_;
       --*reads_sum_;
     } else if (!w.segmented || w.resends > 0 || !psn_lt(w.last_psn, snd_una)) {
       break;
@@ -513,6 +515,7 @@ void QueuePair::flush(WcStatus status, uint32_t snd_una) {
   *reads_sum_ -= reads_outstanding_;
   if (reads_outstanding_ > 0) abandoned_reads_ = true;  // their responses may still come
   reads_outstanding_ = 0;                               // (their READ timer must not run on)
+  start_gate_ = draining_ ? 1 : 0;
   if (cfg_.srq != nullptr) give_back_unused();
   for (; rq_head_ != rq_tail_; ++rq_head_) {
     RecvWqe& w = rq_[rq_head_ & rq_mask_];

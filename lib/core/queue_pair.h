@@ -209,10 +209,18 @@ class QueuePair {
   // on and complete). (A part to send again goes first: its request has
   // started.)
   bool start_waits() const {
-    return resend_count_ == 0 && (draining_ || reads_outstanding_ > 0) && sq_tx_ != sq_tail_ &&
+    return resend_count_ == 0 && start_gate_ > 0 && sq_tx_ != sq_tail_ &&
            !sq_[sq_tx_ & sq_mask_].started && (draining_ || sq_[sq_tx_ & sq_mask_].wr.fence);
   }
-  void set_draining(bool on) { draining_ = on; }
+  void set_draining(bool on) {
+    if (on == draining_) return;
+    draining_ = on;
+    if (on) {
+      ++start_gate_;
+    } else {
+      --start_gate_;
+    }
+  }
   bool draining() const { return draining_; }
   // Draining, and every request started has completed: the send queue is
   // drained (SQ_DRAINED).
@@ -556,6 +564,9 @@ class QueuePair {
   uint32_t next_rsn_ = 0;
   uint32_t reads_outstanding_ = 0;
   bool draining_ = false;  // SQD: requests not started wait
+  // reads_outstanding_, plus 1 while draining: nonzero when the next
+  // request may have to wait (a fence, SQD), one test on every packet.
+  uint32_t start_gate_ = 0;
   bool abandoned_reads_ = false;
   TimeNs read_heard_at_ = 0;
   uint32_t own_reads_sum_ = 0;

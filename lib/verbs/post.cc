@@ -154,7 +154,7 @@ int prepare_send(braid_qp* qp, const braid_send_wr* wr, bool commit, braid::Send
       return fail(EINVAL, "post_send: opcode not supported");
   }
   // (In SQD a request waits for RTS.)
-  if (qp->state != BRAID_QPS_RTS && qp->state != BRAID_QPS_SQD) {
+  if (qp->state != BRAID_QPS_RTS && qp->state != BRAID_QPS_SQD) [[unlikely]] {
     return fail(EINVAL, "post_send: QP not in RTS or SQD");
   }
   req->fence = (wr->send_flags & BRAID_SEND_FENCE) != 0;
