@@ -1153,7 +1153,11 @@ std::string EthdevPort::describe() const {
     out << "link down";
   } else {
     out << "link up";
-    if (link.link_speed != RTE_ETH_SPEED_NUM_NONE && link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN) {
+    if (host_local()) {
+      // Its PMD's figure is not a link's (link_mbps): say so, not the figure.
+      out << ", host-local (no link rate)";
+    } else if (link.link_speed != RTE_ETH_SPEED_NUM_NONE &&
+               link.link_speed != RTE_ETH_SPEED_NUM_UNKNOWN) {
       out << " " << link.link_speed << " Mb/s";
     }
     out << (link.link_duplex == RTE_ETH_LINK_FULL_DUPLEX ? " full-duplex" : " half-duplex");

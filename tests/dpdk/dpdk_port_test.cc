@@ -414,6 +414,8 @@ TEST_F(EthdevPortTest, OpensByPortIdAndDescribesItself) {
   EXPECT_EQ(link.link_speed, RTE_ETH_SPEED_NUM_10G);
   EXPECT_TRUE(b->host_local());
   EXPECT_EQ(b->link_mbps(), 0u);
+  EXPECT_NE(d.find("host-local (no link rate)"), std::string::npos) << d;
+  EXPECT_EQ(d.find("10000 Mb/s"), std::string::npos) << d;  // the PMD's constant, not shown
 }
 
 TEST_F(EthdevPortTest, VdevFromTheEalLoopsBackToItself) {
