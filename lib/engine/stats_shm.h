@@ -46,7 +46,7 @@ struct Info {
   uint32_t ip;  // host order
   uint16_t udp_port;
   uint16_t pad0;
-  uint64_t link_bps;
+  uint64_t link_bps;      // the port's link rate; 0: unknown (a host-local PMD's)
   char port[96];          // the backend's description
   uint64_t time_ns;       // the engine's clock at publication (steady clock)
   uint64_t publications;  // so far, this one included
