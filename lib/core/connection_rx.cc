@@ -265,10 +265,9 @@ void Connection::on_data(const wire::ParsedPacket& pkt, TimeNs now) {
   // The common packet, the short way: new data of this connection's job
   // for its one queue pair (a request, or a READ response once this end
   // has taken data), not CE-marked, nothing refused or paced on this
-  // connection. Everything
-  // else, or a check failing here before anything changed, goes the
-  // general way, which decides it all again; what this way does is what
-  // the general one does for such a packet.
+  // connection. Everything else, or a check failing here before anything
+  // changed, goes the general way, which decides it all again; what this
+  // way does is what the general one does for such a packet.
   const uint32_t psn = pkt.req.psn;
   // (The next PSN in order is always new.)
   const bool in_order = psn == rx_.cack() + 1;

@@ -90,8 +90,8 @@ inline void copy_from_sgl(const SgList& l, uint64_t offset, uint8_t* dst, uint32
 // Asks for the cache lines of [p, p + n) (at most kPrefetchMax bytes from
 // p: the hardware's own prefetch follows a stream from there), to write
 // (kWrite) or to read. Four lines a loop turn, then one at a time (a turn
-// costs three instructions besides its prefetch: a packet's 23 lines took
-// 90 one at a time).
+// costs three instructions besides its prefetch: a 1 KiB packet's 17
+// lines took 82 one at a time).
 inline constexpr size_t kPrefetchMax = 2048;
 template <bool kWrite>
 [[gnu::always_inline]] inline void prefetch_lines(const uint8_t* p, size_t n) {
