@@ -186,8 +186,10 @@ void raise_sq_drained(braid_context* c, uint16_t k) {
 static int to_sqd(braid_qp* qp, const braid_qp_attr* a, int mask) {
   qp->sqd_notify = (mask & BRAID_QP_EN_SQD_ASYNC_NOTIFY) && a->en_sqd_async_notify;
   qp->conn->set_draining(qp->slot, true);
-  auto& waiting = qp->context->slots[qp->engine]->sq_draining;
-  if (std::find(waiting.begin(), waiting.end(), qp) == waiting.end()) waiting.push_back(qp);
+  // Only a QP that asked for the event waits in the list each poll looks
+  // at (sq_draining is queried from the queue pair itself).
+  if (!qp->sqd_notify) return 0;
+  qp->context->slots[qp->engine]->sq_draining.push_back(qp);  // (it left the list with RTS)
   raise_sq_drained(qp->context, qp->engine);  // nothing outstanding: drained at once
   return 0;
 }
