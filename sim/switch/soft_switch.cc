@@ -357,8 +357,9 @@ std::string SoftSwitch::describe() const {
   for (size_t h = 0; h < host_links_.size(); ++h) {
     std::string ports;
     for (uint16_t p = 0; p < cfg_.ports; ++p) {
-      if (host_link_of_[p] == static_cast<int>(h))
-        ports += (ports.empty() ? "" : ",") + std::to_string(p);
+      if (host_link_of_[p] != static_cast<int>(h)) continue;
+      if (!ports.empty()) ports += ',';
+      ports += std::to_string(p);
     }
     line(fmt::format("host link {} (ports {})", h, ports).c_str(), host_links_[h], "");
   }
