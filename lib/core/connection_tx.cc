@@ -120,7 +120,7 @@ uint32_t Connection::produce_responses_only(TxOut& out, TimeNs now) {
   return qp_.responses_pending() ? produce_new(out, now) : 0;
 }
 
-uint32_t Connection::produce_data(TxOut& out, TimeNs now) {
+uint32_t Connection::produce_data_slow(TxOut& out, TimeNs now) {
   // An RNR wait holds our requests back, not our answers to the peer's
   // READs (its READ would otherwise time out behind our wait).
   if (!multi() && qp_.held(now)) return produce_responses_only(out, now);
