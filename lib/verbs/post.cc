@@ -25,7 +25,7 @@ namespace {
 
 // Local key check for a work request's buffers: every SGE must lie inside a
 // region of the QP's PD with the access the operation needs. (Inlined: a
-// call cost every post some 15 instructions, bench/verbs_instructions.sh.)
+// call cost every post some 13 instructions, bench/verbs_instructions.sh.)
 [[gnu::always_inline]] inline bool to_sgl(braid_context* c, braid_pd* pd, const braid_sge* sges,
                                           int n, uint32_t need, braid::SgList* out) {
   if (n < 0 || static_cast<uint32_t>(n) > braid::kMaxSge) return false;
