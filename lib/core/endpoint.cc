@@ -537,6 +537,7 @@ uint32_t Endpoint::transmit_datagram(TxOut& out) {
 
 uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
   out.payload_len = 0;
+  out.data = false;
   // Control frames first: an ACK held behind another connection's data
   // delays the peer's window and its loss detection.
   for (size_t n = control_.size(); n > 0; --n) {
@@ -610,11 +611,16 @@ uint32_t Endpoint::transmit_more(TxOut* outs, uint32_t* lens, uint32_t n, TimeNs
       break;
     const uint16_t pdc = c.wire_remote();
     const uint32_t first = k;
+    bool dry = false;
     while (k < n) {
       TxOut& out = outs[k];
       out.payload_len = 0;
+      out.data = true;
       const uint32_t len = c.produce_data_frame(out, now);
-      if (len == 0) break;
+      if (len == 0) {
+        dry = true;
+        break;
+      }
       out.dst_ip = ip;
       out.dst_pdc = pdc;
       lens[k++] = len;
@@ -628,7 +634,9 @@ uint32_t Endpoint::transmit_more(TxOut* outs, uint32_t* lens, uint32_t n, TimeNs
         break;  // an ACK made due goes first
     }
     stats_.tx_frames += k - first;
-    if (k == first) {
+    if (dry) {
+      // Nothing more now (the next transmit() would find the same): out
+      // of the queue until it queues itself again.
       c.park();
       data_.pop();
       data_run_ = 0;

@@ -132,7 +132,7 @@ TEST(TxScheduler, TransmitMoreBuildsWhatTransmitCallsWould) {
     c.window_packets = 128;  // the window closes: more than 128 packets wait
     ThreePairs t(c);
     // One target for both runs: the frames name its address.
-    static std::vector<uint8_t> target(1 << 20);
+    static std::vector<uint8_t> target(2 << 20);
     const uint32_t key =
         t.p.a.memory().register_region(target.data(), target.size(), kAccessRemoteWrite, 0);
     const uint32_t len4 = (5 * kTurn + 5) * c.mtu, len6 = (3 * kTurn + 3) * c.mtu;
@@ -173,7 +173,10 @@ TEST(TxScheduler, TransmitMoreBuildsWhatTransmitCallsWould) {
       t.p.b.advance(t.p.now);
       for (Frame& f : batch) sent.push_back(without_key(std::move(f), key));
     }
-    EXPECT_FALSE(t.p.b.wants_to_send());  // everything went
+    EXPECT_FALSE(t.p.b.wants_to_send());    // everything went
+    const auto done = poll_all(t.p.b_scq);  // ... and completed, each WRITE
+    EXPECT_EQ(done.size(), 3u);
+    for (const WorkCompletion& wc : done) EXPECT_EQ(wc.status, WcStatus::kSuccess);
     return sent;
   };
   uint64_t by_more = 0, unused = 0;
