@@ -162,7 +162,6 @@ struct TxOut {
   uint32_t payload_len = 0;  // 0: the whole frame is in buf
   uint32_t dst_ip = 0;       // the frame's destination address
   uint16_t dst_pdc = 0;      // ... and the PDC id it names there
-  bool data = false;         // a data frame (Endpoint::transmit_more may build more)
 };
 
 class Connection {
@@ -302,18 +301,8 @@ class Connection {
   // A data frame into out.buf. With out.in_place_ok its payload may stay
   // where it is (when it lies in one piece of memory and no trailer covers
   // it): out.payload says where, and only the headers are written into buf
-  // (the length returned is then theirs alone). Inline: the endpoint calls
-  // it from two places (Endpoint::transmit, transmit_more), and a call of
-  // its own cost a ping-pong's round trip 20 instructions (7825 against
-  // 7805, bench/verbs_bench.cc's BM_VerbsPingPong under callgrind).
-  uint32_t produce_data_frame(TxOut& out, TimeNs now) {
-    if (!mac_known_ || state_ != ConnectionState::kActive) return 0;
-    if (peer_->cc().pacing_rate_bps() == 0) [[likely]]
-      return produce_data(out, now);
-    return produce_paced(out, now);
-  }
-  // The same under the peer's pacing clock.
-  [[gnu::noinline]] uint32_t produce_paced(TxOut& out, TimeNs now);
+  // (the length returned is then theirs alone).
+  uint32_t produce_data_frame(TxOut& out, TimeNs now);
   // Payloads shorter than this are copied all the same: a copy of a few
   // hundred bytes costs less than the second buffer that points at them
   // (64 B WRITEs over memif: 17% fewer messages a second in place).

@@ -85,7 +85,9 @@ uint32_t Connection::produce_control(uint8_t* buf, uint32_t cap, TimeNs now) {
   return build_hole_ack(buf, cap);
 }
 
-uint32_t Connection::produce_paced(TxOut& out, TimeNs now) {
+uint32_t Connection::produce_data_frame(TxOut& out, TimeNs now) {
+  if (!mac_known_ || state_ != ConnectionState::kActive) return 0;
+  if (peer_->cc().pacing_rate_bps() == 0) return produce_data(out, now);
   // One pacing clock for the peer's connections.
   if (peer_->pacing_holds(this, now)) return 0;
   const uint32_t n = produce_data(out, now);

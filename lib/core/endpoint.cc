@@ -537,7 +537,6 @@ uint32_t Endpoint::transmit_datagram(TxOut& out) {
 
 uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
   out.payload_len = 0;
-  out.data = false;
   // Control frames first: an ACK held behind another connection's data
   // delays the peer's window and its loss detection.
   for (size_t n = control_.size(); n > 0; --n) {
@@ -576,7 +575,6 @@ uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
     if (len > 0) {
       out.dst_ip = c.config().remote_ip;
       out.dst_pdc = c.wire_remote();
-      out.data = true;
       if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
         data_.pop();
         data_.push(id);
@@ -590,59 +588,6 @@ uint32_t Endpoint::transmit(TxOut& out, TimeNs now) {
     data_run_ = 0;
   }
   return 0;
-}
-
-uint32_t Endpoint::transmit_more(TxOut* outs, uint32_t* lens, uint32_t n, TimeNs now) {
-  uint32_t k = 0;
-  // As transmit() goes on while nothing but data is due: the connection at
-  // the front sends its turn's frames; one that has nothing leaves the
-  // queue. (A frame to ourselves is delivered before the next is built:
-  // transmit() builds those, one a call.)
-  while (k < n && control_.empty() && closing_due_.empty() && stateless_.empty() &&
-         datagram_ready_.empty() && !data_.empty()) {
-    const uint16_t id = data_.front();
-    if (id != data_run_id_) {
-      data_run_id_ = id;
-      data_run_ = 0;
-    }
-    Connection& c = *conns_[id];
-    const uint32_t ip = c.config().remote_ip;
-    if (ip == cfg_.ip) [[unlikely]]
-      break;
-    const uint16_t pdc = c.wire_remote();
-    const uint32_t first = k;
-    bool dry = false;
-    while (k < n) {
-      TxOut& out = outs[k];
-      out.payload_len = 0;
-      out.data = true;
-      const uint32_t len = c.produce_data_frame(out, now);
-      if (len == 0) {
-        dry = true;
-        break;
-      }
-      out.dst_ip = ip;
-      out.dst_pdc = pdc;
-      lens[k++] = len;
-      if (++data_run_ >= cfg_.data_quantum && data_.size() > 1) {
-        data_.pop();
-        data_.push(id);
-        data_run_ = 0;
-        break;
-      }
-      if (!control_.empty()) [[unlikely]]
-        break;  // an ACK made due goes first
-    }
-    stats_.tx_frames += k - first;
-    if (dry) {
-      // Nothing more now (the next transmit() would find the same): out
-      // of the queue until it queues itself again.
-      c.park();
-      data_.pop();
-      data_run_ = 0;
-    }
-  }
-  return k;
 }
 
 }  // namespace braid

@@ -162,13 +162,6 @@ class Endpoint {
   // out.in_place_ok a data frame's payload may stay where it lies
   // (out.payload_len bytes at out.payload follow them).
   uint32_t transmit(TxOut& out, TimeNs now);
-  // After transmit() built a frame: up to n more into outs[0..n) (buf, cap
-  // and in_place_ok set by the caller), their lengths into lens, while only
-  // data is due to another address than ours: the frames, in order, that
-  // the next n calls of transmit() would build, each connection looked up
-  // once for the frames of its turn this call builds. Returns the frames
-  // built (0: go on with transmit()).
-  uint32_t transmit_more(TxOut* outs, uint32_t* lens, uint32_t n, TimeNs now);
   // The same into buf, the whole frame copied there: its length.
   uint32_t transmit(uint8_t* buf, uint32_t cap, TimeNs now) {
     TxOut out{buf, cap};

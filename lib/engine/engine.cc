@@ -39,9 +39,7 @@ Engine::Engine(std::unique_ptr<PacketIo> io, const EngineConfig& cfg)
       }()),
       rx_(cfg.burst),
       tx_(cfg.burst),
-      tx_external_(io_->tx_external()),
-      out_(cfg.burst, TxOut{nullptr, 0, tx_external_}),
-      lens_(cfg.burst) {
+      tx_external_(io_->tx_external()) {
   net::ArpConfig ac;
   ac.mac = io_->mac();
   ac.ip = cfg.ip;
@@ -411,23 +409,6 @@ uint32_t Engine::transmit_at(TimeNs t) {
         continue;
       }
       ++used;
-      if (!out.data || used == k) continue;
-      // A data frame: more of it into the buffers left, in one call (none
-      // of its frames to ourselves).
-      for (uint16_t i = used; i < k; ++i) {
-        out_[i].buf = tx_[filled + i].data;
-        out_[i].cap = tx_[filled + i].cap;
-      }
-      const uint32_t m = endpoint_.transmit_more(out_.data() + used, lens_.data() + used,
-                                                 static_cast<uint32_t>(k - used), t);
-      for (const uint16_t end = static_cast<uint16_t>(used + m); used < end; ++used) {
-        TxFrame& g = tx_[filled + used];
-        const TxOut& o = out_[used];
-        g.len = lens_[used];
-        g.ext = o.payload_len > 0 ? o.payload : nullptr;
-        g.ext_len = o.payload_len;
-        stats_.tx_external += o.payload_len > 0 ? 1 : 0;
-      }
     }
     if (used < k) io_->tx_free(tx_.data() + filled + used, static_cast<uint16_t>(k - used));
     filled = static_cast<uint16_t>(filled + used);

@@ -207,8 +207,6 @@ class Engine {
   std::vector<std::vector<RxFrame>> steer_out_;  // per engine of the group: frames for it
   std::vector<TxFrame> tx_;
   bool tx_external_ = false;          // io_->tx_external(), at creation
-  std::vector<TxOut> out_;            // what Endpoint::transmit_more builds into tx_[filled..]
-  std::vector<uint32_t> lens_;        // ... and the lengths it built
   uint16_t tx_held_ = 0;              // built frames the ring did not take: tx_[0..tx_held_)
   TimeNs tx_blocked_since_ = kNever;  // since when the ring has taken nothing
   bool tx_held_back_ = false;         // transmit waits (see poll)

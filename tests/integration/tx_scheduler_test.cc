@@ -5,10 +5,8 @@
 // connection that goes away leaves nothing behind. Virtual time.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <memory>
 #include <set>
-#include <tuple>
 #include <vector>
 
 #include "direct_pair.h"
@@ -104,88 +102,6 @@ TEST(TxScheduler, ConnectionsWithDataTakeTurnsOfAQuantumOfFrames) {
   for (size_t i = 0; i < 3 * q; ++i) EXPECT_EQ(order[i], turns[i / q]) << i;
   for (size_t i = 3 * q; i < 3 * q + q / 4; ++i) EXPECT_EQ(order[i], 6) << i;
   for (size_t i = 3 * q + q / 4; i < order.size(); ++i) EXPECT_EQ(order[i], 4) << i;
-}
-
-// A data frame with its memory key (drawn at random by each endpoint's
-// table) zeroed, so that two runs' frames compare.
-Frame without_key(Frame f, uint32_t key) {
-  const wire::ParsedPacket pkt = parse(f);
-  if (!pkt.has_ses_request) return f;
-  EXPECT_EQ(pkt.ses.memory_key, key);
-  const uint8_t be[4] = {uint8_t(key >> 24), uint8_t(key >> 16), uint8_t(key >> 8), uint8_t(key)};
-  const size_t ses = wire::kL2L4Size + wire::kRequestSize;
-  auto at = std::search(f.begin() + ses, f.begin() + ses + wire::kSesStandardSize, be, be + 4);
-  EXPECT_NE(at, f.begin() + ses + wire::kSesStandardSize);
-  std::fill_n(at, 4, 0);
-  return f;
-}
-
-// Endpoint::transmit_more (the engine's burst after a data frame) builds
-// what further transmit() calls would: the same frames, byte for byte and
-// in the same order, through turns, windows that close and reopen with
-// the ACKs, and a connection with nothing left.
-TEST(TxScheduler, TransmitMoreBuildsWhatTransmitCallsWould) {
-  constexpr uint32_t kChunk = 7;  // not a divisor of a turn: bursts end mid-turn
-  constexpr uint32_t kPackets = (5 * kTurn + 5) + (3 * kTurn + 3) + 1;
-  auto run = [](bool more, uint64_t* by_more) {
-    ConnectionConfig c;
-    c.window_packets = 128;  // the window closes: more than 128 packets wait
-    ThreePairs t(c);
-    // One target for both runs: the frames name its address.
-    static std::vector<uint8_t> target(2 << 20);
-    const uint32_t key =
-        t.p.a.memory().register_region(target.data(), target.size(), kAccessRemoteWrite, 0);
-    const uint32_t len4 = (5 * kTurn + 5) * c.mtu, len6 = (3 * kTurn + 3) * c.mtu;
-    for (auto [q, at, len] : {std::tuple{t.qb4, 0u, len4}, std::tuple{t.qb6, len4, len6},
-                              std::tuple{t.p.qb, len4 + len6, 100u}}) {
-      EXPECT_EQ(q->post_send(
-                    request(++t.ids, Opcode::kWrite, t.src.data(), len, target.data() + at, key)),
-                PostError::kOk);
-    }
-    std::vector<Frame> sent;
-    for (int round = 0; round < 200; ++round) {
-      std::vector<Frame> batch;
-      for (;;) {
-        Frame f = t.one(t.p.b);
-        if (f.empty()) break;
-        const bool data = wire::is_request_type(what(f).type);
-        batch.push_back(std::move(f));
-        if (!more || !data) continue;
-        std::vector<Frame> bufs(kChunk, Frame(9216));
-        TxOut outs[kChunk];
-        uint32_t lens[kChunk];
-        for (uint32_t i = 0; i < kChunk; ++i) outs[i] = TxOut{bufs[i].data(), 9216};
-        const uint32_t m = t.p.b.transmit_more(outs, lens, kChunk, t.p.now);
-        *by_more += m;
-        for (uint32_t i = 0; i < m; ++i) {
-          EXPECT_EQ(outs[i].payload_len, 0u);  // (no payload in place was allowed)
-          bufs[i].resize(lens[i]);
-          batch.push_back(std::move(bufs[i]));
-        }
-      }
-      const uint64_t data_sent =
-          t.qb4->stats().data_sent + t.qb6->stats().data_sent + t.p.qb->stats().data_sent;
-      if (batch.empty() && !t.p.a.wants_to_send() && data_sent >= kPackets) break;
-      t.p.now += 10'000;  // (an ACK delay, when one is held)
-      t.p.deliver(t.p.a, batch);
-      t.p.deliver(t.p.b, t.p.drain(t.p.a));  // the ACKs
-      t.p.a.advance(t.p.now);
-      t.p.b.advance(t.p.now);
-      for (Frame& f : batch) sent.push_back(without_key(std::move(f), key));
-    }
-    EXPECT_FALSE(t.p.b.wants_to_send());    // everything went
-    const auto done = poll_all(t.p.b_scq);  // ... and completed, each WRITE
-    EXPECT_EQ(done.size(), 3u);
-    for (const WorkCompletion& wc : done) EXPECT_EQ(wc.status, WcStatus::kSuccess);
-    return sent;
-  };
-  uint64_t by_more = 0, unused = 0;
-  const std::vector<Frame> one_by_one = run(false, &unused);
-  const std::vector<Frame> bursts = run(true, &by_more);
-  EXPECT_GT(by_more, uint64_t{6 * kTurn});  // most of them
-  ASSERT_EQ(bursts.size(), one_by_one.size());
-  for (size_t i = 0; i < bursts.size(); ++i) EXPECT_EQ(bursts[i], one_by_one[i]) << i;
-  EXPECT_EQ(one_by_one.size(), size_t{kPackets});  // each packet once
 }
 
 TEST(TxScheduler, AnEndpointSaysWhetherItHasAnythingToSend) {
