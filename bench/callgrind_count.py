@@ -6,7 +6,11 @@ Used by bench/core_instructions.sh and bench/verbs_instructions.sh:
                                            the two endpoints (inclusive)
   callgrind_count.py layers FILE LABEL     every instruction counted, grouped by
                                            the layer of the function it is in
-Both divide by the data packets built (calls of Connection::produce_new).
+Both divide by the data packets carried: calls of Connection::on_data_packet,
+the receiver's (the in-memory cables lose nothing). Until 2026-12-07 they
+divided by the calls of Connection::produce_new, the sender's, which also
+counts the calls that find nothing to build (one or two a transmit burst):
+those figures are 4-7% below the packets' (docs/benchmarks.md).
   callgrind_count.py roundtrips FILE LABEL the same groups per call of
                                            pingpong_step (BM_VerbsPingPong: one
                                            round trip each)
@@ -67,14 +71,17 @@ def layer(fn):
 def main():
     mode, path, label = sys.argv[1:4]
     packets = 0
+    produced = 0  # produce_new calls, built or not
     roundtrips = 0
     endpoint = 0
     groups = dict.fromkeys(['verbs', 'engine', 'core', 'cable', 'libc', 'other'], 0)
     for r in records(path):
         if r[0] == 'call':
             _, fn, callee, n, inclusive = r
-            if 'Connection::produce_new(' in callee:
+            if 'Connection::on_data_packet(' in callee:
                 packets += n
+            if 'Connection::produce_new(' in callee:
+                produced += n
             if 'pingpong_step' in callee:
                 roundtrips += n
             # The loop's calls, not the set-up's (constructors, destructor,
@@ -93,11 +100,13 @@ def main():
         row = ', '.join(f'{g} {v / roundtrips:.0f}' for g, v in groups.items() if v)
         print(f'{label}: {total / roundtrips:.0f} instructions per round trip ({roundtrips}): {row}')
     elif mode == 'endpoint':
-        print(f'{label}: {endpoint / packets:.0f} instructions per data packet ({packets} packets)')
+        print(f'{label}: {endpoint / packets:.0f} instructions per data packet ({packets} packets; '
+              f'{produced} produce_new calls)')
     else:
         total = sum(groups.values())
         row = ', '.join(f'{g} {v / packets:.0f}' for g, v in groups.items() if v)
-        print(f'{label}: {total / packets:.0f} instructions per data packet ({packets} packets): {row}')
+        print(f'{label}: {total / packets:.0f} instructions per data packet ({packets} packets; '
+              f'{produced} produce_new calls): {row}')
 
 
 main()
