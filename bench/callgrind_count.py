@@ -7,10 +7,13 @@ Used by bench/core_instructions.sh and bench/verbs_instructions.sh:
   callgrind_count.py layers FILE LABEL     every instruction counted, grouped by
                                            the layer of the function it is in
 Both divide by the data packets carried: calls of Connection::on_data_packet,
-the receiver's (the in-memory cables lose nothing). Until 2026-12-07 they
+the receiver's (the in-memory cables lose nothing; a packet sent again would
+count twice, and these benchmarks send none again). Until 2026-12-07 they
 divided by the calls of Connection::produce_new, the sender's, which also
-counts the calls that find nothing to build (one or two a transmit burst):
-those figures are 4-7% below the packets' (docs/benchmarks.md).
+counts the calls that build nothing (the last of each transmit burst, and
+any a window or the send queue stops): those figures are lower by that
+share, 6.3% for 64 B WRITEs, 0.3% for 64 KiB WRITEs, 3.3% for 64 KiB READs,
+1.5% for the core's 64 B packets (docs/benchmarks.md).
   callgrind_count.py roundtrips FILE LABEL the same groups per call of
                                            pingpong_step (BM_VerbsPingPong: one
                                            round trip each)

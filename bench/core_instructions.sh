@@ -5,8 +5,8 @@
 # core can be judged in one run.
 #
 # Counted: everything the benchmark loop calls on the two endpoints
-# (Endpoint::transmit, receive, advance), divided by the data packets built
-# (calls of Connection::produce_new). Not counted: setting up the pair
+# (Endpoint::transmit, receive, advance), divided by the data packets
+# carried (calls of Connection::on_data_packet, bench/callgrind_count.py). Not counted: setting up the pair
 # (constructors, destructors: spread over however many packets a run
 # makes, they moved the count by up to 50), posting the message (once per
 # 64 packets).

@@ -12,8 +12,8 @@
 #   core    every other braid:: function (the protocol core, both ends)
 #   cable   the in-memory PacketIo (what a PMD does instead)
 #   libc    memcpy and friends
-# Divided by the data packets built (Connection::produce_new calls): one
-# per 64 B WRITE.
+# Divided by the data packets carried (the receiver's calls of
+# Connection::on_data_packet, bench/callgrind_count.py): one per 64 B WRITE.
 #
 # Usage: bench/verbs_instructions.sh [braid_verbs_bench ...]
 #   ENGINES=2 counts the device with two engines (both polled by the thread).
