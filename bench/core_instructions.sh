@@ -6,10 +6,10 @@
 #
 # Counted: everything the benchmark loop calls on the two endpoints
 # (Endpoint::transmit, receive, advance), divided by the data packets
-# carried (calls of Connection::on_data_packet, bench/callgrind_count.py). Not counted: setting up the pair
-# (constructors, destructors: spread over however many packets a run
-# makes, they moved the count by up to 50), posting the message (once per
-# 64 packets).
+# carried (calls of Connection::on_data_packet, bench/callgrind_count.py).
+# Not counted: setting up the pair (constructors, destructors: spread over
+# however many packets a run makes, they moved the count by up to 50),
+# posting the message (once per 64 packets).
 #
 # Usage: bench/core_instructions.sh [braid_core_bench ...]
 #   default: build/release/bench/braid_core_bench; several binaries (an old
